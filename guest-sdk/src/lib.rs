@@ -1,0 +1,127 @@
+//! # sluice-sdk: write Sluice plugins in Rust
+//!
+//! A Sluice plugin is a WebAssembly component that transforms records. You
+//! implement [`Transform`] for a type and export it with
+//! [`export_transform!`]; the SDK implements both the typed
+//! `sluice:plugin/transformer` interface and the packed fast path
+//! (`packed-transformer`) on top of your code.
+//!
+//! ```no_run
+//! use sluice_sdk::{export_transform, Config, Emitter, Record, Transform};
+//!
+//! /// Keeps orders above a threshold, dead-letters the unreadable ones.
+//! struct BigOrders {
+//!     min_amount: f64,
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     amount: f64,
+//! }
+//!
+//! impl Transform for BigOrders {
+//!     fn init(config: &Config) -> Result<Self, String> {
+//!         Ok(BigOrders { min_amount: config.parse_or("min_amount", 100.0)? })
+//!     }
+//!
+//!     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+//!         let order: Order = record.value_json()?; // an Err dead-letters this record
+//!         if order.amount >= self.min_amount {
+//!             out.forward();
+//!         }
+//!         sluice_sdk::host::counter_add("orders_seen", 1);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! export_transform!(BigOrders);
+//! ```
+//!
+//! Build it with `sluice plugin build <crate dir>` and try it with
+//! `sluice plugin test plugin.wasm --input records.jsonl`.
+//!
+//! * Read the value with [`Record::value_json`] (serde), [`Record::value_json_value`]
+//!   or [`Record::value_avro`] (apache-avro).
+//! * Emit with [`Emitter::forward`], [`Emitter::emit_value`], [`Emitter::emit_json`],
+//!   [`Emitter::emit`]; route to side outputs with [`Emitter::side`]; send the
+//!   record to the dead-letter output with [`Emitter::dead_letter`] or by
+//!   returning `Err(reason)` from [`Transform::process`].
+//! * Keep state with [`state`] (stored by the host, scoped to your operator).
+//! * Log with [`host::log`]; count with [`host::counter_add`].
+
+mod config;
+mod emit;
+#[doc(hidden)]
+pub mod glue;
+pub mod host;
+mod record;
+pub mod state;
+
+pub use config::Config;
+pub use emit::{Emitter, Output};
+pub use record::Record;
+
+pub use apache_avro;
+pub use serde_json;
+
+/// Bindings generated from the `sluice:plugin` WIT package.
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "fast-transform",
+        path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_world",
+        default_bindings_module: "sluice_sdk::bindings",
+    });
+}
+
+/// The version of the `sluice:plugin` WIT package this SDK builds against.
+pub const WIT_PACKAGE_VERSION: &str = "0.1.0";
+
+/// A record-at-a-time transform.
+///
+/// One value of your type lives in each plugin instance: the host creates it
+/// with [`Transform::init`] and calls [`Transform::process`] for every record.
+/// The host may re-create the instance (after a trap, or on redeploy), so keep
+/// anything that must survive in [`state`], not in fields.
+pub trait Transform: Sized + 'static {
+    /// Builds the transform from the operator's `config` table. An `Err`
+    /// stops the pipeline at start-up with your message.
+    fn init(config: &Config) -> Result<Self, String>;
+
+    /// Handles one record: emit zero or more records through `out`. Returning
+    /// `Err(reason)` sends this record (alone) to the dead-letter output and
+    /// discards anything emitted for it.
+    fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String>;
+}
+
+/// Exports a [`Transform`] implementation as the plugin's component exports.
+///
+/// Use it once per plugin crate (a `cdylib`), at the top level.
+#[macro_export]
+macro_rules! export_transform {
+    ($transform:ty) => {
+        struct SluiceExports;
+
+        impl $crate::bindings::exports::sluice::plugin::transformer::Guest for SluiceExports {
+            fn init(config: ::std::vec::Vec<(::std::string::String, ::std::string::String)>) -> ::std::result::Result<(), ::std::string::String> {
+                $crate::glue::init::<$transform>(config)
+            }
+
+            fn process_batch(
+                batch: ::std::vec::Vec<$crate::bindings::sluice::plugin::types::InputRecord>,
+            ) -> ::std::vec::Vec<$crate::bindings::sluice::plugin::types::RecordOutcome> {
+                $crate::glue::process_typed::<$transform>(batch)
+            }
+        }
+
+        impl $crate::bindings::exports::sluice::plugin::packed_transformer::Guest for SluiceExports {
+            fn process_packed(batch: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::glue::process_packed::<$transform>(&batch)
+            }
+        }
+
+        $crate::bindings::export_world!(SluiceExports with_types_in $crate::bindings);
+    };
+}

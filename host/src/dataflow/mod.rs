@@ -1,0 +1,1 @@
+//! Dataflow (stub, filled in next).

@@ -1,0 +1,28 @@
+//! # sluice-host: the Sluice stream host
+//!
+//! The host owns what must be correct and fast: reading and writing records,
+//! event time, state and (later) checkpoints. User logic runs as sandboxed
+//! WebAssembly components called through the `sluice:plugin` WIT interfaces.
+//!
+//! Modules, in the order data flows:
+//!
+//! * [`connectors`]: sources (generator, file) and sinks (file, stdout, blackhole).
+//! * [`dataflow`]: the stream elements (record batches, watermarks, barriers),
+//!   the [`dataflow::Operator`] trait, operator chains and the executor.
+//! * [`runtime`]: the WebAssembly plugin runtime (one shared engine, compiled
+//!   component cache, pooling allocator, CPU deadlines, memory limits).
+//! * [`state`]: keyed state that plugins reach through the `state` interface.
+//! * [`config`]: the pipeline file, with errors that name file, line and field.
+//! * [`pipeline`]: builds a runnable pipeline from its config.
+//! * [`metrics`]: counters shown by progress lines and run summaries.
+
+pub mod config;
+pub mod connectors;
+pub mod dataflow;
+pub mod metrics;
+pub mod pipeline;
+pub mod record;
+pub mod runtime;
+pub mod state;
+
+pub use record::{Header, Record, SourcePosition};

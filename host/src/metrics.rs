@@ -1,0 +1,194 @@
+//! Counters a running pipeline keeps, read by progress lines and summaries.
+//!
+//! All counters are atomics updated by the threads that own the work; readers
+//! take a [`PipelineSnapshot`] at any time without stopping the pipeline.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters of one operator.
+#[derive(Debug, Default)]
+pub struct OperatorMetrics {
+    /// Operator name.
+    pub name: String,
+    /// Records handed to the operator.
+    pub records_in: AtomicU64,
+    /// Records it emitted on its main output.
+    pub records_out: AtomicU64,
+    /// Records it emitted on side outputs.
+    pub side_out: AtomicU64,
+    /// Records it dead-lettered.
+    pub dead_letters: AtomicU64,
+    /// Plugin traps (including deadline and memory-limit traps).
+    pub traps: AtomicU64,
+    /// Times its plugin instance was re-created after a trap.
+    pub reinstantiations: AtomicU64,
+    /// Time spent inside the operator, nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Counters the plugin reported through `host.counter-add`.
+    pub plugin_counters: Mutex<BTreeMap<String, u64>>,
+}
+
+impl OperatorMetrics {
+    /// New zeroed counters for operator `name`.
+    pub fn new(name: impl Into<String>) -> Arc<Self> {
+        Arc::new(OperatorMetrics {
+            name: name.into(),
+            ..OperatorMetrics::default()
+        })
+    }
+
+    /// Adds `delta` to the plugin counter `name`.
+    pub fn add_plugin_counter(&self, name: &str, delta: u64) {
+        let mut counters = self
+            .plugin_counters
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *counters.entry(name.to_string()).or_default() += delta;
+    }
+
+    fn snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot {
+            name: self.name.clone(),
+            records_in: load(&self.records_in),
+            records_out: load(&self.records_out),
+            side_out: load(&self.side_out),
+            dead_letters: load(&self.dead_letters),
+            traps: load(&self.traps),
+            reinstantiations: load(&self.reinstantiations),
+            busy_ns: load(&self.busy_ns),
+            plugin_counters: self
+                .plugin_counters
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone(),
+        }
+    }
+}
+
+/// Counters of one pipeline.
+#[derive(Debug)]
+pub struct PipelineMetrics {
+    /// Records read by the source (including ones it dead-lettered).
+    pub records_in: AtomicU64,
+    /// Records written to the main sink.
+    pub records_out: AtomicU64,
+    /// Records written to side-output sinks.
+    pub side_out: AtomicU64,
+    /// Records written to the dead-letter sink.
+    pub dead_letters: AtomicU64,
+    /// Batches read by the source.
+    pub batches: AtomicU64,
+    /// Current watermark at the sinks (milliseconds; `i64::MIN` before the first).
+    pub watermark: AtomicI64,
+    /// Checkpoint barriers that reached the sinks.
+    pub barriers: AtomicU64,
+    /// Time the source spent blocked on a full channel (backpressure), ns.
+    pub source_backpressured_ns: AtomicU64,
+    /// Per-operator counters, in chain order.
+    pub operators: Mutex<Vec<Arc<OperatorMetrics>>>,
+}
+
+impl Default for PipelineMetrics {
+    fn default() -> Self {
+        PipelineMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            side_out: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+            barriers: AtomicU64::new(0),
+            source_backpressured_ns: AtomicU64::new(0),
+            operators: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl PipelineMetrics {
+    /// Registers an operator's counters (in chain order).
+    pub fn register_operator(&self, operator: Arc<OperatorMetrics>) {
+        self.operators
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(operator);
+    }
+
+    /// A consistent-enough copy of every counter.
+    pub fn snapshot(&self) -> PipelineSnapshot {
+        let watermark = self.watermark.load(Ordering::Relaxed);
+        PipelineSnapshot {
+            records_in: load(&self.records_in),
+            records_out: load(&self.records_out),
+            side_out: load(&self.side_out),
+            dead_letters: load(&self.dead_letters),
+            batches: load(&self.batches),
+            watermark: (watermark != i64::MIN).then_some(watermark),
+            barriers: load(&self.barriers),
+            source_backpressured_ns: load(&self.source_backpressured_ns),
+            operators: self
+                .operators
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .iter()
+                .map(|op| op.snapshot())
+                .collect(),
+        }
+    }
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// Adds `delta` to a counter.
+pub fn add(counter: &AtomicU64, delta: u64) {
+    counter.fetch_add(delta, Ordering::Relaxed);
+}
+
+/// A copy of an operator's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorSnapshot {
+    /// Operator name.
+    pub name: String,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out on the main output.
+    pub records_out: u64,
+    /// Records out on side outputs.
+    pub side_out: u64,
+    /// Records dead-lettered.
+    pub dead_letters: u64,
+    /// Plugin traps.
+    pub traps: u64,
+    /// Plugin re-instantiations.
+    pub reinstantiations: u64,
+    /// Busy time, ns.
+    pub busy_ns: u64,
+    /// Plugin-reported counters.
+    pub plugin_counters: BTreeMap<String, u64>,
+}
+
+/// A copy of a pipeline's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineSnapshot {
+    /// Records read.
+    pub records_in: u64,
+    /// Records written to the main sink.
+    pub records_out: u64,
+    /// Records written to side outputs.
+    pub side_out: u64,
+    /// Records written to the dead-letter sink.
+    pub dead_letters: u64,
+    /// Batches read.
+    pub batches: u64,
+    /// Watermark at the sinks.
+    pub watermark: Option<i64>,
+    /// Barriers that reached the sinks.
+    pub barriers: u64,
+    /// Source backpressure time, ns.
+    pub source_backpressured_ns: u64,
+    /// Operators in chain order.
+    pub operators: Vec<OperatorSnapshot>,
+}

@@ -1,0 +1,130 @@
+//! The record: what flows through a pipeline.
+
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// A record header (Kafka-style): a string name and opaque bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Header name.
+    pub key: String,
+    /// Header value.
+    pub value: Bytes,
+}
+
+impl Header {
+    /// Builds a header from anything byte-like.
+    pub fn new(key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        Header {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Where a record was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// Topic, file path or generator name. Shared: every record of a split
+    /// points at the same string.
+    pub topic: Arc<str>,
+    /// Partition (split) within the topic.
+    pub partition: i32,
+    /// Offset of the record within the partition.
+    pub offset: i64,
+}
+
+/// One record. Byte fields are reference-counted [`Bytes`], so records
+/// decoded from one plugin output buffer share it instead of copying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Key, if any.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Bytes,
+    /// Headers in order.
+    pub headers: Vec<Header>,
+    /// Event time in milliseconds since the Unix epoch.
+    pub event_time: Option<i64>,
+    /// Where the record (or the record it was derived from) was read.
+    pub source: SourcePosition,
+}
+
+impl Record {
+    /// A record with only a value, from `source`.
+    pub fn from_value(value: impl Into<Bytes>, source: SourcePosition) -> Self {
+        Record {
+            key: None,
+            value: value.into(),
+            headers: Vec::new(),
+            event_time: None,
+            source,
+        }
+    }
+
+    /// The value of the first header named `name`.
+    pub fn header(&self, name: &str) -> Option<&Bytes> {
+        self.headers
+            .iter()
+            .find(|h| h.key == name)
+            .map(|h| &h.value)
+    }
+}
+
+/// Names of the headers the host adds to dead-lettered records.
+pub mod dead_letter_headers {
+    /// Why the record was dead-lettered.
+    pub const REASON: &str = "sluice.dlq.reason";
+    /// Operator that dead-lettered it.
+    pub const OPERATOR: &str = "sluice.dlq.operator";
+    /// Plugin (name and content hash) that dead-lettered it, if any.
+    pub const PLUGIN: &str = "sluice.dlq.plugin";
+    /// Original topic / file / generator.
+    pub const SOURCE_TOPIC: &str = "sluice.dlq.source.topic";
+    /// Original partition.
+    pub const SOURCE_PARTITION: &str = "sluice.dlq.source.partition";
+    /// Original offset.
+    pub const SOURCE_OFFSET: &str = "sluice.dlq.source.offset";
+    /// Wall-clock time of dead-lettering, milliseconds since the Unix epoch.
+    pub const TIME: &str = "sluice.dlq.time";
+}
+
+/// Marks `record` as dead-lettered: appends the reason and provenance
+/// headers (see [`dead_letter_headers`]).
+pub fn into_dead_letter(
+    mut record: Record,
+    reason: &str,
+    operator: &str,
+    plugin: Option<&str>,
+) -> Record {
+    use dead_letter_headers as h;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    record
+        .headers
+        .push(Header::new(h::REASON, reason.to_string()));
+    record
+        .headers
+        .push(Header::new(h::OPERATOR, operator.to_string()));
+    if let Some(plugin) = plugin {
+        record
+            .headers
+            .push(Header::new(h::PLUGIN, plugin.to_string()));
+    }
+    record.headers.push(Header::new(
+        h::SOURCE_TOPIC,
+        record.source.topic.to_string(),
+    ));
+    record.headers.push(Header::new(
+        h::SOURCE_PARTITION,
+        record.source.partition.to_string(),
+    ));
+    record.headers.push(Header::new(
+        h::SOURCE_OFFSET,
+        record.source.offset.to_string(),
+    ));
+    record.headers.push(Header::new(h::TIME, now.to_string()));
+    record
+}

@@ -1,0 +1,27 @@
+//! Host-side bindings generated from the `sluice:plugin` WIT package.
+//!
+//! Two worlds: `transform` (typed, any language) and `fast-transform` (adds
+//! the packed batch export, offered by the Rust SDK). The imports are the
+//! same for both; `fast` reuses the `typed` import traits.
+
+/// Bindings for the `transform` world.
+pub mod typed {
+    wasmtime::component::bindgen!({
+        world: "transform",
+        path: "../wit",
+    });
+}
+
+/// Bindings for the `fast-transform` world.
+pub mod fast {
+    wasmtime::component::bindgen!({
+        world: "fast-transform",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/state": super::typed::sluice::plugin::state,
+            "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+        },
+    });
+}

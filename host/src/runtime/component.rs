@@ -1,0 +1,176 @@
+//! A loaded plugin: compiled, version-checked and linked, ready to
+//! instantiate any number of times.
+
+use super::bindings::{fast, typed};
+use super::cache::CacheOutcome;
+use super::host_api::PluginState;
+use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use wasmtime::component::InstancePre;
+
+/// Which world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginWorld {
+    /// `sluice:plugin/transform`: typed batches only.
+    Transform,
+    /// `sluice:plugin/fast-transform`: typed and packed batches.
+    FastTransform,
+}
+
+/// The pre-linked instantiation recipe and where to find the exports.
+pub(crate) struct Pre {
+    pub(crate) instance_pre: InstancePre<PluginState>,
+    pub(crate) transformer: typed::TransformIndices,
+    /// Present for `fast-transform` plugins.
+    pub(crate) packed: Option<fast::FastTransformIndices>,
+}
+
+/// A plugin ready to instantiate.
+pub struct PluginComponent {
+    /// Plugin name: the file name without `.wasm`.
+    pub name: String,
+    /// First 12 hex digits of the SHA-256 of the component: names this
+    /// exact build in logs and dead-letter headers.
+    pub content_hash: String,
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    /// Size of the component file.
+    pub size_bytes: u64,
+    /// The world it implements.
+    pub world: PluginWorld,
+    /// The `sluice:plugin` version it was built against.
+    pub wit_version: String,
+    /// Names of the component's imports.
+    pub imports: Vec<String>,
+    /// Names of the component's exports.
+    pub exports: Vec<String>,
+    /// Whether compilation was served from the cache.
+    pub cache: CacheOutcome,
+    /// Time to compile or load from cache.
+    pub load_time: Duration,
+    pub(crate) pre: Pre,
+    pub(crate) runtime: PluginRuntime,
+}
+
+impl PluginComponent {
+    /// `name@hash`, as used in logs and dead-letter headers.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.content_hash)
+    }
+}
+
+pub(crate) fn load(
+    runtime: &PluginRuntime,
+    path: PathBuf,
+) -> Result<PluginComponent, RuntimeError> {
+    let started = Instant::now();
+    let wasm = std::fs::read(&path).map_err(|source| RuntimeError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let engine = runtime.engine();
+    let (component, cache) =
+        runtime
+            .cache()
+            .load(engine, &wasm)
+            .map_err(|error| RuntimeError::Compile {
+                path: path.clone(),
+                message: format!("{error:#}"),
+            })?;
+    let load_time = started.elapsed();
+
+    let component_type = component.component_type();
+    let imports: Vec<String> = component_type
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let exports: Vec<String> = component_type
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+
+    let wit_version = check_wit_version(&path, imports.iter().chain(&exports))?;
+    let has_export = |interface: &str| {
+        let wanted = format!("sluice:plugin/{interface}@{WIT_PACKAGE_VERSION}");
+        exports.iter().any(|name| *name == wanted)
+    };
+    if !has_export("transformer") {
+        return Err(RuntimeError::NotATransform {
+            path,
+            exports: exports.join(", "),
+        });
+    }
+    let world = if has_export("packed-transformer") {
+        PluginWorld::FastTransform
+    } else {
+        PluginWorld::Transform
+    };
+
+    let link_error = |error: wasmtime::Error| RuntimeError::Link {
+        path: path.clone(),
+        message: format!("{error:#}"),
+    };
+    let instance_pre = runtime
+        .inner
+        .linker
+        .instantiate_pre(&component)
+        .map_err(link_error)?;
+    let transformer = typed::TransformIndices::new(&instance_pre).map_err(link_error)?;
+    let packed = match world {
+        PluginWorld::Transform => None,
+        PluginWorld::FastTransform => {
+            Some(fast::FastTransformIndices::new(&instance_pre).map_err(link_error)?)
+        }
+    };
+    let pre = Pre {
+        instance_pre,
+        transformer,
+        packed,
+    };
+
+    let name = path
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".to_string());
+    let content_hash = hex::encode(&Sha256::digest(&wasm)[..6]);
+    Ok(PluginComponent {
+        name,
+        content_hash,
+        size_bytes: wasm.len() as u64,
+        path,
+        world,
+        wit_version,
+        imports,
+        exports,
+        cache,
+        load_time,
+        pre,
+        runtime: runtime.clone(),
+    })
+}
+
+/// Finds the `sluice:plugin` version in the component's interface names and
+/// rejects any version but the host's.
+fn check_wit_version<'a>(
+    path: &std::path::Path,
+    names: impl Iterator<Item = &'a String>,
+) -> Result<String, RuntimeError> {
+    let mut found = None;
+    for name in names {
+        let Some(rest) = name.strip_prefix("sluice:plugin/") else {
+            continue;
+        };
+        let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("(none)");
+        if version != WIT_PACKAGE_VERSION {
+            return Err(RuntimeError::VersionMismatch {
+                path: path.to_path_buf(),
+                plugin_version: version.to_string(),
+                host_version: WIT_PACKAGE_VERSION.to_string(),
+            });
+        }
+        found = Some(version.to_string());
+    }
+    Ok(found.unwrap_or_else(|| WIT_PACKAGE_VERSION.to_string()))
+}

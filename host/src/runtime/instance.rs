@@ -1,0 +1,449 @@
+//! One plugin instance: a `Store` with its limits, and batch calls into it.
+
+use super::bindings::{fast, typed};
+use super::component::PluginComponent;
+use super::host_api::{PluginScope, PluginState};
+use super::{PluginLimits, RuntimeError};
+use crate::metrics::OperatorMetrics;
+use crate::record::{Header, Record};
+use crate::state::ScopedState;
+use bytes::Bytes;
+use sluice_wire::{InputRecord, OutputItem, Route};
+use std::sync::Arc;
+use typed::sluice::plugin::types as wit;
+use wasmtime::{Store, StoreLimitsBuilder, Trap};
+
+/// How batches cross the component boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallMode {
+    /// Packed when the plugin offers it, typed otherwise.
+    #[default]
+    Auto,
+    /// Always the typed `transformer.process-batch`.
+    Typed,
+    /// Always `packed-transformer.process-packed` (load fails if absent).
+    Packed,
+}
+
+/// Where an emitted record goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EmitRoute {
+    /// The main output.
+    Main,
+    /// A named side output.
+    Side(String),
+    /// The dead-letter output, with the plugin's reason.
+    DeadLetter(String),
+}
+
+/// A record emitted by a plugin for input record `input`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Emitted {
+    /// Index of the input record in the batch.
+    pub input: usize,
+    /// Where it goes.
+    pub route: EmitRoute,
+    /// The record; its source position and (unless the plugin set one) its
+    /// event time are the input record's.
+    pub record: Record,
+}
+
+/// What a batch call produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchResult {
+    /// Emitted records, grouped by input record in input order.
+    pub emitted: Vec<Emitted>,
+    /// Input records the plugin failed, with its reason.
+    pub failed: Vec<(usize, String)>,
+}
+
+/// Why a call did not complete. After a fault the instance is poisoned and
+/// must be re-created with [`PluginInstance::reinstantiate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginFault {
+    /// The kind of fault.
+    pub kind: FaultKind,
+    /// A one-line description, fit for a dead-letter reason.
+    pub message: String,
+}
+
+/// Kinds of [`PluginFault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The call ran past its CPU deadline and was interrupted.
+    Deadline,
+    /// The plugin tried to grow its memory past its limit.
+    MemoryLimit,
+    /// Any other trap (a panic, `unreachable`, out-of-bounds access, ...).
+    Trap,
+    /// The plugin returned output that breaks the contract.
+    BadOutput,
+}
+
+impl std::fmt::Display for PluginFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The exports of one instance: the typed transformer always, the packed
+/// one for `fast-transform` plugins.
+struct Bindings {
+    typed: typed::Transform,
+    fast: Option<fast::FastTransform>,
+}
+
+/// A live plugin instance serving one operator.
+pub struct PluginInstance {
+    component: Arc<PluginComponent>,
+    scope: PluginScope,
+    state: ScopedState,
+    metrics: Arc<OperatorMetrics>,
+    limits: PluginLimits,
+    config: Vec<(String, String)>,
+    deadline_ticks: u64,
+    store: Store<PluginState>,
+    bindings: Bindings,
+    packed: bool,
+    packed_input: Vec<u8>,
+}
+
+impl PluginInstance {
+    /// Instantiates `component` for the operator `scope` and calls its
+    /// `init` with `config`.
+    pub fn new(
+        component: Arc<PluginComponent>,
+        scope: PluginScope,
+        state: ScopedState,
+        metrics: Arc<OperatorMetrics>,
+        limits: PluginLimits,
+        config: Vec<(String, String)>,
+    ) -> Result<Self, RuntimeError> {
+        let has_packed = component.pre.packed.is_some();
+        let packed = match (limits.call_mode, has_packed) {
+            (CallMode::Typed, _) | (CallMode::Auto, false) => false,
+            (_, true) => true,
+            (CallMode::Packed, false) => {
+                return Err(RuntimeError::Instantiate {
+                    plugin: component.label(),
+                    message: "call_mode = \"packed\" but the plugin does not export sluice:plugin/packed-transformer".into(),
+                });
+            }
+        };
+        let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
+        let (store, bindings) = instantiate(
+            &component,
+            &scope,
+            &state,
+            &metrics,
+            &limits,
+            &config,
+            deadline_ticks,
+        )?;
+        Ok(PluginInstance {
+            component,
+            scope,
+            state,
+            metrics,
+            limits,
+            config,
+            deadline_ticks,
+            store,
+            bindings,
+            packed,
+            packed_input: Vec::new(),
+        })
+    }
+
+    /// The component this instance runs.
+    pub fn component(&self) -> &Arc<PluginComponent> {
+        &self.component
+    }
+
+    /// Whether batches use the packed path.
+    pub fn is_packed(&self) -> bool {
+        self.packed
+    }
+
+    /// Replaces the instance with a fresh one (same component, config,
+    /// limits and state scope). Needed after any [`PluginFault`].
+    pub fn reinstantiate(&mut self) -> Result<(), RuntimeError> {
+        let (store, bindings) = instantiate(
+            &self.component,
+            &self.scope,
+            &self.state,
+            &self.metrics,
+            &self.limits,
+            &self.config,
+            self.deadline_ticks,
+        )?;
+        self.store = store;
+        self.bindings = bindings;
+        Ok(())
+    }
+
+    /// Runs the plugin on `records`, within the CPU deadline and memory limit.
+    pub fn call_batch(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        if self.packed {
+            self.call_packed(records)
+        } else {
+            self.call_typed(records)
+        }
+    }
+
+    fn call_packed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        let Some(bindings) = &self.bindings.fast else {
+            return Err(bad_output(
+                "packed call on a plugin without the packed export".into(),
+            ));
+        };
+        self.packed_input.clear();
+        for record in records {
+            let input = InputRecord {
+                key: record.key.as_deref().map(sluice_wire::Bytes::new),
+                value: sluice_wire::Bytes::new(&record.value),
+                headers: record
+                    .headers
+                    .iter()
+                    .map(|h| sluice_wire::Header {
+                        key: &h.key,
+                        value: sluice_wire::Bytes::new(&h.value),
+                    })
+                    .collect(),
+                event_time: record.event_time,
+                topic: &record.source.topic,
+                partition: record.source.partition,
+                offset: record.source.offset,
+            };
+            sluice_wire::append(&mut self.packed_input, &input)
+                .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
+        }
+        let output = bindings
+            .sluice_plugin_packed_transformer()
+            .call_process_packed(&mut self.store, &self.packed_input)
+            .map_err(|error| classify(error, &self.limits))?;
+        decode_packed_output(Bytes::from(output), records)
+    }
+
+    fn call_typed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        let batch: Vec<wit::InputRecord> = records.iter().map(to_wit_record).collect();
+        let outcomes = self
+            .bindings
+            .typed
+            .sluice_plugin_transformer()
+            .call_process_batch(&mut self.store, &batch)
+            .map_err(|error| classify(error, &self.limits))?;
+        if outcomes.len() != records.len() {
+            return Err(bad_output(format!(
+                "plugin returned {} outcomes for {} records",
+                outcomes.len(),
+                records.len()
+            )));
+        }
+        let mut result = BatchResult::default();
+        for (index, (outcome, input)) in outcomes.into_iter().zip(records).enumerate() {
+            match outcome {
+                Err(reason) => result.failed.push((index, reason)),
+                Ok(emits) => {
+                    for emit in emits {
+                        let route = match emit.route {
+                            wit::Route::Main => EmitRoute::Main,
+                            wit::Route::Side(name) => EmitRoute::Side(name),
+                            wit::Route::DeadLetter(reason) => EmitRoute::DeadLetter(reason),
+                        };
+                        let out = emit.record;
+                        result.emitted.push(Emitted {
+                            input: index,
+                            route,
+                            record: Record {
+                                key: out.key.map(Bytes::from),
+                                value: Bytes::from(out.value),
+                                headers: out
+                                    .headers
+                                    .into_iter()
+                                    .map(|h| Header::new(h.key, h.value))
+                                    .collect(),
+                                event_time: out.event_time.or(input.event_time),
+                                source: input.source.clone(),
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+}
+
+fn instantiate(
+    component: &PluginComponent,
+    scope: &PluginScope,
+    state: &ScopedState,
+    metrics: &Arc<OperatorMetrics>,
+    limits: &PluginLimits,
+    config: &[(String, String)],
+    deadline_ticks: u64,
+) -> Result<(Store<PluginState>, Bindings), RuntimeError> {
+    let store_limits = StoreLimitsBuilder::new()
+        .memory_size(limits.memory_bytes)
+        .trap_on_grow_failure(true)
+        .build();
+    let data = PluginState::new(
+        scope.clone(),
+        state.clone(),
+        metrics.clone(),
+        store_limits,
+        limits.grant_clock,
+    );
+    let mut store = Store::new(component.runtime.engine(), data);
+    store.limiter(|state| &mut state.limits);
+    store.epoch_deadline_trap();
+    store.set_epoch_deadline(deadline_ticks);
+    let instantiate_error = |error: wasmtime::Error| RuntimeError::Instantiate {
+        plugin: component.label(),
+        message: format!("{error:#}"),
+    };
+    let pre = &component.pre;
+    let instance = pre
+        .instance_pre
+        .instantiate(&mut store)
+        .map_err(instantiate_error)?;
+    let bindings = Bindings {
+        typed: pre
+            .transformer
+            .load(&mut store, &instance)
+            .map_err(instantiate_error)?,
+        fast: match &pre.packed {
+            Some(indices) => Some(
+                indices
+                    .load(&mut store, &instance)
+                    .map_err(instantiate_error)?,
+            ),
+            None => None,
+        },
+    };
+    let transformer = bindings.typed.sluice_plugin_transformer();
+    let init_error = |message: String| RuntimeError::Init {
+        plugin: component.label(),
+        message,
+    };
+    match transformer.call_init(&mut store, config) {
+        Ok(Ok(())) => Ok((store, bindings)),
+        Ok(Err(message)) => Err(init_error(message)),
+        Err(error) => Err(init_error(classify(error, limits).message)),
+    }
+}
+
+fn to_wit_record(record: &Record) -> wit::InputRecord {
+    wit::InputRecord {
+        key: record.key.as_ref().map(|k| k.to_vec()),
+        value: record.value.to_vec(),
+        headers: record
+            .headers
+            .iter()
+            .map(|h| wit::Header {
+                key: h.key.clone(),
+                value: h.value.to_vec(),
+            })
+            .collect(),
+        event_time: record.event_time,
+        source: wit::SourcePosition {
+            topic: record.source.topic.to_string(),
+            partition: record.source.partition,
+            offset: record.source.offset,
+        },
+    }
+}
+
+/// Turns a packed output buffer into emitted records that share the buffer.
+fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult, PluginFault> {
+    let mut result = BatchResult::default();
+    for item in sluice_wire::decode_all::<OutputItem<'_>>(&output) {
+        let item = item.map_err(|e| bad_output(format!("malformed packed output: {e}")))?;
+        let input_of = |index: u32| {
+            inputs.get(index as usize).ok_or_else(|| {
+                bad_output(format!(
+                    "output names input record {index} of a batch of {}",
+                    inputs.len()
+                ))
+            })
+        };
+        match item {
+            OutputItem::Failed { input, reason } => {
+                input_of(input)?;
+                result.failed.push((input as usize, reason.to_string()));
+            }
+            OutputItem::Emit {
+                input,
+                route,
+                record,
+            } => {
+                let source = input_of(input)?;
+                let route = match route {
+                    Route::Main => EmitRoute::Main,
+                    Route::Side(name) => EmitRoute::Side(name.to_string()),
+                    Route::DeadLetter(reason) => EmitRoute::DeadLetter(reason.to_string()),
+                };
+                result.emitted.push(Emitted {
+                    input: input as usize,
+                    route,
+                    record: Record {
+                        key: record.key.map(|k| output.slice_ref(k)),
+                        value: output.slice_ref(record.value),
+                        headers: record
+                            .headers
+                            .iter()
+                            .map(|h| Header::new(h.key, output.slice_ref(h.value)))
+                            .collect(),
+                        event_time: record.event_time.or(source.event_time),
+                        source: source.source.clone(),
+                    },
+                });
+            }
+        }
+    }
+    Ok(result)
+}
+
+fn bad_output(message: String) -> PluginFault {
+    PluginFault {
+        kind: FaultKind::BadOutput,
+        message,
+    }
+}
+
+/// Describes a failed call in one line and says what kind of fault it was.
+fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginFault {
+    if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return PluginFault {
+            kind: FaultKind::Deadline,
+            message: format!(
+                "plugin exceeded its CPU deadline of {} ms and was interrupted",
+                limits.deadline.as_millis()
+            ),
+        };
+    }
+    if error.chain().any(|cause| {
+        cause
+            .to_string()
+            .contains("forcing trap when growing memory")
+    }) {
+        return PluginFault {
+            kind: FaultKind::MemoryLimit,
+            message: format!(
+                "plugin exceeded its memory limit of {} MiB",
+                limits.memory_bytes >> 20
+            ),
+        };
+    }
+    let cause = match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => error.root_cause().to_string(),
+    };
+    PluginFault {
+        kind: FaultKind::Trap,
+        message: format!("plugin trapped: {cause}"),
+    }
+}

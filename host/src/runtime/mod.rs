@@ -1,0 +1,253 @@
+//! The WebAssembly plugin runtime.
+//!
+//! One [`PluginRuntime`] per host process holds the shared wasmtime
+//! [`Engine`] (pooling allocator, epoch interruption, component model with
+//! concurrency support off), the [`Linker`] with the host's imports, and the
+//! on-disk [`ComponentCache`]. Pipelines load plugins with
+//! [`PluginRuntime::load`] and create one [`PluginInstance`] (one `Store`)
+//! per operator, each with its own [`PluginLimits`] and state scope, so that
+//! tenants and pipelines share nothing but the engine.
+
+mod bindings;
+mod cache;
+mod component;
+mod host_api;
+mod instance;
+
+pub use cache::{CacheOutcome, ComponentCache};
+pub use component::{PluginComponent, PluginWorld};
+pub use host_api::PluginScope;
+pub use instance::{
+    BatchResult, CallMode, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
+};
+
+use host_api::PluginState;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// The version of the `sluice:plugin` WIT package this host implements.
+pub const WIT_PACKAGE_VERSION: &str = "0.1.0";
+
+/// Errors of loading and instantiating plugins.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine could not be configured.
+    #[error("cannot configure the WebAssembly engine: {0:#}")]
+    Engine(wasmtime::Error),
+    /// The plugin file could not be read.
+    #[error("cannot read plugin {path}: {source}")]
+    Read {
+        /// The plugin file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid component.
+    #[error("{path} is not a valid WebAssembly component: {message}")]
+    Compile {
+        /// The plugin file.
+        path: PathBuf,
+        /// The compiler's message.
+        message: String,
+    },
+    /// The plugin was built against another version of the WIT package.
+    #[error(
+        "{path} was built against sluice:plugin@{plugin_version}, but this host provides sluice:plugin@{host_version}; rebuild the plugin with a matching sluice-sdk"
+    )]
+    VersionMismatch {
+        /// The plugin file.
+        path: PathBuf,
+        /// Version the plugin uses.
+        plugin_version: String,
+        /// Version the host implements.
+        host_version: String,
+    },
+    /// The component does not export a transform.
+    #[error("{path} does not export sluice:plugin/transformer (its exports: {exports})")]
+    NotATransform {
+        /// The plugin file.
+        path: PathBuf,
+        /// What it does export.
+        exports: String,
+    },
+    /// The component needs imports the host does not give it.
+    #[error("{path} cannot be linked (it needs imports this host does not grant): {message}")]
+    Link {
+        /// The plugin file.
+        path: PathBuf,
+        /// The linker's message.
+        message: String,
+    },
+    /// Instantiation failed.
+    #[error("cannot instantiate plugin {plugin}: {message}")]
+    Instantiate {
+        /// The plugin name.
+        plugin: String,
+        /// Why.
+        message: String,
+    },
+    /// The plugin's `init` returned an error or trapped.
+    #[error("plugin {plugin} refused its configuration: {message}")]
+    Init {
+        /// The plugin name.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+}
+
+/// Process-wide runtime settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached.
+    pub cache_dir: PathBuf,
+    /// Plugin instances that can exist at once (pooling allocator slots).
+    pub max_instances: u32,
+    /// Largest linear memory any plugin may have; per-operator limits are
+    /// set lower with [`PluginLimits::memory_bytes`].
+    pub max_memory_bytes: usize,
+    /// Granularity of CPU deadlines.
+    pub epoch_tick: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            cache_dir: ComponentCache::default_dir(),
+            max_instances: 128,
+            max_memory_bytes: 1 << 30,
+            epoch_tick: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Limits and grants of one plugin instance.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    /// CPU time one call (one batch) may take before it is interrupted.
+    pub deadline: Duration,
+    /// Linear memory the instance may grow to.
+    pub memory_bytes: usize,
+    /// Whether the plugin may read the real clock (otherwise it reads zero).
+    pub grant_clock: bool,
+    /// Typed or packed calls.
+    pub call_mode: CallMode,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        PluginLimits {
+            deadline: Duration::from_millis(100),
+            memory_bytes: 64 << 20,
+            grant_clock: false,
+            call_mode: CallMode::Auto,
+        }
+    }
+}
+
+/// The shared plugin runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginRuntime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    linker: Linker<PluginState>,
+    cache: ComponentCache,
+    epoch_tick: Duration,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginRuntime {
+    /// Creates the engine, the linker and the epoch ticker thread.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let mut pooling = PoolingAllocationConfig::new();
+        pooling
+            .total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances * 8)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 8)
+            .max_memories_per_component(4)
+            .max_tables_per_component(16)
+            .max_core_instance_size(4 << 20)
+            .max_component_instance_size(4 << 20)
+            .max_memory_size(config.max_memory_bytes);
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .concurrency_support(false)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+        let engine = Engine::new(&wasm).map_err(RuntimeError::Engine)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(RuntimeError::Engine)?;
+        bindings::typed::Transform::add_to_linker::<_, HasSelf<PluginState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(RuntimeError::Engine)?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.clone(), config.epoch_tick, stop_ticker.clone())
+            .map_err(|error| RuntimeError::Engine(error.into()))?;
+        Ok(PluginRuntime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                cache: ComponentCache::new(config.cache_dir),
+                epoch_tick: config.epoch_tick,
+                stop_ticker,
+            }),
+        })
+    }
+
+    /// The shared engine.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The compiled-component cache.
+    pub fn cache(&self) -> &ComponentCache {
+        &self.inner.cache
+    }
+
+    /// Reads, compiles (or loads from cache), version-checks and links the
+    /// plugin at `path`. Done once per plugin version, off the hot path.
+    pub fn load(&self, path: impl Into<PathBuf>) -> Result<Arc<PluginComponent>, RuntimeError> {
+        component::load(self, path.into()).map(Arc::new)
+    }
+
+    /// Deadline in epoch ticks (at least one).
+    fn deadline_ticks(&self, deadline: Duration) -> u64 {
+        (deadline.as_nanos() / self.inner.epoch_tick.as_nanos().max(1)).max(1) as u64
+    }
+}
+
+/// Advances the engine's epoch every `tick` until `stop` is set: the clock
+/// that CPU deadlines are measured against.
+fn spawn_epoch_ticker(
+    engine: Engine,
+    tick: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("sluice-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                engine.increment_epoch();
+            }
+        })
+        .map(drop)
+}

@@ -1,0 +1,209 @@
+//! The packed batch encoding of `sluice:plugin/packed-transformer`.
+//!
+//! Crossing the WebAssembly component boundary costs per list and per string,
+//! so the fast path moves a whole batch as one buffer each way:
+//!
+//! * **Host to plugin**: the concatenation of [`InputRecord`]s, each encoded
+//!   with [postcard](https://docs.rs/postcard) (a documented, stable format).
+//! * **Plugin to host**: the concatenation of [`OutputItem`]s. Every item names
+//!   the index of the input record it belongs to; items of one input record
+//!   are contiguous and in input order.
+//!
+//! Both sides decode without copying: byte and string fields borrow from the
+//! buffer. This crate is shared by the host and the guest SDK so that the two
+//! can never disagree on the format.
+
+#![no_std]
+extern crate alloc;
+
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+pub use serde_bytes::Bytes;
+
+/// A record header (Kafka-style): a string key and opaque bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header<'a> {
+    /// Header name.
+    pub key: &'a str,
+    /// Header value.
+    #[serde(borrow)]
+    pub value: &'a Bytes,
+}
+
+/// A record as the host hands it to a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRecord<'a> {
+    /// The record key, if any.
+    #[serde(borrow)]
+    pub key: Option<&'a Bytes>,
+    /// The record value.
+    #[serde(borrow)]
+    pub value: &'a Bytes,
+    /// Headers in their original order.
+    #[serde(borrow)]
+    pub headers: Vec<Header<'a>>,
+    /// Event time, milliseconds since the Unix epoch.
+    pub event_time: Option<i64>,
+    /// Topic, file or generator the record came from.
+    pub topic: &'a str,
+    /// Partition within `topic`.
+    pub partition: i32,
+    /// Offset within the partition.
+    pub offset: i64,
+}
+
+/// A record a plugin emits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRecord<'a> {
+    /// The record key, if any.
+    #[serde(borrow)]
+    pub key: Option<&'a Bytes>,
+    /// The record value.
+    #[serde(borrow)]
+    pub value: &'a Bytes,
+    /// Headers of the emitted record.
+    #[serde(borrow)]
+    pub headers: Vec<Header<'a>>,
+    /// Event time; `None` keeps the input record's event time.
+    pub event_time: Option<i64>,
+}
+
+/// Where an emitted record goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Route<'a> {
+    /// The main output.
+    Main,
+    /// A named side output.
+    Side(&'a str),
+    /// The dead-letter output, with the reason.
+    DeadLetter(&'a str),
+}
+
+/// One entry of a packed output buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputItem<'a> {
+    /// Input record `input` produced `record` on `route`.
+    Emit {
+        /// Index of the input record in the batch.
+        input: u32,
+        /// Where the record goes.
+        #[serde(borrow)]
+        route: Route<'a>,
+        /// The emitted record.
+        #[serde(borrow)]
+        record: OutputRecord<'a>,
+    },
+    /// Input record `input` failed; the host dead-letters it with `reason`.
+    /// A failed record has no `Emit` items.
+    Failed {
+        /// Index of the input record in the batch.
+        input: u32,
+        /// Why it failed.
+        reason: &'a str,
+    },
+}
+
+/// Why a packed buffer could not be encoded or decoded.
+pub type Error = postcard::Error;
+
+/// Appends the postcard encoding of `item` to `buffer`.
+pub fn append<T: Serialize>(buffer: &mut Vec<u8>, item: &T) -> Result<(), Error> {
+    postcard::to_extend(item, core::mem::take(buffer)).map(|filled| *buffer = filled)
+}
+
+/// Iterates over the items concatenated in `buffer`, borrowing from it.
+///
+/// Yields an error (and then stops) if the buffer is truncated or malformed.
+pub fn decode_all<'a, T: Deserialize<'a>>(buffer: &'a [u8]) -> DecodeAll<'a, T> {
+    DecodeAll {
+        rest: buffer,
+        failed: false,
+        _item: core::marker::PhantomData,
+    }
+}
+
+/// Iterator returned by [`decode_all`].
+pub struct DecodeAll<'a, T> {
+    rest: &'a [u8],
+    failed: bool,
+    _item: core::marker::PhantomData<T>,
+}
+
+impl<'a, T: Deserialize<'a>> Iterator for DecodeAll<'a, T> {
+    type Item = Result<T, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() || self.failed {
+            return None;
+        }
+        match postcard::take_from_bytes::<T>(self.rest) {
+            Ok((item, rest)) => {
+                self.rest = rest;
+                Some(Ok(item))
+            }
+            Err(error) => {
+                self.failed = true;
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn input_records_round_trip_borrowing_from_the_buffer() {
+        let records = vec![
+            InputRecord {
+                key: Some(Bytes::new(b"k1")),
+                value: Bytes::new(b"{\"a\":1}"),
+                headers: vec![Header {
+                    key: "h",
+                    value: Bytes::new(b"v"),
+                }],
+                event_time: Some(1_700_000_000_000),
+                topic: "bids",
+                partition: 3,
+                offset: 42,
+            },
+            InputRecord {
+                key: None,
+                value: Bytes::new(b""),
+                headers: vec![],
+                event_time: None,
+                topic: "",
+                partition: 0,
+                offset: -1,
+            },
+        ];
+        let mut buffer = Vec::new();
+        for record in &records {
+            append(&mut buffer, record).unwrap();
+        }
+        let decoded: Vec<InputRecord<'_>> = decode_all(&buffer).map(|r| r.unwrap()).collect();
+        assert_eq!(decoded, records);
+        let value_ptr = decoded[0].value.as_ptr() as usize;
+        let range = buffer.as_ptr() as usize..buffer.as_ptr() as usize + buffer.len();
+        assert!(
+            range.contains(&value_ptr),
+            "value must borrow from the buffer"
+        );
+    }
+
+    #[test]
+    fn truncated_buffer_yields_one_error_then_stops() {
+        let mut buffer = Vec::new();
+        let item = OutputItem::Failed {
+            input: 7,
+            reason: "bad record",
+        };
+        append(&mut buffer, &item).unwrap();
+        buffer.truncate(buffer.len() - 2);
+        let mut items = decode_all::<OutputItem<'_>>(&buffer);
+        assert!(items.next().unwrap().is_err());
+        assert!(items.next().is_none());
+    }
+}
