@@ -1,1 +1,155 @@
-fn main() {}
+//! `sluice`: run stream pipelines whose logic is WebAssembly plugins.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use sluice_cli::{build, inspect, run, scaffold, try_plugin};
+use sluice_host::runtime::CallMode;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Sluice: a stream processor whose user logic runs as sandboxed WebAssembly
+/// components.
+#[derive(Parser)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline file until its input ends (or Ctrl-C / SIGTERM).
+    Run {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Do not draw the live progress line.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Build, scaffold, inspect and try plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Compile a plugin crate into a WebAssembly component.
+    Build {
+        /// The plugin crate directory.
+        dir: PathBuf,
+        /// Where to write the component (default: <target>/sluice/<name>.wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Create a new plugin crate.
+    New {
+        /// Plugin (crate) name.
+        name: String,
+        /// Directory to create it in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Path of the sluice-sdk crate (default: $SLUICE_SDK_PATH or this build's source tree).
+        #[arg(long)]
+        sdk_path: Option<PathBuf>,
+    },
+    /// Print a component's world, WIT version, imports, exports and size.
+    Inspect {
+        /// The component file.
+        file: PathBuf,
+    },
+    /// Run a component on sample records and print what it emits.
+    Test {
+        /// The component file.
+        file: PathBuf,
+        /// JSON-lines input.
+        #[arg(short, long)]
+        input: PathBuf,
+        /// Plugin config entries, `key=value` (repeatable).
+        #[arg(short, long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// `auto`, `typed` or `packed`.
+        #[arg(long, default_value = "auto")]
+        call_mode: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match execute(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run { pipeline, quiet } => {
+            let report = run::run_pipeline(&pipeline, !quiet && std::io::stderr().is_terminal())?;
+            eprint!("{}", run::summary(&report));
+        }
+        Command::Plugin(PluginCommand::Build { dir, output }) => {
+            let built =
+                build::build_plugin(&dir, output.as_deref(), std::io::stderr().is_terminal())?;
+            println!(
+                "{} ({} bytes, {:?} route)",
+                built.path.display(),
+                built.size_bytes,
+                built.route
+            );
+        }
+        Command::Plugin(PluginCommand::New {
+            name,
+            dir,
+            sdk_path,
+        }) => {
+            let sdk = sdk_path.unwrap_or_else(scaffold::default_sdk_path);
+            let created = scaffold::new_plugin(&dir, &name, &sdk)?;
+            println!(
+                "created {}; build it with `sluice plugin build {}`",
+                created.display(),
+                created.display()
+            );
+        }
+        Command::Plugin(PluginCommand::Inspect { file }) => print!("{}", inspect::describe(&file)?),
+        Command::Plugin(PluginCommand::Test {
+            file,
+            input,
+            config,
+            call_mode,
+        }) => {
+            let config = config
+                .iter()
+                .map(|entry| {
+                    entry
+                        .split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .with_context(|| format!("--config {entry}: expected KEY=VALUE"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let call_mode = match call_mode.as_str() {
+                "auto" => CallMode::Auto,
+                "typed" => CallMode::Typed,
+                "packed" => CallMode::Packed,
+                other => bail!("--call-mode {other}: expected auto, typed or packed"),
+            };
+            let stdout = std::io::stdout();
+            let counts =
+                try_plugin::try_plugin(&file, &input, config, call_mode, &mut stdout.lock())?;
+            eprintln!(
+                "{} records in: {} main, {} side, {} dead-letter",
+                counts.input, counts.main, counts.side, counts.dead_letter
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,1 +1,227 @@
-//! pipeline
+//! Builds a runnable pipeline from a loaded pipeline file.
+
+use crate::config::{ConfigError, LoadedConfig, SinkConfig, SourceConfig};
+use crate::connectors::blackhole::BlackholeSink;
+use crate::connectors::file::{FileSource, FileSourceOptions, JsonLinesSink, OutputFormat};
+use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
+use crate::dataflow::{
+    DataflowError, ExecutorConfig, Operator, OperatorChain, RunOutcome, Sink, SinkSet, Source,
+    TransformOperator,
+};
+use crate::metrics::{OperatorMetrics, PipelineMetrics};
+use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime, PluginScope};
+use crate::state::{ScopedState, StateScope, StateStore};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Why a pipeline could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The pipeline file is wrong (located).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The pipeline failed while running.
+    #[error(transparent)]
+    Dataflow(#[from] DataflowError),
+}
+
+/// Turns an operator's `plugin` path into a component file. The CLI's
+/// resolver builds plugin crate directories; [`wasm_files_only`] accepts
+/// only ready components.
+pub type PluginResolver<'a> = &'a dyn Fn(&Path) -> Result<PathBuf, String>;
+
+/// A resolver that accepts `.wasm` files and rejects anything else.
+pub fn wasm_files_only(path: &Path) -> Result<PathBuf, String> {
+    if path.is_file() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(format!(
+            "{} is not a component file (build plugin crates with `sluice plugin build`)",
+            path.display()
+        ))
+    }
+}
+
+/// A pipeline ready to run.
+pub struct Pipeline {
+    /// Pipeline name.
+    pub name: String,
+    source: Box<dyn Source>,
+    chain: OperatorChain,
+    executor: ExecutorConfig,
+    metrics: Arc<PipelineMetrics>,
+}
+
+impl Pipeline {
+    /// Builds the pipeline described by `loaded`: loads and instantiates its
+    /// plugins (calling their `init`), opens its source and sinks.
+    pub fn build(
+        loaded: &LoadedConfig,
+        runtime: &PluginRuntime,
+        state: Arc<dyn StateStore>,
+        resolve_plugin: PluginResolver<'_>,
+    ) -> Result<Self, PipelineError> {
+        let config = &loaded.config;
+        let metrics = Arc::new(PipelineMetrics::default());
+        let source = build_source(loaded)?;
+
+        let mut operators: Vec<Box<dyn Operator>> = Vec::new();
+        for (index, operator) in config.operators.iter().enumerate() {
+            let field = format!("operators[{index}].plugin");
+            let path = resolve_plugin(&loaded.resolve_path(&operator.plugin))
+                .map_err(|message| loaded.error_at(&field, message))?;
+            let component = runtime
+                .load(path)
+                .map_err(|error| loaded.error_at(&field, error.to_string()))?;
+            let scope = PluginScope {
+                tenant: config.pipeline.tenant.clone(),
+                pipeline: config.pipeline.name.clone(),
+                operator: operator.name.clone(),
+            };
+            let state_scope = StateScope {
+                tenant: scope.tenant.clone(),
+                pipeline: scope.pipeline.clone(),
+                operator: scope.operator.clone(),
+            };
+            let operator_metrics = OperatorMetrics::new(&operator.name);
+            let limits = PluginLimits {
+                deadline: Duration::from_millis(operator.deadline_ms),
+                memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
+                    .unwrap_or(usize::MAX),
+                grant_clock: operator.grant_clock,
+                call_mode: operator.call_mode,
+            };
+            let instance = PluginInstance::new(
+                component,
+                scope,
+                ScopedState::new(state.clone(), &state_scope),
+                operator_metrics.clone(),
+                limits,
+                operator.plugin_config(),
+            )
+            .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
+            operators.push(Box::new(TransformOperator::new(
+                &operator.name,
+                instance,
+                operator_metrics,
+            )));
+        }
+
+        let mut side = BTreeMap::new();
+        for (name, sink) in &config.side_outputs {
+            side.insert(
+                name.clone(),
+                build_sink(
+                    loaded,
+                    &format!("side_outputs.{name}"),
+                    sink,
+                    OutputFormat::Value,
+                )?,
+            );
+        }
+        let sinks = SinkSet {
+            main: build_sink(loaded, "sink", &config.sink, OutputFormat::Value)?,
+            dead_letter: build_sink(
+                loaded,
+                "dead_letter",
+                &config.dead_letter,
+                OutputFormat::Record,
+            )?,
+            side,
+        };
+        let executor = ExecutorConfig {
+            batch_size: config.pipeline.batch_size,
+            channel_capacity: config.pipeline.channel_capacity,
+            max_out_of_orderness: Duration::from_millis(config.pipeline.max_out_of_orderness_ms),
+            barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
+                .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
+        };
+        Ok(Pipeline {
+            name: config.pipeline.name.clone(),
+            source,
+            chain: OperatorChain::new(operators, sinks, metrics.clone()),
+            executor,
+            metrics,
+        })
+    }
+
+    /// The pipeline's live counters.
+    pub fn metrics(&self) -> Arc<PipelineMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Runs until the input ends or `stop` is set.
+    pub fn run(self, stop: Arc<AtomicBool>) -> Result<RunOutcome, DataflowError> {
+        crate::dataflow::run(self.source, self.chain, self.executor, self.metrics, stop)
+    }
+}
+
+fn build_source(loaded: &LoadedConfig) -> Result<Box<dyn Source>, PipelineError> {
+    let name = loaded.config.pipeline.name.clone();
+    Ok(match &loaded.config.source {
+        SourceConfig::Generator(g) => Box::new(GeneratorSource::new(
+            name,
+            GeneratorOptions {
+                profile: g.profile,
+                count: g.count,
+                rate: g.rate,
+                seed: g.seed,
+                value_bytes: g.value_bytes,
+                invalid_ratio: g.invalid_ratio,
+                duplicate_ratio: g.duplicate_ratio,
+                events_per_second: g.events_per_second,
+                max_disorder_ms: g.max_disorder_ms,
+                ..GeneratorOptions::default()
+            },
+        )),
+        SourceConfig::File(f) => Box::new(
+            FileSource::open(
+                name,
+                &loaded.resolve_path(&f.path),
+                FileSourceOptions {
+                    format: f.format,
+                    key_field: f.key_field.clone(),
+                    timestamp_field: f.timestamp_field.clone(),
+                },
+            )
+            .map_err(|error| loaded.error_at("source.file.path", error.to_string()))?,
+        ),
+    })
+}
+
+fn build_sink(
+    loaded: &LoadedConfig,
+    field: &str,
+    sink: &SinkConfig,
+    default_format: OutputFormat,
+) -> Result<Box<dyn Sink>, PipelineError> {
+    Ok(match sink {
+        SinkConfig::File { path, format } => {
+            let path = loaded.resolve_path(path);
+            Box::new(
+                JsonLinesSink::create(field, &path, format.unwrap_or(default_format)).map_err(
+                    |error| {
+                        loaded.error_at(
+                            &format!("{field}.file.path"),
+                            format!("cannot create {}: {error}", path.display()),
+                        )
+                    },
+                )?,
+            )
+        }
+        SinkConfig::Stdout { format } => Box::new(JsonLinesSink::new(
+            field,
+            Box::new(std::io::stdout()),
+            format.unwrap_or(default_format),
+        )),
+        SinkConfig::Stderr { format } => Box::new(JsonLinesSink::new(
+            field,
+            Box::new(std::io::stderr()),
+            format.unwrap_or(default_format),
+        )),
+        SinkConfig::Blackhole {} => Box::new(BlackholeSink),
+    })
+}

@@ -1,1 +1,10 @@
-//! connectors
+//! Sources and sinks.
+//!
+//! * [`generator`]: deterministic synthetic records (bronze events, Nexmark,
+//!   fixed-size payloads), bounded or unbounded, paced or as fast as possible.
+//! * [`file`]: JSON-lines and Avro object container files in, JSON lines out.
+//! * [`blackhole`]: a sink that only counts (benchmarks).
+
+pub mod blackhole;
+pub mod file;
+pub mod generator;

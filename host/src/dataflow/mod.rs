@@ -1,1 +1,160 @@
-//! Dataflow (stub, filled in next).
+//! Dataflow: sources, chains of operators, sinks, and what flows between them.
+//!
+//! A pipeline is a [`Source`] feeding an [`OperatorChain`]: operators run one
+//! after another in the same thread (Flink's operator chaining) and end in
+//! sinks. Records travel in batches; control messages — watermarks and
+//! checkpoint barriers — travel in-band between batches ([`StreamElement`]),
+//! so every operator sees them in order with the data. The only channel is
+//! the bounded one between the source thread and the chain (an I/O boundary):
+//! when the chain falls behind, the source blocks (lossless backpressure) and
+//! the time it spends blocked is counted.
+
+mod chain;
+mod executor;
+mod transform;
+
+pub use chain::{OperatorChain, SinkSet};
+pub use executor::{ExecutorConfig, RunOutcome, run};
+pub use transform::TransformOperator;
+
+use crate::metrics::OperatorMetrics;
+use crate::record::Record;
+use std::sync::Arc;
+
+/// A checkpoint barrier: everything before it belongs to checkpoint `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointBarrier {
+    /// Checkpoint id, increasing from 1.
+    pub id: u64,
+    /// Wall-clock time the barrier was injected, ms since the Unix epoch.
+    pub timestamp_ms: i64,
+}
+
+/// What travels from the source to the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamElement {
+    /// A batch of records.
+    Records(Vec<Record>),
+    /// Records the source could not read (already marked with a reason);
+    /// they go straight to the dead-letter sink.
+    DeadLetters(Vec<Record>),
+    /// No record with an earlier event time (ms) will follow.
+    Watermark(i64),
+    /// A checkpoint barrier.
+    Barrier(CheckpointBarrier),
+    /// The source is done (end of input or stop requested).
+    End,
+}
+
+/// What an operator emits while handling one element.
+#[derive(Debug, Default)]
+pub struct Collector {
+    /// Records for the next operator (or the main sink).
+    pub main: Vec<Record>,
+    /// Records for named side outputs.
+    pub side: Vec<(String, Record)>,
+    /// Dead-lettered records, already marked with their reason.
+    pub dead_letter: Vec<Record>,
+}
+
+impl Collector {
+    /// Whether nothing was collected.
+    pub fn is_empty(&self) -> bool {
+        self.main.is_empty() && self.side.is_empty() && self.dead_letter.is_empty()
+    }
+}
+
+/// Errors that stop a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum DataflowError {
+    /// The source failed.
+    #[error("source `{name}` failed: {message}")]
+    Source {
+        /// Source name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// An operator failed in a way it could not isolate to records.
+    #[error("operator `{name}` failed: {message}")]
+    Operator {
+        /// Operator name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// A sink failed.
+    #[error("sink `{name}` failed: {message}")]
+    Sink {
+        /// Sink name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A step of the chain that turns batches into outputs.
+pub trait Operator: Send {
+    /// The operator's name (unique within its pipeline).
+    fn name(&self) -> &str;
+
+    /// The operator's counters.
+    fn metrics(&self) -> &Arc<OperatorMetrics>;
+
+    /// Handles a batch of records.
+    fn process_batch(
+        &mut self,
+        batch: Vec<Record>,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError>;
+
+    /// Called when the watermark advances (event-time operators fire here).
+    fn on_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {
+        Ok(())
+    }
+
+    /// Called when a checkpoint barrier passes (operators snapshot here).
+    fn on_barrier(
+        &mut self,
+        _barrier: &CheckpointBarrier,
+        _out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        Ok(())
+    }
+
+    /// Called once when the input ends.
+    fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
+        Ok(())
+    }
+}
+
+/// Produces records.
+pub trait Source: Send {
+    /// The source's name, for errors and metrics.
+    fn name(&self) -> &str;
+
+    /// Reads up to `max_records` records; `Ok(None)` at the end of a bounded
+    /// input. May block (for pacing or I/O).
+    fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError>;
+}
+
+/// One read from a source.
+#[derive(Debug, Default)]
+pub struct SourceBatch {
+    /// Records read.
+    pub records: Vec<Record>,
+    /// Input the source could not turn into records, marked with a reason.
+    pub dead_letters: Vec<Record>,
+}
+
+/// Consumes records.
+pub trait Sink: Send {
+    /// The sink's name, for errors.
+    fn name(&self) -> &str;
+
+    /// Writes records (buffering is allowed until [`Sink::flush`]).
+    fn write(&mut self, records: &[Record]) -> Result<(), DataflowError>;
+
+    /// Makes everything written so far durable / visible.
+    fn flush(&mut self) -> Result<(), DataflowError>;
+}

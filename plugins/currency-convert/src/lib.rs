@@ -1,20 +1,73 @@
-//! Forwards every record unchanged. Used by benchmarks (the cost of the
-//! plugin boundary itself) and round-trip tests.
+//! Nexmark q1: bids with their price converted from dollars to euros.
+//!
+//! `SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid`.
+//! Prices are integer cents; the conversion is done in integer arithmetic
+//! (`price * rate_per_mille / 1000`) so that every language computes the
+//! same bytes. Events other than bids are dropped.
+//!
+//! Config: `rate_per_mille` (default 908).
 
+use serde::{Deserialize, Serialize};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
-/// The identity transform.
-struct Identity;
+/// The fields of a Nexmark event that q1 reads (borrowed from the record).
+#[derive(Deserialize)]
+struct Event<'a> {
+    event_type: &'a str,
+    #[serde(default)]
+    auction: u64,
+    #[serde(default)]
+    bidder: u64,
+    #[serde(default)]
+    price: u64,
+    #[serde(default)]
+    date_time: i64,
+    #[serde(default, borrow)]
+    extra: &'a str,
+}
 
-impl Transform for Identity {
-    fn init(_config: &Config) -> Result<Self, String> {
-        Ok(Identity)
+#[derive(Serialize)]
+struct ConvertedBid<'a> {
+    auction: u64,
+    bidder: u64,
+    price: u64,
+    date_time: i64,
+    extra: &'a str,
+}
+
+struct CurrencyConvert {
+    rate_per_mille: u64,
+    buffer: Vec<u8>,
+}
+
+impl Transform for CurrencyConvert {
+    fn init(config: &Config) -> Result<Self, String> {
+        Ok(CurrencyConvert {
+            rate_per_mille: config.parse_or("rate_per_mille", 908)?,
+            buffer: Vec::with_capacity(256),
+        })
     }
 
-    fn process(&mut self, _record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
-        out.forward();
+    fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        let event: Event<'_> = record.value_json()?;
+        if event.event_type != "bid" {
+            return Ok(());
+        }
+        self.buffer.clear();
+        serde_json::to_writer(
+            &mut self.buffer,
+            &ConvertedBid {
+                auction: event.auction,
+                bidder: event.bidder,
+                price: event.price * self.rate_per_mille / 1000,
+                date_time: event.date_time,
+                extra: event.extra,
+            },
+        )
+        .map_err(|e| format!("cannot encode JSON: {e}"))?;
+        out.emit_value(&self.buffer);
         Ok(())
     }
 }
 
-export_transform!(Identity);
+export_transform!(CurrencyConvert);

@@ -1,20 +1,49 @@
-//! Forwards every record unchanged. Used by benchmarks (the cost of the
-//! plugin boundary itself) and round-trip tests.
+//! Nexmark q2: bids on selected auctions.
+//!
+//! `SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0`.
+//! Config: `modulus` (default 123).
 
+use serde::{Deserialize, Serialize};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
-/// The identity transform.
-struct Identity;
+#[derive(Deserialize)]
+struct Event<'a> {
+    event_type: &'a str,
+    #[serde(default)]
+    auction: u64,
+    #[serde(default)]
+    price: u64,
+}
 
-impl Transform for Identity {
-    fn init(_config: &Config) -> Result<Self, String> {
-        Ok(Identity)
+#[derive(Serialize)]
+struct Selected {
+    auction: u64,
+    price: u64,
+}
+
+struct FilterBids {
+    modulus: u64,
+}
+
+impl Transform for FilterBids {
+    fn init(config: &Config) -> Result<Self, String> {
+        let modulus: u64 = config.parse_or("modulus", 123)?;
+        if modulus == 0 {
+            return Err("modulus must be at least 1".into());
+        }
+        Ok(FilterBids { modulus })
     }
 
-    fn process(&mut self, _record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
-        out.forward();
+    fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        let event: Event<'_> = record.value_json()?;
+        if event.event_type == "bid" && event.auction % self.modulus == 0 {
+            out.emit_json(&Selected {
+                auction: event.auction,
+                price: event.price,
+            })?;
+        }
         Ok(())
     }
 }
 
-export_transform!(Identity);
+export_transform!(FilterBids);

@@ -1,20 +1,25 @@
-//! Forwards every record unchanged. Used by benchmarks (the cost of the
-//! plugin boundary itself) and round-trip tests.
+//! Hostile test plugin: spins forever on records whose value contains `loop`;
+//! forwards every other record. The host must stop it and go on.
 
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
-/// The identity transform.
-struct Identity;
+struct Hostile;
 
-impl Transform for Identity {
+impl Transform for Hostile {
     fn init(_config: &Config) -> Result<Self, String> {
-        Ok(Identity)
+        Ok(Hostile)
     }
 
-    fn process(&mut self, _record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+    fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        if record.value().windows(4).any(|w| w == b"loop") {
+            let mut spins: u64 = 0;
+            loop {
+                spins = std::hint::black_box(spins.wrapping_add(1));
+            }
+        }
         out.forward();
         Ok(())
     }
 }
 
-export_transform!(Identity);
+export_transform!(Hostile);

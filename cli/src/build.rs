@@ -1,0 +1,254 @@
+//! `sluice plugin build`: compiles a plugin crate to a WebAssembly component.
+//!
+//! Two toolchain routes, chosen automatically:
+//!
+//! * **wasm32-wasip2** (a rustup target, when installed): `cargo build`
+//!   emits a component directly.
+//! * **Debian build-std** (no rustup wasm target needed): Debian's
+//!   `rustc-web` builds `std` for `wasm32-unknown-unknown`, `wasm-ld` links a
+//!   core module, and `wit-component` turns it into a component.
+//!
+//! `scripts/setup-toolchain.sh` installs whichever is missing. Set
+//! `SLUICE_WASM_ROUTE=wasip2|build-std` to force a route.
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Debian paths of the build-std route.
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_STD_SOURCES: &str = "/usr/lib/rustlib/src/rust";
+const DEBIAN_WASM_LD: &str = "/usr/lib/llvm-19/bin/wasm-ld";
+
+/// How a plugin crate is compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// rustup's `wasm32-wasip2` target.
+    Wasip2,
+    /// Debian `rustc-web` + `-Zbuild-std` + `wit-component`.
+    BuildStd,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct BuiltPlugin {
+    /// The component file.
+    pub path: PathBuf,
+    /// Its size.
+    pub size_bytes: u64,
+    /// The route used.
+    pub route: Route,
+}
+
+/// Picks the toolchain route (see the module docs).
+pub fn detect_route() -> Result<Route> {
+    match std::env::var("SLUICE_WASM_ROUTE").as_deref() {
+        Ok("wasip2") => return Ok(Route::Wasip2),
+        Ok("build-std") => return Ok(Route::BuildStd),
+        Ok(other) => bail!("SLUICE_WASM_ROUTE={other}: expected `wasip2` or `build-std`"),
+        Err(_) => {}
+    }
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == "wasm32-wasip2")
+        })
+        .unwrap_or(false);
+    if installed {
+        return Ok(Route::Wasip2);
+    }
+    if Path::new(DEBIAN_RUSTC).exists()
+        && Path::new(DEBIAN_STD_SOURCES).exists()
+        && Path::new(DEBIAN_WASM_LD).exists()
+    {
+        return Ok(Route::BuildStd);
+    }
+    bail!(
+        "no WebAssembly toolchain found: run scripts/setup-toolchain.sh (installs the rustup wasm32-wasip2 target, or Debian's rustc-web, rust-web-src and lld-19)"
+    )
+}
+
+/// Builds the plugin crate in `crate_dir` and writes the component to
+/// `output` (default: `<cargo target dir>/sluice/<crate name>.wasm`).
+pub fn build_plugin(
+    crate_dir: &Path,
+    output: Option<&Path>,
+    show_progress: bool,
+) -> Result<BuiltPlugin> {
+    let manifest = crate_dir.join("Cargo.toml");
+    let manifest_text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("{} is not a plugin crate", crate_dir.display()))?;
+    let manifest_toml: toml::Table = toml::from_str(&manifest_text)
+        .with_context(|| format!("cannot parse {}", manifest.display()))?;
+    let Some(name) = manifest_toml
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+    else {
+        bail!("{} has no [package] name", manifest.display());
+    };
+    let name = name.to_string();
+    let target_dir = cargo_target_dir(crate_dir)?;
+    let route = detect_route()?;
+
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(crate_dir)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--message-format=json-render-diagnostics",
+            "-p",
+            &name,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let route_target_dir = match route {
+        Route::Wasip2 => {
+            command.args(["--target", "wasm32-wasip2"]);
+            target_dir.clone()
+        }
+        Route::BuildStd => {
+            let dir = target_dir.join("build-std");
+            let path = format!(
+                "/usr/lib/llvm-19/bin:{}",
+                std::env::var("PATH").unwrap_or_default()
+            );
+            command
+                .args([
+                    "--target",
+                    "wasm32-unknown-unknown",
+                    "-Zbuild-std=std,panic_abort",
+                ])
+                .env("PATH", path)
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("RUSTC", DEBIAN_RUSTC)
+                .env("RUSTFLAGS", format!("-C linker={DEBIAN_WASM_LD}"));
+            dir
+        }
+    };
+    command.arg("--target-dir").arg(&route_target_dir);
+    // A rustup toolchain file or environment must not leak into the Debian route.
+    command.env_remove("RUSTUP_TOOLCHAIN");
+
+    let progress = if show_progress {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} building {prefix}: {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_prefix(name.clone());
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut child = command.spawn().context("cannot run cargo")?;
+    let mut artifact: Option<PathBuf> = None;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.context("reading cargo output")?;
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if message["reason"] == "compiler-artifact" {
+                let crate_name = message["target"]["name"].as_str().unwrap_or_default();
+                progress.set_message(format!("compiled {crate_name}"));
+                if message["target"]["name"].as_str() == Some(name.replace('-', "_").as_str())
+                    || message["target"]["name"].as_str() == Some(name.as_str())
+                {
+                    if let Some(files) = message["filenames"].as_array() {
+                        artifact = files
+                            .iter()
+                            .filter_map(|f| f.as_str())
+                            .find(|f| f.ends_with(".wasm"))
+                            .map(PathBuf::from);
+                    }
+                }
+            }
+        }
+    }
+    let status = child.wait().context("waiting for cargo")?;
+    progress.finish_and_clear();
+    if !status.success() {
+        bail!("cargo build of plugin `{name}` failed ({status})");
+    }
+    let Some(artifact) = artifact else {
+        bail!("cargo built `{name}` but produced no .wasm (is its crate-type [\"cdylib\"]?)");
+    };
+    let bytes =
+        std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
+    let component = match route {
+        Route::Wasip2 => bytes,
+        Route::BuildStd => componentize(&bytes)
+            .with_context(|| format!("componentizing {}", artifact.display()))?,
+    };
+    wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
+        .validate_all(&component)
+        .with_context(|| format!("{} is not a valid component", artifact.display()))?;
+
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        None => target_dir.join("sluice").join(format!("{name}.wasm")),
+    };
+    if let Some(parent) = output.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(&output, &component).with_context(|| format!("writing {}", output.display()))?;
+    Ok(BuiltPlugin {
+        size_bytes: component.len() as u64,
+        path: output,
+        route,
+    })
+}
+
+/// Wraps a core module (with wit-bindgen's component-type section) into a
+/// component.
+pub fn componentize(module: &[u8]) -> Result<Vec<u8>> {
+    wit_component::ComponentEncoder::default()
+        .module(module)?
+        .validate(true)
+        .encode()
+}
+
+/// The cargo target directory of the workspace containing `crate_dir`.
+fn cargo_target_dir(crate_dir: &Path) -> Result<PathBuf> {
+    let output = Command::new("cargo")
+        .current_dir(crate_dir)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("cannot run cargo metadata")?;
+    if !output.status.success() {
+        bail!(
+            "cargo metadata failed in {}: {}",
+            crate_dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("parsing cargo metadata")?;
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata has no target_directory")
+}
+
+/// Resolves an operator's `plugin` path for `sluice run`: component files
+/// as they are, plugin crate directories built first.
+pub fn resolve_plugin(path: &Path) -> std::result::Result<PathBuf, String> {
+    if path.is_dir() {
+        build_plugin(path, None, true)
+            .map(|built| built.path)
+            .map_err(|error| format!("{error:#}"))
+    } else {
+        Ok(path.to_path_buf())
+    }
+}

@@ -1,0 +1,14 @@
+//! The `sluice` command's building blocks, as a library so that tests and
+//! benchmarks use exactly what the command does.
+//!
+//! * [`build`]: `sluice plugin build` — plugin crate to component.
+//! * [`scaffold`]: `sluice plugin new` — a new plugin crate.
+//! * [`inspect`]: `sluice plugin inspect` — what a component is.
+//! * [`try_plugin`]: `sluice plugin test` — run a component on sample records.
+//! * [`run`]: `sluice run` — run a pipeline file with progress and summary.
+
+pub mod build;
+pub mod inspect;
+pub mod run;
+pub mod scaffold;
+pub mod try_plugin;

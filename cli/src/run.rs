@@ -1,0 +1,144 @@
+//! `sluice run`: runs one pipeline with live progress and a final summary.
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sluice_host::config::LoadedConfig;
+use sluice_host::dataflow::RunOutcome;
+use sluice_host::metrics::PipelineSnapshot;
+use sluice_host::pipeline::Pipeline;
+use sluice_host::runtime::{PluginRuntime, RuntimeConfig};
+use sluice_host::state::MemoryStateStore;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// Final counters.
+    pub snapshot: PipelineSnapshot,
+    /// Wall-clock time of the run (after start-up).
+    pub elapsed: Duration,
+}
+
+/// Loads, builds and runs the pipeline in `file`. SIGINT and SIGTERM stop it
+/// cleanly (drain, flush, summary); `progress` draws a live line on stderr.
+pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
+    let loaded = LoadedConfig::load(file)?;
+    let runtime = PluginRuntime::new(RuntimeConfig::default())?;
+    let pipeline = Pipeline::build(
+        &loaded,
+        &runtime,
+        Arc::new(MemoryStateStore::default()),
+        &crate::build::resolve_plugin,
+    )?;
+    let metrics = pipeline.metrics();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handler")?;
+    }
+
+    let started = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let progress_thread = progress.then(|| {
+        let metrics = metrics.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            let mut last = metrics.snapshot();
+            let mut last_at = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                std::thread::park_timeout(Duration::from_millis(500));
+                let now = metrics.snapshot();
+                let seconds = last_at.elapsed().as_secs_f64().max(1e-9);
+                let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / seconds;
+                bar.set_message(format!(
+                    "in {:>9.0}/s  out {:>9.0}/s  dlq {:>7.0}/s  | total in {} out {} dlq {}",
+                    rate(now.records_in, last.records_in),
+                    rate(now.records_out, last.records_out),
+                    rate(now.dead_letters, last.dead_letters),
+                    now.records_in,
+                    now.records_out,
+                    now.dead_letters
+                ));
+                bar.tick();
+                last = now;
+                last_at = Instant::now();
+            }
+            bar.finish_and_clear();
+        })
+    });
+
+    let result = pipeline.run(stop);
+    done.store(true, Ordering::Relaxed);
+    if let Some(thread) = progress_thread {
+        thread.thread().unpark();
+        let _ = thread.join();
+    }
+    let outcome = result?;
+    Ok(RunReport {
+        outcome,
+        snapshot: metrics.snapshot(),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The end-of-run summary printed by `sluice run`.
+pub fn summary(report: &RunReport) -> String {
+    let s = &report.snapshot;
+    let seconds = report.elapsed.as_secs_f64().max(1e-9);
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{} in {:.2} s: {} records in ({:.0}/s), {} out, {} to side outputs, {} dead-lettered",
+        match report.outcome {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Stopped => "stopped",
+        },
+        seconds,
+        s.records_in,
+        s.records_in as f64 / seconds,
+        s.records_out,
+        s.side_out,
+        s.dead_letters
+    );
+    let _ = writeln!(
+        text,
+        "barriers {}, watermark {}, source backpressured {:.1} ms",
+        s.barriers,
+        s.watermark
+            .map_or("none".to_string(), |w| if w == i64::MAX {
+                "end of input".into()
+            } else {
+                w.to_string()
+            }),
+        s.source_backpressured_ns as f64 / 1e6
+    );
+    for op in &s.operators {
+        let _ = writeln!(
+            text,
+            "  operator {}: in {} out {} side {} dlq {} traps {} restarts {} busy {:.1}%",
+            op.name,
+            op.records_in,
+            op.records_out,
+            op.side_out,
+            op.dead_letters,
+            op.traps,
+            op.reinstantiations,
+            op.busy_ns as f64 / 1e9 / seconds * 100.0
+        );
+        for (name, value) in &op.plugin_counters {
+            let _ = writeln!(text, "    {name} = {value}");
+        }
+    }
+    text
+}
