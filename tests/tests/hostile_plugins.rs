@@ -1,0 +1,139 @@
+//! Hostile plugins (infinite loop, unbounded allocation, traps) are stopped
+//! by their deadline or limit; only the offending records are dead-lettered,
+//! the operator goes on, and other tenants' plugins are unaffected.
+
+use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::record::dead_letter_headers as h;
+use sluice_host::runtime::PluginLimits;
+use sluice_host::{Record, SourcePosition};
+use sluice_tests::{operator, runtime, state_store};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn batch(values: &[&str]) -> Vec<Record> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            Record::from_value(
+                v.as_bytes().to_vec(),
+                SourcePosition {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: i as i64,
+                },
+            )
+        })
+        .collect()
+}
+
+fn reasons(out: &Collector) -> Vec<String> {
+    out.dead_letter
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.header(h::REASON).unwrap()).into_owned())
+        .collect()
+}
+
+/// Runs `plugin` on a batch where `bad` marks two records, then on a clean
+/// batch; returns the dead-letter reasons of the first batch.
+fn survives(plugin: &str, bad: &str, limits: PluginLimits) -> Vec<String> {
+    let runtime = runtime();
+    let store = state_store();
+    let mut hostile = operator(&runtime, &store, "evil", plugin, limits, &[]);
+    let mut neighbour = operator(
+        &runtime,
+        &store,
+        "good",
+        "identity",
+        PluginLimits::default(),
+        &[],
+    );
+
+    let mut out = Collector::default();
+    hostile
+        .process_batch(batch(&["ok-1", bad, "ok-2", bad, "ok-3"]), &mut out)
+        .unwrap();
+    let main: Vec<&[u8]> = out.main.iter().map(|r| r.value.as_ref()).collect();
+    assert_eq!(
+        main,
+        vec![&b"ok-1"[..], b"ok-2", b"ok-3"],
+        "{plugin}: good records pass in order"
+    );
+    assert_eq!(
+        out.dead_letter.len(),
+        2,
+        "{plugin}: exactly the bad records are dead-lettered"
+    );
+    assert!(
+        out.dead_letter
+            .iter()
+            .all(|r| r.value.as_ref() == bad.as_bytes())
+    );
+    let metrics = hostile_metrics(&hostile);
+    assert_eq!(
+        metrics.0, 3,
+        "{plugin}: one fault for the batch, one per bad record"
+    );
+    assert_eq!(metrics.1, 3, "{plugin}: re-instantiated after each fault");
+
+    let mut after = Collector::default();
+    hostile
+        .process_batch(batch(&["ok-4", "ok-5"]), &mut after)
+        .unwrap();
+    assert_eq!(
+        after.main.len(),
+        2,
+        "{plugin}: the operator goes on after faults"
+    );
+
+    let mut other = Collector::default();
+    neighbour
+        .process_batch(batch(&[bad, "fine"]), &mut other)
+        .unwrap();
+    assert_eq!(other.main.len(), 2, "another tenant's plugin is unaffected");
+    reasons(&out)
+}
+
+fn hostile_metrics(op: &sluice_host::dataflow::TransformOperator) -> (u64, u64) {
+    let m = op.metrics();
+    (
+        m.traps.load(Ordering::Relaxed),
+        m.reinstantiations.load(Ordering::Relaxed),
+    )
+}
+
+#[test]
+fn infinite_loop_is_interrupted_at_its_cpu_deadline() {
+    let limits = PluginLimits {
+        deadline: Duration::from_millis(50),
+        ..PluginLimits::default()
+    };
+    for reason in survives("hostile-loop", "loop", limits) {
+        assert_eq!(
+            reason,
+            "plugin exceeded its CPU deadline of 50 ms and was interrupted"
+        );
+    }
+}
+
+#[test]
+fn unbounded_allocation_is_stopped_at_its_memory_limit() {
+    let limits = PluginLimits {
+        memory_bytes: 16 << 20,
+        ..PluginLimits::default()
+    };
+    for reason in survives("hostile-alloc", "alloc", limits) {
+        assert_eq!(reason, "plugin exceeded its memory limit of 16 MiB");
+    }
+}
+
+#[test]
+fn trap_is_isolated_to_its_record() {
+    for reason in survives("hostile-trap", "trap", PluginLimits::default()) {
+        assert!(reason.starts_with("plugin trapped: "), "{reason}");
+        assert!(
+            reason.contains("unreachable"),
+            "a Rust panic aborts with `unreachable`: {reason}"
+        );
+    }
+}
