@@ -161,16 +161,13 @@ pub fn build_plugin(
             if message["reason"] == "compiler-artifact" {
                 let crate_name = message["target"]["name"].as_str().unwrap_or_default();
                 progress.set_message(format!("compiled {crate_name}"));
-                if message["target"]["name"].as_str() == Some(name.replace('-', "_").as_str())
-                    || message["target"]["name"].as_str() == Some(name.as_str())
-                {
-                    if let Some(files) = message["filenames"].as_array() {
-                        artifact = files
-                            .iter()
-                            .filter_map(|f| f.as_str())
-                            .find(|f| f.ends_with(".wasm"))
-                            .map(PathBuf::from);
-                    }
+                let is_plugin = crate_name == name.replace('-', "_") || crate_name == name;
+                if is_plugin && let Some(files) = message["filenames"].as_array() {
+                    artifact = files
+                        .iter()
+                        .filter_map(|f| f.as_str())
+                        .find(|f| f.ends_with(".wasm"))
+                        .map(PathBuf::from);
                 }
             }
         }

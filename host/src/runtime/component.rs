@@ -94,7 +94,7 @@ pub(crate) fn load(
     let wit_version = check_wit_version(&path, imports.iter().chain(&exports))?;
     let has_export = |interface: &str| {
         let wanted = format!("sluice:plugin/{interface}@{WIT_PACKAGE_VERSION}");
-        exports.iter().any(|name| *name == wanted)
+        exports.contains(&wanted)
     };
     if !has_export("transformer") {
         return Err(RuntimeError::NotATransform {

@@ -88,10 +88,9 @@ impl FileSource {
         raw: Bytes,
         parsed: Result<Value, String>,
         position: SourcePosition,
-    ) -> Result<Record, (Record, String)> {
-        let fail = |reason: String| (Record::from_value(raw.clone(), position.clone()), reason);
-        let document = parsed.map_err(fail)?;
-        let mut record = Record::from_value(raw.clone(), position.clone());
+    ) -> Result<Record, String> {
+        let document = parsed?;
+        let mut record = Record::from_value(raw, position);
         if let Some(pointer) = &self.key_pointer {
             record.key = match document.pointer(pointer) {
                 None | Some(Value::Null) => None,
@@ -104,11 +103,11 @@ impl FileSource {
             match document.pointer(pointer) {
                 Some(Value::Number(n)) if n.as_i64().is_some() => record.event_time = n.as_i64(),
                 Some(other) => {
-                    return Err(fail(format!(
+                    return Err(format!(
                         "timestamp field `{field}` is not an integer (found {other})"
-                    )));
+                    ));
                 }
-                None => return Err(fail(format!("timestamp field `{field}` is missing"))),
+                None => return Err(format!("timestamp field `{field}` is missing")),
             }
         }
         Ok(record)
@@ -179,10 +178,10 @@ impl Source for FileSource {
             let line_number = self.offset + 1;
             self.offset += 1;
             read += 1;
-            match self.to_record(raw, parsed, position) {
+            match self.to_record(raw.clone(), parsed, position.clone()) {
                 Ok(record) => batch.records.push(record),
-                Err((record, reason)) => batch.dead_letters.push(into_dead_letter(
-                    record,
+                Err(reason) => batch.dead_letters.push(into_dead_letter(
+                    Record::from_value(raw, position),
                     &format!("record {line_number}: {reason}"),
                     &self.name,
                     None,

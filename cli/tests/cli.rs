@@ -1,0 +1,188 @@
+//! The `sluice` binary as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let (top, _) = text(&sluice().arg("--help").output().unwrap());
+    for command in ["run", "plugin"] {
+        assert!(
+            top.contains(command),
+            "sluice --help lacks {command}: {top}"
+        );
+    }
+    let (plugin, _) = text(&sluice().args(["plugin", "--help"]).output().unwrap());
+    for command in ["build", "new", "inspect", "test"] {
+        assert!(
+            plugin.contains(command),
+            "sluice plugin --help lacks {command}: {plugin}"
+        );
+    }
+}
+
+#[test]
+fn bad_pipeline_file_fails_at_start_up_naming_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        "[pipeline]\nname = \"p\"\n\n[source.generator]\ncount = 10\n\n[[operators]]\nname = \"x\"\nplugin = \"missing.wasm\"\n\n[sink]\nblackhole = {}\n",
+    )
+    .unwrap();
+    let output = sluice().arg("run").arg(&file).output().unwrap();
+    assert!(!output.status.success());
+    let (_, stderr) = text(&output);
+    let expected = format!(
+        "{}:9:1: field `operators[0].plugin`: no such plugin file",
+        file.display()
+    );
+    assert!(
+        stderr.contains(&expected),
+        "expected `{expected}` in: {stderr}"
+    );
+}
+
+#[test]
+fn sigterm_stops_cleanly_flushing_everything_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("endless.toml");
+    let out = dir.path().join("out.jsonl");
+    std::fs::write(
+        &file,
+        "[pipeline]\nname = \"endless\"\nbatch_size = 100\n\n[source.generator]\nprofile = \"payload\"\nrate = 20000\n\n[sink.file]\npath = \"out.jsonl\"\n",
+    )
+    .unwrap();
+    let child = sluice()
+        .arg("run")
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until records are flowing (the sink has written something).
+    let started = Instant::now();
+    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 100_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no output after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&output);
+    assert!(
+        output.status.success(),
+        "SIGTERM must end the run cleanly: {stderr}"
+    );
+    assert!(stderr.contains("stopped in"), "{stderr}");
+    let written = std::fs::read_to_string(&out).unwrap().lines().count();
+    let reported: usize = stderr
+        .split(" out,")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no out count in: {stderr}"));
+    assert_eq!(
+        written, reported,
+        "everything counted as written is in the file"
+    );
+}
+
+#[test]
+fn plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sluice()
+        .args(["plugin", "new", "my-filter", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{:?}", text(&output));
+    let crate_dir = dir.path().join("my-filter");
+
+    // Share the example plugins' target dir so std and the SDK compile once.
+    let target = repo_root()
+        .join("plugins")
+        .join("target")
+        .join("scaffold-test");
+    let component = dir.path().join("my-filter.wasm");
+    let output = sluice()
+        .args(["plugin", "build"])
+        .arg(&crate_dir)
+        .arg("--output")
+        .arg(&component)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{:?}", text(&output));
+
+    let (inspected, _) = text(
+        &sluice()
+            .args(["plugin", "inspect"])
+            .arg(&component)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        inspected.contains("world:       sluice:plugin/fast-transform"),
+        "{inspected}"
+    );
+    assert!(
+        inspected.contains("wit version: sluice:plugin@0.1.0"),
+        "{inspected}"
+    );
+
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"id\":1}\n{\"name\":\"no id\"}\nnot json\n").unwrap();
+    let output = sluice()
+        .args(["plugin", "test"])
+        .arg(&component)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines[0]["route"], "main");
+    assert_eq!(lines[0]["record"]["value"]["id"], 1);
+    let reasons: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons.contains(&"missing field `id`"), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("invalid JSON")),
+        "{reasons:?}"
+    );
+    assert!(
+        stderr.contains("3 records in: 1 main, 0 side, 2 dead-letter"),
+        "{stderr}"
+    );
+}
