@@ -23,9 +23,12 @@ if rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
 elif timeout 300 rustup target add wasm32-wasip2; then
   echo "setup: installed rustup target wasm32-wasip2"
 else
-  echo "setup: rustup could not install wasm32-wasip2; using Debian rustc-web + build-std"
-  want_apt rustc-web rust-web-src lld-19
+  echo "setup: rustup could not install wasm32-wasip2; plugins will use Debian rustc-web + build-std"
 fi
+# The build-std route is always installed: it is the fallback where rustup
+# cannot download targets, and the tests check that both routes build
+# plugins that behave identically.
+want_apt rustc-web rust-web-src lld-19
 
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   echo "setup: installing ${apt_missing[*]}"

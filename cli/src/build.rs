@@ -63,10 +63,7 @@ pub fn detect_route() -> Result<Route> {
     if installed {
         return Ok(Route::Wasip2);
     }
-    if Path::new(DEBIAN_RUSTC).exists()
-        && Path::new(DEBIAN_STD_SOURCES).exists()
-        && Path::new(DEBIAN_WASM_LD).exists()
-    {
+    if build_std_available() {
         return Ok(Route::BuildStd);
     }
     bail!(
@@ -74,11 +71,30 @@ pub fn detect_route() -> Result<Route> {
     )
 }
 
-/// Builds the plugin crate in `crate_dir` and writes the component to
-/// `output` (default: `<cargo target dir>/sluice/<crate name>.wasm`).
+/// Whether Debian's build-std toolchain (rustc-web, rust-web-src, lld-19) is
+/// installed.
+pub fn build_std_available() -> bool {
+    Path::new(DEBIAN_RUSTC).exists()
+        && Path::new(DEBIAN_STD_SOURCES).exists()
+        && Path::new(DEBIAN_WASM_LD).exists()
+}
+
+/// Builds the plugin crate in `crate_dir` with the detected route (see
+/// [`detect_route`]) and writes the component to `output` (default:
+/// `<cargo target dir>/sluice/<crate name>.wasm`).
 pub fn build_plugin(
     crate_dir: &Path,
     output: Option<&Path>,
+    show_progress: bool,
+) -> Result<BuiltPlugin> {
+    build_plugin_with_route(crate_dir, output, detect_route()?, show_progress)
+}
+
+/// Like [`build_plugin`], with the toolchain route chosen by the caller.
+pub fn build_plugin_with_route(
+    crate_dir: &Path,
+    output: Option<&Path>,
+    route: Route,
     show_progress: bool,
 ) -> Result<BuiltPlugin> {
     let manifest = crate_dir.join("Cargo.toml");
@@ -95,7 +111,6 @@ pub fn build_plugin(
     };
     let name = name.to_string();
     let target_dir = cargo_target_dir(crate_dir)?;
-    let route = detect_route()?;
 
     let mut command = Command::new("cargo");
     command
