@@ -7,10 +7,8 @@ use sluice_host::connectors::file::{FileSource, FileSourceOptions, record_to_jso
 use sluice_host::dataflow::{Collector, Operator, Source, TransformOperator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
-use sluice_host::runtime::{
-    CallMode, PluginInstance, PluginLimits, PluginRuntime, PluginScope, RuntimeConfig,
-};
-use sluice_host::state::{MemoryStateStore, ScopedState, StateScope};
+use sluice_host::runtime::{CallMode, PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
+use sluice_host::state::{MemoryStateStore, OperatorScope};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -39,19 +37,7 @@ pub fn try_plugin(
 ) -> Result<TryCounts> {
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
     let component = runtime.load(plugin)?;
-    let scope = PluginScope {
-        tenant: "dev".into(),
-        pipeline: "plugin-test".into(),
-        operator: component.name.clone(),
-    };
-    let state = ScopedState::new(
-        Arc::new(MemoryStateStore::default()),
-        &StateScope {
-            tenant: scope.tenant.clone(),
-            pipeline: scope.pipeline.clone(),
-            operator: scope.operator.clone(),
-        },
-    );
+    let scope = OperatorScope::new("dev", "plugin-test", &component.name);
     let metrics = OperatorMetrics::new(&component.name);
     let limits = PluginLimits {
         call_mode,
@@ -60,7 +46,7 @@ pub fn try_plugin(
     let instance = PluginInstance::new(
         component.clone(),
         scope,
-        state,
+        Arc::new(MemoryStateStore::default()),
         metrics.clone(),
         limits,
         config,

@@ -9,8 +9,8 @@ use crate::dataflow::{
     TransformOperator,
 };
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
-use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime, PluginScope};
-use crate::state::{ScopedState, StateScope, StateStore};
+use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
+use crate::state::{OperatorScope, StateStore};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,16 +76,11 @@ impl Pipeline {
             let component = runtime
                 .load(path)
                 .map_err(|error| loaded.error_at(&field, error.to_string()))?;
-            let scope = PluginScope {
-                tenant: config.pipeline.tenant.clone(),
-                pipeline: config.pipeline.name.clone(),
-                operator: operator.name.clone(),
-            };
-            let state_scope = StateScope {
-                tenant: scope.tenant.clone(),
-                pipeline: scope.pipeline.clone(),
-                operator: scope.operator.clone(),
-            };
+            let scope = OperatorScope::new(
+                &config.pipeline.tenant,
+                &config.pipeline.name,
+                &operator.name,
+            );
             let operator_metrics = OperatorMetrics::new(&operator.name);
             let limits = PluginLimits {
                 deadline: Duration::from_millis(operator.deadline_ms),
@@ -97,7 +92,7 @@ impl Pipeline {
             let instance = PluginInstance::new(
                 component,
                 scope,
-                ScopedState::new(state.clone(), &state_scope),
+                state.clone(),
                 operator_metrics.clone(),
                 limits,
                 operator.plugin_config(),

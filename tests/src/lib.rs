@@ -4,10 +4,8 @@
 
 use sluice_host::dataflow::TransformOperator;
 use sluice_host::metrics::OperatorMetrics;
-use sluice_host::runtime::{
-    PluginInstance, PluginLimits, PluginRuntime, PluginScope, RuntimeConfig,
-};
-use sluice_host::state::{MemoryStateStore, ScopedState, StateScope, StateStore};
+use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
+use sluice_host::state::{MemoryStateStore, OperatorScope, StateStore};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -66,38 +64,20 @@ pub fn operator(
     let component = runtime
         .load(plugin(name))
         .unwrap_or_else(|error| panic!("loading {name}: {error}"));
-    let scope = PluginScope {
-        tenant: tenant.into(),
-        pipeline: "test".into(),
-        operator: name.into(),
-    };
-    let state = ScopedState::new(
-        store.clone(),
-        &StateScope {
-            tenant: tenant.into(),
-            pipeline: "test".into(),
-            operator: name.into(),
-        },
-    );
+    let scope = OperatorScope::new(tenant, "test", name);
     let metrics = OperatorMetrics::new(name);
     let config = config
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let instance = PluginInstance::new(component, scope, state, metrics.clone(), limits, config)
-        .unwrap_or_else(|error| panic!("instantiating {name}: {error}"));
+    let instance = PluginInstance::new(
+        component,
+        scope,
+        store.clone(),
+        metrics.clone(),
+        limits,
+        config,
+    )
+    .unwrap_or_else(|error| panic!("instantiating {name}: {error}"));
     TransformOperator::new(name, instance, metrics)
-}
-
-/// The `sluice` binary built for this test run.
-pub fn sluice_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
-    target.join(profile).join("sluice")
 }

@@ -2,26 +2,15 @@
 
 use super::bindings::typed::sluice::plugin::{host, state, types};
 use crate::metrics::OperatorMetrics;
-use crate::state::ScopedState;
+use crate::state::{OperatorScope, ScopedState};
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::StoreLimits;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
-/// Identifies the operator a plugin instance serves, for logs and state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginScope {
-    /// Tenant name.
-    pub tenant: String,
-    /// Pipeline name.
-    pub pipeline: String,
-    /// Operator name.
-    pub operator: String,
-}
-
 /// The data of one plugin instance's `Store`.
 pub struct PluginState {
-    pub(crate) scope: PluginScope,
+    pub(crate) scope: OperatorScope,
     pub(crate) state: ScopedState,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) limits: StoreLimits,
@@ -35,7 +24,7 @@ impl PluginState {
     /// network, no environment, and clocks frozen at the Unix epoch unless the
     /// pipeline grants the clock.
     pub(crate) fn new(
-        scope: PluginScope,
+        scope: OperatorScope,
         state: ScopedState,
         metrics: Arc<OperatorMetrics>,
         limits: StoreLimits,
@@ -91,7 +80,7 @@ impl types::Host for PluginState {}
 
 impl host::Host for PluginState {
     fn log(&mut self, level: types::LogLevel, message: String) {
-        let PluginScope {
+        let OperatorScope {
             tenant,
             pipeline,
             operator,

@@ -2,11 +2,11 @@
 
 use super::bindings::{fast, typed};
 use super::component::PluginComponent;
-use super::host_api::{PluginScope, PluginState};
+use super::host_api::PluginState;
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
-use crate::state::ScopedState;
+use crate::state::{OperatorScope, ScopedState, StateStore};
 use bytes::Bytes;
 use sluice_wire::{InputRecord, OutputItem, Route};
 use std::sync::Arc;
@@ -97,7 +97,7 @@ struct Bindings {
 /// A live plugin instance serving one operator.
 pub struct PluginInstance {
     component: Arc<PluginComponent>,
-    scope: PluginScope,
+    scope: OperatorScope,
     state: ScopedState,
     metrics: Arc<OperatorMetrics>,
     limits: PluginLimits,
@@ -110,12 +110,13 @@ pub struct PluginInstance {
 }
 
 impl PluginInstance {
-    /// Instantiates `component` for the operator `scope` and calls its
-    /// `init` with `config`.
+    /// Instantiates `component` for the operator `scope` (its state is
+    /// `state_store` seen through that scope) and calls its `init` with
+    /// `config`.
     pub fn new(
         component: Arc<PluginComponent>,
-        scope: PluginScope,
-        state: ScopedState,
+        scope: OperatorScope,
+        state_store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
         limits: PluginLimits,
         config: Vec<(String, String)>,
@@ -131,6 +132,7 @@ impl PluginInstance {
                 });
             }
         };
+        let state = ScopedState::new(state_store, &scope);
         let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
         let (store, bindings) = instantiate(
             &component,
@@ -279,7 +281,7 @@ impl PluginInstance {
 
 fn instantiate(
     component: &PluginComponent,
-    scope: &PluginScope,
+    scope: &OperatorScope,
     state: &ScopedState,
     metrics: &Arc<OperatorMetrics>,
     limits: &PluginLimits,

@@ -16,7 +16,6 @@ mod instance;
 
 pub use cache::{CacheOutcome, ComponentCache};
 pub use component::{PluginComponent, PluginWorld};
-pub use host_api::PluginScope;
 pub use instance::{
     BatchResult, CallMode, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
 };

@@ -1,6 +1,6 @@
 //! Keyed state reached by plugins through the `sluice:plugin/state` interface.
 //!
-//! Every key is prefixed with a [`StateScope`] (tenant, pipeline, operator)
+//! Every key is prefixed with a [`OperatorScope`] (tenant, pipeline, operator)
 //! before it reaches the store, so plugins and pipelines are isolated from
 //! one another. The store is a trait so that the in-memory store used now can
 //! be replaced by RocksDB without touching plugins or operators.
@@ -33,9 +33,10 @@ pub struct StateUsage {
     pub bytes: u64,
 }
 
-/// Who owns a piece of state: tenant, pipeline and operator.
+/// Who an operator belongs to: tenant, pipeline and operator name. It
+/// prefixes the operator's state keys and tags its plugin's logs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StateScope {
+pub struct OperatorScope {
     /// Tenant name.
     pub tenant: String,
     /// Pipeline name.
@@ -44,7 +45,20 @@ pub struct StateScope {
     pub operator: String,
 }
 
-impl StateScope {
+impl OperatorScope {
+    /// A scope from its three names.
+    pub fn new(
+        tenant: impl Into<String>,
+        pipeline: impl Into<String>,
+        operator: impl Into<String>,
+    ) -> Self {
+        OperatorScope {
+            tenant: tenant.into(),
+            pipeline: pipeline.into(),
+            operator: operator.into(),
+        }
+    }
+
     /// The key prefix for this scope: length-prefixed parts, so that no two
     /// scopes can produce overlapping prefixes.
     pub fn prefix(&self) -> Vec<u8> {
@@ -66,7 +80,7 @@ pub struct ScopedState {
 
 impl ScopedState {
     /// Scopes `store` to `scope`.
-    pub fn new(store: Arc<dyn StateStore>, scope: &StateScope) -> Self {
+    pub fn new(store: Arc<dyn StateStore>, scope: &OperatorScope) -> Self {
         ScopedState {
             store,
             prefix: scope.prefix(),
@@ -105,12 +119,8 @@ impl ScopedState {
 mod tests {
     use super::*;
 
-    fn scope(tenant: &str, pipeline: &str, operator: &str) -> StateScope {
-        StateScope {
-            tenant: tenant.into(),
-            pipeline: pipeline.into(),
-            operator: operator.into(),
-        }
+    fn scope(tenant: &str, pipeline: &str, operator: &str) -> OperatorScope {
+        OperatorScope::new(tenant, pipeline, operator)
     }
 
     #[test]
