@@ -25,6 +25,24 @@ fn records(n: usize) -> Vec<Record> {
         .collect()
 }
 
+fn nexmark(n: u64) -> Vec<Record> {
+    use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Profile};
+    use sluice_host::dataflow::Source;
+    let mut generator = GeneratorSource::new(
+        "nexmark",
+        GeneratorOptions {
+            profile: Profile::Nexmark,
+            count: Some(n),
+            ..GeneratorOptions::default()
+        },
+    );
+    let mut records = Vec::new();
+    while let Ok(Some(batch)) = generator.next_batch(n as usize) {
+        records.extend(batch.records);
+    }
+    records
+}
+
 fn plugin_call(c: &mut Criterion) {
     let runtime = sluice_tests::runtime();
     let store = sluice_tests::state_store();
@@ -54,6 +72,32 @@ fn plugin_call(c: &mut Criterion) {
         }
         group.finish();
     }
+
+    // Nexmark q1 (JSON in, JSON out) on generated events: the cost of the
+    // plugin's own work on top of the boundary.
+    let mut q1 = sluice_tests::operator(
+        &runtime,
+        &store,
+        "bench",
+        "currency-convert",
+        PluginLimits::default(),
+        &[],
+    );
+    let events = nexmark(1024);
+    let mut group = c.benchmark_group("q1_packed");
+    group.throughput(Throughput::Elements(events.len() as u64));
+    group.bench_with_input(
+        BenchmarkId::from_parameter(events.len()),
+        &events,
+        |b, events| {
+            b.iter(|| {
+                let mut out = Collector::default();
+                q1.process_batch(events.clone(), &mut out)
+                    .map(|()| out.main.len())
+            })
+        },
+    );
+    group.finish();
 
     // The same work without a plugin: cloning the batch and moving it through
     // a collector, i.e. what the host does around the call.

@@ -8,6 +8,13 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Records are allocated by the source thread and freed by the operator
+/// thread; glibc's malloc makes such cross-thread frees expensive enough that
+/// two cores ran slower than one (docs/benchmarks.md). mimalloc frees
+/// cross-thread cheaply.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Sluice: a stream processor whose user logic runs as sandboxed WebAssembly
 /// components.
 #[derive(Parser)]
