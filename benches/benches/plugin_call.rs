@@ -1,16 +1,45 @@
 //! Plugin call throughput: the identity plugin on 100-byte records, at batch
-//! sizes 1, 16, 256 and 1024, through the packed and the typed path. The
-//! difference to a native call is the per-record cost of the boundary.
+//! sizes 1, 16, 256 and 1024, through the packed and the typed path, next to
+//! a native pass-through operator (the host's own share of the work); and the
+//! Nexmark q1 plugin on generated events.
 //!
 //! `cargo bench -p sluice-benches --bench plugin_call`
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::dataflow::{Collector, DataflowError, Operator};
+use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{CallMode, PluginLimits};
 use sluice_host::{Record, SourcePosition};
+use std::sync::Arc;
 
-fn records(n: usize) -> Vec<Record> {
+/// The same allocator as the `sluice` binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const BATCH_SIZES: [usize; 4] = [1, 16, 256, 1024];
+
+/// Passes batches through untouched: the baseline without a plugin.
+struct PassThrough(Arc<OperatorMetrics>);
+
+impl Operator for PassThrough {
+    fn name(&self) -> &str {
+        "pass-through"
+    }
+    fn metrics(&self) -> &Arc<OperatorMetrics> {
+        &self.0
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<Record>,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        out.main = batch;
+        Ok(())
+    }
+}
+
+fn payloads(n: usize) -> Vec<Record> {
     (0..n)
         .map(|i| {
             Record::from_value(
@@ -43,38 +72,51 @@ fn nexmark(n: u64) -> Vec<Record> {
     records
 }
 
+/// Benchmarks `operator` on each batch, reporting records per second.
+fn bench_operator(
+    c: &mut Criterion,
+    group: &str,
+    operator: &mut dyn Operator,
+    batches: &[Vec<Record>],
+) {
+    let mut group = c.benchmark_group(group);
+    for batch in batches {
+        group.throughput(Throughput::Elements(batch.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::from_parameter(batch.len()),
+            batch,
+            |b, batch| {
+                b.iter(|| {
+                    let mut out = Collector::default();
+                    operator
+                        .process_batch(batch.clone(), &mut out)
+                        .map(|()| out.main.len())
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
 fn plugin_call(c: &mut Criterion) {
     let runtime = sluice_tests::runtime();
     let store = sluice_tests::state_store();
-    for (mode, label) in [(CallMode::Packed, "packed"), (CallMode::Typed, "typed")] {
-        let mut group = c.benchmark_group(format!("identity_{label}"));
+    let batches: Vec<Vec<Record>> = BATCH_SIZES.iter().map(|n| payloads(*n)).collect();
+    for (mode, label) in [
+        (CallMode::Packed, "identity_packed"),
+        (CallMode::Typed, "identity_typed"),
+    ] {
         let limits = PluginLimits {
             call_mode: mode,
             ..PluginLimits::default()
         };
         let mut identity =
             sluice_tests::operator(&runtime, &store, "bench", "identity", limits, &[]);
-        for batch_size in [1usize, 16, 256, 1024] {
-            let batch = records(batch_size);
-            group.throughput(Throughput::Elements(batch_size as u64));
-            group.bench_with_input(
-                BenchmarkId::from_parameter(batch_size),
-                &batch,
-                |b, batch| {
-                    b.iter(|| {
-                        let mut out = Collector::default();
-                        identity
-                            .process_batch(batch.clone(), &mut out)
-                            .map(|()| out.main.len())
-                    })
-                },
-            );
-        }
-        group.finish();
+        bench_operator(c, label, &mut identity, &batches);
     }
+    let mut pass_through = PassThrough(OperatorMetrics::new("pass-through"));
+    bench_operator(c, "native_baseline", &mut pass_through, &batches);
 
-    // Nexmark q1 (JSON in, JSON out) on generated events: the cost of the
-    // plugin's own work on top of the boundary.
     let mut q1 = sluice_tests::operator(
         &runtime,
         &store,
@@ -83,41 +125,7 @@ fn plugin_call(c: &mut Criterion) {
         PluginLimits::default(),
         &[],
     );
-    let events = nexmark(1024);
-    let mut group = c.benchmark_group("q1_packed");
-    group.throughput(Throughput::Elements(events.len() as u64));
-    group.bench_with_input(
-        BenchmarkId::from_parameter(events.len()),
-        &events,
-        |b, events| {
-            b.iter(|| {
-                let mut out = Collector::default();
-                q1.process_batch(events.clone(), &mut out)
-                    .map(|()| out.main.len())
-            })
-        },
-    );
-    group.finish();
-
-    // The same work without a plugin: cloning the batch and moving it through
-    // a collector, i.e. what the host does around the call.
-    let mut group = c.benchmark_group("native_baseline");
-    for batch_size in [1usize, 16, 256, 1024] {
-        let batch = records(batch_size);
-        group.throughput(Throughput::Elements(batch_size as u64));
-        group.bench_with_input(
-            BenchmarkId::from_parameter(batch_size),
-            &batch,
-            |b, batch| {
-                b.iter(|| {
-                    let mut out = Collector::default();
-                    out.main.extend(batch.clone());
-                    out.main.len()
-                })
-            },
-        );
-    }
-    group.finish();
+    bench_operator(c, "q1_packed", &mut q1, &[nexmark(1024)]);
 }
 
 criterion_group! {

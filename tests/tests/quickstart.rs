@@ -6,6 +6,14 @@ use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Prof
 use sluice_host::dataflow::Source;
 use std::collections::HashSet;
 
+fn read_json_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 fn mask_email(email: &str) -> String {
     let (local, domain) = email.split_once('@').unwrap();
     format!("{}***@{domain}", &local[..1])
@@ -97,21 +105,13 @@ fn quickstart_output_matches_the_model_record_by_record() {
         }
     }
 
-    let silver: Vec<Value> = std::fs::read_to_string(dir.path().join("silver.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let silver = read_json_lines(&dir.path().join("silver.jsonl"));
     assert_eq!(silver.len(), expected_silver.len());
     for (index, (got, want)) in silver.iter().zip(&expected_silver).enumerate() {
         assert_eq!(got, want, "silver record {index} differs");
     }
 
-    let dead: Vec<Value> = std::fs::read_to_string(dir.path().join("dead-letter.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let dead = read_json_lines(&dir.path().join("dead-letter.jsonl"));
     assert_eq!(dead.len(), expected_dead.len());
     for (got, want) in dead.iter().zip(&expected_dead) {
         let reason = got["headers"]["sluice.dlq.reason"].as_str().unwrap();
