@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, then checks formatting, lints
-# and runs every test (unit, integration against real plugin components, CLI).
+# The test command: installs what is missing, starts a real Kafka broker,
+# then checks formatting, lints and runs every test (unit, integration
+# against real plugin components and the broker, CLI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,10 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== services"
+scripts/dev-services.sh up
+trap 'scripts/dev-services.sh down' EXIT
 
 echo "== cargo test"
 cargo test --workspace

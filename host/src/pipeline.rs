@@ -1,9 +1,14 @@
 //! Builds a runnable pipeline from a loaded pipeline file.
 
-use crate::config::{ConfigError, LoadedConfig, SinkConfig, SourceConfig};
+use crate::config::{
+    ConfigError, KafkaStart, LoadedConfig, SinkConfig, SourceConfig, ValueFormatName,
+};
 use crate::connectors::blackhole::BlackholeSink;
 use crate::connectors::file::{FileSource, FileSourceOptions, JsonLinesSink, OutputFormat};
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
+use crate::connectors::kafka::{
+    KafkaSink, KafkaSinkOptions, KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat,
+};
 use crate::dataflow::{
     DataflowError, ExecutorConfig, Operator, OperatorChain, RunOutcome, Sink, SinkSet, Source,
     TransformOperator,
@@ -184,6 +189,46 @@ fn build_source(loaded: &LoadedConfig) -> Result<Box<dyn Source>, PipelineError>
             )
             .map_err(|error| loaded.error_at("source.file.path", error.to_string()))?,
         ),
+        SourceConfig::Kafka(k) => {
+            let value_format = match k.value_format {
+                ValueFormatName::Raw => ValueFormat::Raw,
+                ValueFormatName::Json => ValueFormat::Json,
+                ValueFormatName::Avro => {
+                    let field = "source.kafka.avro_schema";
+                    let path = k.avro_schema.as_deref().map(|p| loaded.resolve_path(p));
+                    let text = path
+                        .as_deref()
+                        .map(std::fs::read_to_string)
+                        .transpose()
+                        .map_err(|e| loaded.error_at(field, e.to_string()))?
+                        .unwrap_or_default();
+                    let schema = apache_avro::Schema::parse_str(&text)
+                        .map_err(|e| loaded.error_at(field, e.to_string()))?;
+                    ValueFormat::Avro(Box::new(schema))
+                }
+            };
+            let start = match (k.start_timestamp_ms, k.start) {
+                (Some(millis), _) => StartPosition::Timestamp(millis),
+                (None, KafkaStart::Committed) => StartPosition::Committed,
+                (None, KafkaStart::Earliest) => StartPosition::Earliest,
+                (None, KafkaStart::Latest) => StartPosition::Latest,
+            };
+            Box::new(
+                KafkaSource::new(
+                    name,
+                    KafkaSourceOptions {
+                        bootstrap_servers: k.bootstrap_servers.clone(),
+                        topics: k.topics.clone(),
+                        group_id: k.group_id.clone(),
+                        start,
+                        value_format,
+                        properties: k.properties.clone(),
+                        poll_timeout: Duration::from_millis(k.poll_timeout_ms),
+                    },
+                )
+                .map_err(|error| loaded.error_at("source.kafka", error.to_string()))?,
+            )
+        }
     })
 }
 
@@ -218,5 +263,23 @@ fn build_sink(
             format.unwrap_or(default_format),
         )),
         SinkConfig::Blackhole {} => Box::new(BlackholeSink),
+        SinkConfig::Kafka {
+            bootstrap_servers,
+            topic,
+            partition,
+            properties,
+        } => Box::new(
+            KafkaSink::new(
+                field,
+                KafkaSinkOptions {
+                    bootstrap_servers: bootstrap_servers.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    properties: properties.clone(),
+                    flush_timeout: Duration::from_secs(60),
+                },
+            )
+            .map_err(|error| loaded.error_at(&format!("{field}.kafka"), error.to_string()))?,
+        ),
     })
 }

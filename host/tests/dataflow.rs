@@ -5,7 +5,7 @@
 use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Profile};
 use sluice_host::dataflow::{
     CheckpointBarrier, Collector, DataflowError, ExecutorConfig, Operator, OperatorChain,
-    RunOutcome, Sink, SinkSet, run,
+    RunOutcome, Sink, SinkSet, Source, SourceBatch, run,
 };
 use sluice_host::metrics::{OperatorMetrics, PipelineMetrics};
 use sluice_host::record::Record;
@@ -65,6 +65,31 @@ impl Operator for Recording {
     }
 }
 
+/// A source that records the checkpoints it is asked to snapshot and told
+/// are complete, around a generator.
+struct CheckpointedSource {
+    inner: GeneratorSource,
+    snapshots: Arc<Mutex<Vec<u64>>>,
+    completed: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Source for CheckpointedSource {
+    fn name(&self) -> &str {
+        "checkpointed"
+    }
+    fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
+        self.inner.next_batch(max_records)
+    }
+    fn snapshot_position(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+        self.snapshots.lock().unwrap().push(checkpoint_id);
+        Ok(())
+    }
+    fn on_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+        self.completed.lock().unwrap().push(checkpoint_id);
+        Ok(())
+    }
+}
+
 struct CountingSink(Arc<Mutex<Vec<i64>>>);
 
 impl Sink for CountingSink {
@@ -106,15 +131,21 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
     let metrics = Arc::new(PipelineMetrics::default());
     let chain = OperatorChain::new(operators, sinks, metrics.clone());
     // 4000 records at 20,000/s last ~200 ms: several 20 ms barrier intervals.
-    let source = GeneratorSource::new(
-        "g",
-        GeneratorOptions {
-            profile: Profile::Payload,
-            count: Some(4000),
-            rate: Some(20_000),
-            ..GeneratorOptions::default()
-        },
-    );
+    let snapshots = Arc::new(Mutex::new(Vec::new()));
+    let completed = Arc::new(Mutex::new(Vec::new()));
+    let source = CheckpointedSource {
+        inner: GeneratorSource::new(
+            "g",
+            GeneratorOptions {
+                profile: Profile::Payload,
+                count: Some(4000),
+                rate: Some(20_000),
+                ..GeneratorOptions::default()
+            },
+        ),
+        snapshots: snapshots.clone(),
+        completed: completed.clone(),
+    };
     let config = ExecutorConfig {
         batch_size: 100,
         channel_capacity: 2,
@@ -179,6 +210,20 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
     );
     assert_eq!(barriers, (1..=barriers.len() as u64).collect::<Vec<_>>());
     assert_eq!(metrics.snapshot().barriers, barriers.len() as u64);
+    // Every barrier was snapshotted before injection and confirmed after the
+    // sinks flushed it, the final one (covering the end of input) included.
+    assert_eq!(*snapshots.lock().unwrap(), barriers);
+    assert_eq!(*completed.lock().unwrap(), barriers);
+    let last_barrier = first
+        .iter()
+        .rposition(|s| matches!(s, Seen::Barrier(_)))
+        .unwrap();
+    assert!(
+        first[last_barrier..]
+            .iter()
+            .all(|s| !matches!(s, Seen::Records { .. })),
+        "the final barrier follows every record"
+    );
 
     // Each watermark follows the batch that raised it and lags its highest
     // event time by the out-of-orderness bound (events are 1 ms apart here).

@@ -81,3 +81,182 @@ pub fn operator(
     .unwrap_or_else(|error| panic!("instantiating {name}: {error}"));
     TransformOperator::new(name, instance, metrics)
 }
+
+/// Helpers for tests against the Kafka broker that `scripts/dev-services.sh
+/// up` starts (or `$SLUICE_KAFKA_BOOTSTRAP`).
+pub mod kafka {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::{Offset, TopicPartitionList};
+    use std::time::{Duration, Instant};
+
+    /// The broker's address.
+    pub fn bootstrap() -> String {
+        std::env::var("SLUICE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
+    }
+
+    /// A topic name no other test (or earlier run) uses.
+    pub fn unique_topic(prefix: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("{prefix}-{}-{nanos}", std::process::id())
+    }
+
+    /// A record as read back from Kafka.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Read {
+        /// Key.
+        pub key: Option<Vec<u8>>,
+        /// Value.
+        pub value: Vec<u8>,
+        /// Headers, in order.
+        pub headers: Vec<(String, Vec<u8>)>,
+        /// Partition.
+        pub partition: i32,
+        /// Offset.
+        pub offset: i64,
+    }
+
+    impl Read {
+        /// The value of the first header named `name`, as text.
+        pub fn header(&self, name: &str) -> Option<String> {
+            self.headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        }
+    }
+
+    /// Creates `topic` with `partitions` partitions (idempotent producer
+    /// writes create topics with one partition otherwise).
+    pub fn create_topic(topic: &str, partitions: i32) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        use rdkafka::client::DefaultClientContext;
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .create()
+            .unwrap_or_else(|e| {
+                panic!("Kafka admin client: {e} (is the broker up? scripts/dev-services.sh up)")
+            });
+        let topics = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
+        let results =
+            futures::executor::block_on(admin.create_topics(&topics, &AdminOptions::new()));
+        for result in results.unwrap_or_else(|e| {
+            panic!("creating {topic}: {e} (is the broker up? scripts/dev-services.sh up)")
+        }) {
+            if let Err((name, code)) = result {
+                panic!("creating {name}: {code}");
+            }
+        }
+    }
+
+    /// A record to produce.
+    #[derive(Debug, Clone, Default)]
+    pub struct Outgoing<'a> {
+        /// Key.
+        pub key: Option<&'a [u8]>,
+        /// Value.
+        pub value: &'a [u8],
+        /// Headers.
+        pub headers: Vec<(&'a str, &'a [u8])>,
+    }
+
+    /// Produces `records` to `topic` and waits until all are acknowledged.
+    pub fn produce(topic: &str, records: &[Outgoing<'_>]) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("enable.idempotence", "true")
+            .create()
+            .unwrap_or_else(|e| panic!("Kafka producer: {e}"));
+        for outgoing in records {
+            let mut owned = OwnedHeaders::new();
+            for (name, value) in &outgoing.headers {
+                owned = owned.insert(Header {
+                    key: name,
+                    value: Some(*value),
+                });
+            }
+            let mut record = BaseRecord::to(topic).payload(outgoing.value).headers(owned);
+            if let Some(key) = outgoing.key {
+                record = record.key(key);
+            }
+            producer
+                .send(record)
+                .map_err(|(e, _)| e)
+                .unwrap_or_else(|e| panic!("producing: {e}"));
+        }
+        producer
+            .flush(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("flushing: {e} (is the broker up?)"));
+    }
+
+    /// Reads `topic` (all partitions, `read_committed`) until `expected`
+    /// records arrived or `timeout` passed; returns what arrived.
+    pub fn read(topic: &str, partitions: i32, expected: usize, timeout: Duration) -> Vec<Read> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", unique_topic("reader"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment
+                .add_partition_offset(topic, partition, Offset::Beginning)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        consumer
+            .assign(&assignment)
+            .unwrap_or_else(|e| panic!("assign: {e}"));
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        while out.len() < expected && Instant::now() < deadline {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                out.push(Read {
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().unwrap_or_default().to_vec(),
+                    headers: message
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The group's committed offsets of `topic` partitions `0..partitions`.
+    pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", group)
+            .create()
+            .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(topic, partition);
+        }
+        let committed = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("committed offsets: {e}"));
+        (0..partitions)
+            .map(
+                |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(offset)) => Some(offset),
+                    _ => None,
+                },
+            )
+            .collect()
+    }
+}

@@ -107,6 +107,62 @@ pub enum SourceConfig {
     Generator(GeneratorConfig),
     /// A JSON-lines or Avro file.
     File(FileSourceConfig),
+    /// Kafka topics, as a consumer-group member.
+    Kafka(KafkaSourceConfig),
+}
+
+/// `[source.kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceConfig {
+    /// `host:port` list.
+    pub bootstrap_servers: String,
+    /// Topics to read.
+    pub topics: Vec<String>,
+    /// Consumer group.
+    pub group_id: String,
+    /// `committed` (default; earliest when none), `earliest` or `latest`.
+    #[serde(default)]
+    pub start: KafkaStart,
+    /// Start at the first record at or after this time instead (ms).
+    pub start_timestamp_ms: Option<i64>,
+    /// `raw` (default), `json` or `avro`.
+    #[serde(default)]
+    pub value_format: ValueFormatName,
+    /// Avro schema file (`.avsc`) for `value_format = "avro"`.
+    pub avro_schema: Option<PathBuf>,
+    /// Extra librdkafka consumer properties.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// Longest wait for records in one poll, ms.
+    #[serde(default = "default_poll_timeout_ms")]
+    pub poll_timeout_ms: u64,
+}
+
+/// `start` of a Kafka source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaStart {
+    /// Committed offsets of the group (earliest when none).
+    #[default]
+    Committed,
+    /// Earliest offsets.
+    Earliest,
+    /// Latest offsets.
+    Latest,
+}
+
+/// `value_format` of a Kafka source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueFormatName {
+    /// Bytes as they are.
+    #[default]
+    Raw,
+    /// JSON, validated.
+    Json,
+    /// Avro datums with `avro_schema`, handed to plugins as JSON.
+    Avro,
 }
 
 /// `[source.generator]`.
@@ -229,6 +285,18 @@ pub enum SinkConfig {
     },
     /// Discards records (`[sink.blackhole]` or `sink = { blackhole = {} }`).
     Blackhole {},
+    /// A Kafka topic (idempotent producer).
+    Kafka {
+        /// `host:port` list.
+        bootstrap_servers: String,
+        /// Topic.
+        topic: String,
+        /// Fixed partition; absent partitions by key.
+        partition: Option<i32>,
+        /// Extra librdkafka producer properties.
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+    },
 }
 
 fn default_dead_letter() -> SinkConfig {
@@ -259,6 +327,9 @@ fn default_ratio() -> f64 {
 }
 fn default_events_per_second() -> u64 {
     1000
+}
+fn default_poll_timeout_ms() -> u64 {
+    100
 }
 fn default_deadline_ms() -> u64 {
     100
@@ -383,6 +454,33 @@ impl LoadedConfig {
                         "source.file.path",
                         format!("no such file: {}", path.display()),
                     ));
+                }
+            }
+            SourceConfig::Kafka(k) => {
+                if k.topics.is_empty() {
+                    return Err(self.error_at("source.kafka.topics", "name at least one topic"));
+                }
+                match (k.value_format, &k.avro_schema) {
+                    (ValueFormatName::Avro, None) => {
+                        return Err(self
+                            .error_at("source.kafka.value_format", "`avro` needs `avro_schema`"));
+                    }
+                    (ValueFormatName::Avro, Some(schema)) => {
+                        let path = self.resolve_path(schema);
+                        let text = std::fs::read_to_string(&path).map_err(|e| {
+                            self.error_at(
+                                "source.kafka.avro_schema",
+                                format!("cannot read {}: {e}", path.display()),
+                            )
+                        })?;
+                        apache_avro::Schema::parse_str(&text).map_err(|e| {
+                            self.error_at(
+                                "source.kafka.avro_schema",
+                                format!("invalid Avro schema {}: {e}", path.display()),
+                            )
+                        })?;
+                    }
+                    _ => {}
                 }
             }
         }

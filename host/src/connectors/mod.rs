@@ -8,3 +8,4 @@
 pub mod blackhole;
 pub mod file;
 pub mod generator;
+pub mod kafka;

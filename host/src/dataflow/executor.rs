@@ -1,12 +1,17 @@
 //! Runs a source and a chain: the source in its own thread, the chain in the
-//! caller's, joined by a bounded channel.
+//! caller's, joined by a bounded channel, with checkpoint acknowledgements
+//! flowing back.
 
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::metrics::{PipelineMetrics, add};
-use crossbeam_channel::{Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// How long the source waits, at the end, for the chain to confirm the final
+/// checkpoint before giving up on committing it.
+const FINAL_ACK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How the executor drives a pipeline.
 #[derive(Debug, Clone)]
@@ -17,7 +22,8 @@ pub struct ExecutorConfig {
     pub channel_capacity: usize,
     /// Watermark = highest event time seen minus this bound.
     pub max_out_of_orderness: Duration,
-    /// Interval between checkpoint barriers; `None` injects none.
+    /// Interval between checkpoint barriers; `None` injects none (except the
+    /// final one when the run ends).
     pub barrier_interval: Option<Duration>,
 }
 
@@ -43,6 +49,11 @@ pub enum RunOutcome {
 
 /// Runs `source` into `chain` until the input ends or `stop` is set, then
 /// drains and flushes. Counters go to `metrics`.
+///
+/// Every barrier, once the chain has passed it and flushed the sinks, is
+/// acknowledged back to the source ([`Source::on_checkpoint_complete`]). When
+/// the run ends, a final barrier covers everything read, so a clean stop
+/// commits all of it.
 pub fn run(
     mut source: Box<dyn Source>,
     mut chain: OperatorChain,
@@ -51,19 +62,22 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<RunOutcome, DataflowError> {
     let (sender, receiver) = bounded::<StreamElement>(config.channel_capacity.max(1));
+    let (ack_sender, ack_receiver) = unbounded::<u64>();
     let source_metrics = metrics.clone();
     let source_stop = stop.clone();
     let source_name = source.name().to_string();
     let source_thread = std::thread::Builder::new()
         .name(format!("sluice-source-{source_name}"))
         .spawn(move || {
-            read_source(
-                source.as_mut(),
-                &sender,
-                &config,
-                &source_metrics,
-                &source_stop,
-            )
+            let mut reader = SourceReader {
+                source: source.as_mut(),
+                sender: &sender,
+                acks: &ack_receiver,
+                config: &config,
+                metrics: &source_metrics,
+                barrier_id: 0,
+            };
+            reader.run(&source_stop)
         })
         .map_err(|error| DataflowError::Source {
             name: source_name.clone(),
@@ -72,6 +86,10 @@ pub fn run(
 
     let mut chain_result = Ok(());
     for element in receiver.iter() {
+        let barrier = match &element {
+            StreamElement::Barrier(barrier) => Some(barrier.id),
+            _ => None,
+        };
         match chain.handle(element) {
             Ok(true) => {}
             Ok(false) => break,
@@ -80,12 +98,17 @@ pub fn run(
                 break;
             }
         }
+        if let Some(id) = barrier {
+            // The source may already be gone (stopped); nothing to confirm then.
+            let _ = ack_sender.send(id);
+        }
     }
     if chain_result.is_err() {
         // Unblock and stop the source; its result no longer matters.
         stop.store(true, Ordering::Relaxed);
     }
     drop(receiver);
+    drop(ack_sender);
     let source_result = source_thread.join().map_err(|_| DataflowError::Source {
         name: source_name,
         message: "source thread panicked".into(),
@@ -94,97 +117,141 @@ pub fn run(
     source_result
 }
 
-/// The source thread: reads batches, derives watermarks, injects barriers.
-fn read_source(
-    source: &mut dyn Source,
-    sender: &Sender<StreamElement>,
-    config: &ExecutorConfig,
-    metrics: &PipelineMetrics,
-    stop: &AtomicBool,
-) -> Result<RunOutcome, DataflowError> {
-    let out_of_orderness = config.max_out_of_orderness.as_millis() as i64;
-    let mut max_event_time: Option<i64> = None;
-    let mut last_watermark = i64::MIN;
-    let mut next_barrier = config
-        .barrier_interval
-        .map(|interval| Instant::now() + interval);
-    let mut barrier_id = 0;
-    let mut outcome = RunOutcome::Stopped;
+/// The source thread's state: reads batches, derives watermarks, injects
+/// barriers and hands acknowledgements back to the source.
+struct SourceReader<'a> {
+    source: &'a mut dyn Source,
+    sender: &'a Sender<StreamElement>,
+    acks: &'a Receiver<u64>,
+    config: &'a ExecutorConfig,
+    metrics: &'a PipelineMetrics,
+    barrier_id: u64,
+}
 
-    while !stop.load(Ordering::Relaxed) {
-        let Some(batch) = source.next_batch(config.batch_size)? else {
-            outcome = RunOutcome::Completed;
-            break;
-        };
-        add(&metrics.batches, 1);
-        add(
-            &metrics.records_in,
-            (batch.records.len() + batch.dead_letters.len()) as u64,
-        );
-        for record in &batch.records {
-            if let Some(time) = record.event_time {
-                max_event_time = Some(max_event_time.map_or(time, |max| max.max(time)));
+impl SourceReader<'_> {
+    fn run(&mut self, stop: &AtomicBool) -> Result<RunOutcome, DataflowError> {
+        let out_of_orderness = self.config.max_out_of_orderness.as_millis() as i64;
+        let mut max_event_time: Option<i64> = None;
+        let mut last_watermark = i64::MIN;
+        let mut next_barrier = self
+            .config
+            .barrier_interval
+            .map(|interval| Instant::now() + interval);
+        let mut outcome = RunOutcome::Stopped;
+
+        while !stop.load(Ordering::Relaxed) {
+            self.confirm_acknowledged()?;
+            let Some(batch) = self.source.next_batch(self.config.batch_size)? else {
+                outcome = RunOutcome::Completed;
+                break;
+            };
+            add(&self.metrics.batches, 1);
+            add(
+                &self.metrics.records_in,
+                (batch.records.len() + batch.dead_letters.len()) as u64,
+            );
+            for record in &batch.records {
+                if let Some(time) = record.event_time {
+                    max_event_time = Some(max_event_time.map_or(time, |max| max.max(time)));
+                }
             }
-        }
-        if !batch.dead_letters.is_empty()
-            && !send(
-                sender,
-                StreamElement::DeadLetters(batch.dead_letters),
-                metrics,
-            )
-        {
-            return Ok(RunOutcome::Stopped);
-        }
-        if !batch.records.is_empty()
-            && !send(sender, StreamElement::Records(batch.records), metrics)
-        {
-            return Ok(RunOutcome::Stopped);
-        }
-        if let Some(max) = max_event_time {
-            let watermark = max.saturating_sub(out_of_orderness);
-            if watermark > last_watermark {
-                last_watermark = watermark;
-                if !send(sender, StreamElement::Watermark(watermark), metrics) {
+            if !batch.dead_letters.is_empty()
+                && !self.send(StreamElement::DeadLetters(batch.dead_letters))
+            {
+                return Ok(RunOutcome::Stopped);
+            }
+            if !batch.records.is_empty() && !self.send(StreamElement::Records(batch.records)) {
+                return Ok(RunOutcome::Stopped);
+            }
+            if let Some(max) = max_event_time {
+                let watermark = max.saturating_sub(out_of_orderness);
+                if watermark > last_watermark {
+                    last_watermark = watermark;
+                    if !self.send(StreamElement::Watermark(watermark)) {
+                        return Ok(RunOutcome::Stopped);
+                    }
+                }
+            }
+            if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
+                && Instant::now() >= due
+            {
+                next_barrier = Some(Instant::now() + interval);
+                if !self.inject_barrier()? {
                     return Ok(RunOutcome::Stopped);
                 }
             }
         }
-        if let (Some(due), Some(interval)) = (next_barrier, config.barrier_interval)
-            && Instant::now() >= due
-        {
-            barrier_id += 1;
-            next_barrier = Some(Instant::now() + interval);
-            let barrier = CheckpointBarrier {
-                id: barrier_id,
-                timestamp_ms: now_millis(),
-            };
-            if !send(sender, StreamElement::Barrier(barrier), metrics) {
-                return Ok(RunOutcome::Stopped);
+        if outcome == RunOutcome::Completed && last_watermark != i64::MAX {
+            // A bounded input is complete: every event-time window may fire.
+            self.send(StreamElement::Watermark(i64::MAX));
+        }
+        // A final barrier covers everything read; wait for the chain to flush
+        // it so the source can commit its final position.
+        if self.inject_barrier()? {
+            let final_id = self.barrier_id;
+            self.send(StreamElement::End);
+            let deadline = Instant::now() + FINAL_ACK_TIMEOUT;
+            loop {
+                match self
+                    .acks
+                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                {
+                    Ok(id) => {
+                        self.source.on_checkpoint_complete(id)?;
+                        if id == final_id {
+                            break;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        tracing::warn!(
+                            checkpoint = final_id,
+                            "final checkpoint not confirmed in time; not committing it"
+                        );
+                        break;
+                    }
+                    // The chain stopped (it failed or was dropped): nothing to commit.
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
             }
         }
+        Ok(outcome)
     }
-    if outcome == RunOutcome::Completed && last_watermark != i64::MAX {
-        // A bounded input is complete: every event-time window may fire.
-        send(sender, StreamElement::Watermark(i64::MAX), metrics);
-    }
-    send(sender, StreamElement::End, metrics);
-    Ok(outcome)
-}
 
-/// Sends `element`, counting the time blocked on a full channel as
-/// backpressure. Returns `false` if the chain has gone away.
-fn send(sender: &Sender<StreamElement>, element: StreamElement, metrics: &PipelineMetrics) -> bool {
-    match sender.try_send(element) {
-        Ok(()) => true,
-        Err(TrySendError::Disconnected(_)) => false,
-        Err(TrySendError::Full(element)) => {
-            let blocked = Instant::now();
-            let sent = sender.send(element).is_ok();
-            add(
-                &metrics.source_backpressured_ns,
-                blocked.elapsed().as_nanos() as u64,
-            );
-            sent
+    /// Hands every acknowledgement received so far to the source.
+    fn confirm_acknowledged(&mut self) -> Result<(), DataflowError> {
+        while let Ok(id) = self.acks.try_recv() {
+            self.source.on_checkpoint_complete(id)?;
+        }
+        Ok(())
+    }
+
+    /// Snapshots the source position and sends the next barrier. Returns
+    /// `false` if the chain has gone away.
+    fn inject_barrier(&mut self) -> Result<bool, DataflowError> {
+        self.barrier_id += 1;
+        self.source.snapshot_position(self.barrier_id)?;
+        let barrier = CheckpointBarrier {
+            id: self.barrier_id,
+            timestamp_ms: now_millis(),
+        };
+        Ok(self.send(StreamElement::Barrier(barrier)))
+    }
+
+    /// Sends `element`, counting the time blocked on a full channel as
+    /// backpressure. Returns `false` if the chain has gone away.
+    fn send(&self, element: StreamElement) -> bool {
+        match self.sender.try_send(element) {
+            Ok(()) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Full(element)) => {
+                let blocked = Instant::now();
+                let sent = self.sender.send(element).is_ok();
+                add(
+                    &self.metrics.source_backpressured_ns,
+                    blocked.elapsed().as_nanos() as u64,
+                );
+                sent
+            }
         }
     }
 }

@@ -136,6 +136,19 @@ pub trait Source: Send {
     /// Reads up to `max_records` records; `Ok(None)` at the end of a bounded
     /// input. May block (for pacing or I/O).
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError>;
+
+    /// Called just before barrier `checkpoint_id` is injected: the source
+    /// remembers its position (e.g. Kafka offsets) as of that barrier.
+    fn snapshot_position(&mut self, _checkpoint_id: u64) -> Result<(), DataflowError> {
+        Ok(())
+    }
+
+    /// Called once every sink has flushed everything before barrier
+    /// `checkpoint_id`: the position snapshotted for it is now safe to commit
+    /// (at-least-once; exactly-once sinks will commit here too).
+    fn on_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), DataflowError> {
+        Ok(())
+    }
 }
 
 /// One read from a source.

@@ -1,0 +1,73 @@
+//! Value formats of Kafka records.
+
+use bytes::Bytes;
+
+/// How record values are read.
+#[derive(Debug, Clone, Default)]
+pub enum ValueFormat {
+    /// Bytes as they are.
+    #[default]
+    Raw,
+    /// JSON documents; values that do not parse are dead-lettered.
+    Json,
+    /// Avro datums (no container, no header) written with this schema,
+    /// handed to plugins as JSON; values that do not decode are dead-lettered.
+    Avro(Box<apache_avro::Schema>),
+}
+
+impl ValueFormat {
+    /// The value plugins see, or why the bytes are not a valid value.
+    pub fn decode(&self, value: &[u8]) -> Result<Bytes, String> {
+        match self {
+            ValueFormat::Raw => Ok(Bytes::copy_from_slice(value)),
+            ValueFormat::Json => match serde_json::from_slice::<serde::de::IgnoredAny>(value) {
+                Ok(_) => Ok(Bytes::copy_from_slice(value)),
+                Err(error) => Err(format!("invalid JSON value: {error}")),
+            },
+            ValueFormat::Avro(schema) => {
+                let mut reader = value;
+                let datum = apache_avro::from_avro_datum(schema, &mut reader, None)
+                    .map_err(|error| format!("invalid Avro value: {error}"))?;
+                if !reader.is_empty() {
+                    return Err(format!(
+                        "invalid Avro value: {} trailing bytes",
+                        reader.len()
+                    ));
+                }
+                let json = serde_json::Value::try_from(datum)
+                    .map_err(|error| format!("Avro value has no JSON form: {error}"))?;
+                Ok(Bytes::from(json.to_string()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_avro_values_are_checked() {
+        assert!(ValueFormat::Json.decode(br#"{"a":1}"#).is_ok());
+        assert!(
+            ValueFormat::Json
+                .decode(b"{oops")
+                .unwrap_err()
+                .starts_with("invalid JSON value")
+        );
+        let schema = apache_avro::Schema::parse_str(
+            r#"{"type":"record","name":"R","fields":[{"name":"n","type":"long"}]}"#,
+        )
+        .unwrap();
+        let mut record = apache_avro::types::Record::new(&schema).unwrap();
+        record.put("n", 7i64);
+        let datum = apache_avro::to_avro_datum(&schema, record).unwrap();
+        let avro = ValueFormat::Avro(Box::new(schema));
+        assert_eq!(avro.decode(&datum).unwrap().as_ref(), br#"{"n":7}"#);
+        assert!(
+            avro.decode(&[0xff])
+                .unwrap_err()
+                .starts_with("invalid Avro value")
+        );
+    }
+}

@@ -1,0 +1,41 @@
+//! Kafka connectors on `rdkafka` (librdkafka).
+//!
+//! * [`KafkaSource`]: a consumer-group member (cooperative rebalancing,
+//!   `read_committed`) whose offsets Sluice owns: nothing is auto-committed;
+//!   the offsets reached at a checkpoint barrier are committed once every sink
+//!   has flushed everything before it (at-least-once).
+//! * [`KafkaSink`]: an idempotent producer; key and headers kept; delivery
+//!   errors retried by librdkafka, and a permanent failure fails the pipeline.
+//! * [`TransactionalProducer`]: the transactional API (init, begin, send
+//!   offsets, commit, abort), for exactly-once sinks.
+
+mod format;
+mod sink;
+mod source;
+mod transactions;
+
+pub use format::ValueFormat;
+pub use sink::{KafkaSink, KafkaSinkOptions};
+pub use source::{KafkaSource, KafkaSourceOptions, StartPosition};
+pub use transactions::TransactionalProducer;
+
+use rdkafka::ClientConfig;
+use std::collections::BTreeMap;
+
+/// A librdkafka client configuration from the bootstrap servers and extra
+/// properties (which override the defaults set by the caller).
+pub(crate) fn client_config(
+    bootstrap_servers: &str,
+    defaults: &[(&str, &str)],
+    properties: &BTreeMap<String, String>,
+) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap_servers);
+    for (key, value) in defaults {
+        config.set(*key, *value);
+    }
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    config
+}

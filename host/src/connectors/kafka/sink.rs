@@ -1,0 +1,183 @@
+//! The Kafka sink.
+
+use super::client_config;
+use crate::dataflow::{DataflowError, Sink};
+use crate::record::Record;
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Settings of a [`KafkaSink`].
+#[derive(Debug, Clone)]
+pub struct KafkaSinkOptions {
+    /// `host:port` list.
+    pub bootstrap_servers: String,
+    /// Topic written to.
+    pub topic: String,
+    /// Write every record to this partition; `None` partitions by key.
+    pub partition: Option<i32>,
+    /// Extra librdkafka properties (override the defaults).
+    pub properties: BTreeMap<String, String>,
+    /// Longest wait for outstanding deliveries on flush.
+    pub flush_timeout: Duration,
+}
+
+/// Remembers the first delivery failure, reported by librdkafka's delivery
+/// callback (which runs inside `poll`/`flush` on the sink's thread).
+struct SinkContext {
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
+        if let Err((error, message)) = result {
+            use rdkafka::message::Message;
+            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            if failure.is_none() {
+                *failure = Some(format!(
+                    "delivery to {}/{} failed permanently: {error}",
+                    message.topic(),
+                    message.partition()
+                ));
+            }
+        }
+    }
+}
+
+/// Writes records to a Kafka topic with an idempotent producer.
+///
+/// Keys and headers are kept. librdkafka retries transient delivery errors
+/// (without duplicates: the producer is idempotent); a delivery that still
+/// fails stops the pipeline at the next write or flush with the reason —
+/// never a silent drop. `flush` waits for every outstanding delivery, so a
+/// checkpoint (and the offsets it commits) only completes after its records
+/// are in Kafka.
+pub struct KafkaSink {
+    name: String,
+    topic: String,
+    partition: Option<i32>,
+    producer: BaseProducer<SinkContext>,
+    failure: Arc<Mutex<Option<String>>>,
+    flush_timeout: Duration,
+}
+
+impl KafkaSink {
+    /// Creates the producer.
+    pub fn new(name: impl Into<String>, options: KafkaSinkOptions) -> Result<Self, DataflowError> {
+        let name = name.into();
+        let config = client_config(
+            &options.bootstrap_servers,
+            &[
+                ("enable.idempotence", "true"),
+                ("acks", "all"),
+                ("linger.ms", "5"),
+                ("compression.type", "none"),
+            ],
+            &options.properties,
+        );
+        let failure = Arc::new(Mutex::new(None));
+        let producer = config
+            .create_with_context(SinkContext {
+                failure: failure.clone(),
+            })
+            .map_err(|e| DataflowError::Sink {
+                name: name.clone(),
+                message: format!("cannot create Kafka producer: {e}"),
+            })?;
+        Ok(KafkaSink {
+            name,
+            topic: options.topic,
+            partition: options.partition,
+            producer,
+            failure,
+            flush_timeout: options.flush_timeout,
+        })
+    }
+
+    fn check_deliveries(&self) -> Result<(), DataflowError> {
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match failure {
+            None => Ok(()),
+            Some(message) => Err(DataflowError::Sink {
+                name: self.name.clone(),
+                message,
+            }),
+        }
+    }
+}
+
+impl Sink for KafkaSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
+        for record in records {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for header in &record.headers {
+                headers = headers.insert(KafkaHeader {
+                    key: &header.key,
+                    value: Some(header.value.as_ref()),
+                });
+            }
+            let mut message = BaseRecord::to(&self.topic)
+                .payload(record.value.as_ref())
+                .headers(headers);
+            if let Some(key) = &record.key {
+                message = message.key(key.as_ref());
+            }
+            if let Some(partition) = self.partition {
+                message = message.partition(partition);
+            }
+            if let Some(time) = record.event_time {
+                message = message.timestamp(time);
+            }
+            loop {
+                match self.producer.send(message) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), unsent)) => {
+                        // The local queue is full: serve deliveries, then retry.
+                        message = unsent;
+                        self.producer.poll(Duration::from_millis(10));
+                        self.check_deliveries()?;
+                    }
+                    Err((error, _)) => {
+                        return Err(DataflowError::Sink {
+                            name: self.name.clone(),
+                            message: format!("cannot produce to {}: {error}", self.topic),
+                        });
+                    }
+                }
+            }
+        }
+        self.producer.poll(Duration::ZERO);
+        self.check_deliveries()
+    }
+
+    fn flush(&mut self) -> Result<(), DataflowError> {
+        self.producer
+            .flush(self.flush_timeout)
+            .map_err(|error| DataflowError::Sink {
+                name: self.name.clone(),
+                message: format!(
+                    "{} records not delivered to {} within {:?}: {error}",
+                    self.producer.in_flight_count(),
+                    self.topic,
+                    self.flush_timeout
+                ),
+            })?;
+        self.check_deliveries()
+    }
+}

@@ -1,0 +1,345 @@
+//! The Kafka source.
+
+use super::{ValueFormat, client_config};
+use crate::dataflow::{DataflowError, Source, SourceBatch};
+use crate::record::{Header, Record, SourcePosition, into_dead_letter};
+use bytes::Bytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where a partition starts when this source is first assigned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// The group's committed offset; the earliest offset if there is none.
+    #[default]
+    Committed,
+    /// The earliest offset, ignoring committed offsets.
+    Earliest,
+    /// The end of the partition, ignoring committed offsets.
+    Latest,
+    /// The first offset whose timestamp is at or after this (ms since epoch).
+    Timestamp(i64),
+}
+
+/// Settings of a [`KafkaSource`].
+#[derive(Debug, Clone)]
+pub struct KafkaSourceOptions {
+    /// `host:port` list.
+    pub bootstrap_servers: String,
+    /// Topics to subscribe to.
+    pub topics: Vec<String>,
+    /// Consumer group.
+    pub group_id: String,
+    /// Where newly assigned partitions start.
+    pub start: StartPosition,
+    /// How values are read.
+    pub value_format: ValueFormat,
+    /// Extra librdkafka properties (override the defaults).
+    pub properties: BTreeMap<String, String>,
+    /// Longest wait for records in one `next_batch`.
+    pub poll_timeout: Duration,
+}
+
+/// Partitions assigned or revoked during a poll, reported by librdkafka's
+/// rebalance callback (which runs inside `poll` on the source thread).
+#[derive(Default)]
+struct RebalanceLog {
+    assigned: Vec<(String, i32)>,
+    revoked: Vec<(String, i32)>,
+}
+
+struct SourceContext {
+    log: Arc<Mutex<RebalanceLog>>,
+}
+
+impl ClientContext for SourceContext {}
+
+impl ConsumerContext for SourceContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        match rebalance {
+            Rebalance::Assign(partitions) => {
+                log.assigned.extend(
+                    partitions
+                        .elements()
+                        .iter()
+                        .map(|e| (e.topic().to_string(), e.partition())),
+                );
+            }
+            Rebalance::Revoke(partitions) => {
+                log.revoked.extend(
+                    partitions
+                        .elements()
+                        .iter()
+                        .map(|e| (e.topic().to_string(), e.partition())),
+                );
+            }
+            Rebalance::Error(error) => tracing::warn!(%error, "Kafka rebalance error"),
+        }
+    }
+}
+
+/// The shared name of `topic` (every record of a topic points at one string).
+fn intern(topics: &mut HashMap<String, Arc<str>>, topic: &str) -> Arc<str> {
+    if let Some(shared) = topics.get(topic) {
+        return shared.clone();
+    }
+    let shared: Arc<str> = Arc::from(topic);
+    topics.insert(topic.to_string(), shared.clone());
+    shared
+}
+
+/// Reads records from Kafka topics as a member of a consumer group.
+///
+/// Offsets are Sluice's: `enable.auto.commit` is off, and the offsets reached
+/// at each checkpoint barrier are committed only when the checkpoint
+/// completes, i.e. when every sink has flushed everything before it. A crash
+/// therefore replays at most the records since the last completed
+/// checkpoint (at-least-once), never loses one.
+pub struct KafkaSource {
+    name: String,
+    consumer: BaseConsumer<SourceContext>,
+    rebalances: Arc<Mutex<RebalanceLog>>,
+    options: KafkaSourceOptions,
+    topics: HashMap<String, Arc<str>>,
+    /// Next offset to read, per assigned partition.
+    positions: BTreeMap<(Arc<str>, i32), i64>,
+    /// Positions snapshotted at barriers, waiting for their checkpoint.
+    pending: BTreeMap<u64, BTreeMap<(Arc<str>, i32), i64>>,
+    /// Partitions whose start position has been applied in this run.
+    started: std::collections::HashSet<(String, i32)>,
+}
+
+impl KafkaSource {
+    /// Connects and subscribes.
+    pub fn new(
+        name: impl Into<String>,
+        options: KafkaSourceOptions,
+    ) -> Result<Self, DataflowError> {
+        let name = name.into();
+        let error = |message: String| DataflowError::Source {
+            name: name.clone(),
+            message,
+        };
+        let config = client_config(
+            &options.bootstrap_servers,
+            &[
+                ("group.id", options.group_id.as_str()),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("isolation.level", "read_committed"),
+                ("partition.assignment.strategy", "cooperative-sticky"),
+                ("auto.offset.reset", "earliest"),
+                ("session.timeout.ms", "10000"),
+            ],
+            &options.properties,
+        );
+        let rebalances = Arc::new(Mutex::new(RebalanceLog::default()));
+        let consumer: BaseConsumer<SourceContext> = config
+            .create_with_context(SourceContext {
+                log: rebalances.clone(),
+            })
+            .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
+        let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
+        Ok(KafkaSource {
+            name,
+            consumer,
+            rebalances,
+            options,
+            topics: HashMap::new(),
+            positions: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            started: Default::default(),
+        })
+    }
+
+    fn error(&self, message: String) -> DataflowError {
+        DataflowError::Source {
+            name: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Applies rebalances seen during the last poll: forgets revoked
+    /// partitions, and moves newly assigned ones to the start position.
+    fn apply_rebalances(&mut self) -> Result<(), DataflowError> {
+        let (assigned, revoked) = {
+            let mut log = self.rebalances.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                std::mem::take(&mut log.assigned),
+                std::mem::take(&mut log.revoked),
+            )
+        };
+        for (topic, partition) in revoked {
+            // Records already read from it may be read again by the new owner
+            // (at-least-once); their offsets must not be committed by us.
+            let key = (intern(&mut self.topics, &topic), partition);
+            self.positions.remove(&key);
+            for snapshot in self.pending.values_mut() {
+                snapshot.remove(&key);
+            }
+        }
+        let target = match self.options.start {
+            StartPosition::Committed => return Ok(()),
+            StartPosition::Earliest => Offset::Beginning,
+            StartPosition::Latest => Offset::End,
+            StartPosition::Timestamp(_) => Offset::Invalid,
+        };
+        let mut seek = TopicPartitionList::new();
+        for (topic, partition) in assigned {
+            if self.started.insert((topic.clone(), partition)) {
+                seek.add_partition_offset(&topic, partition, target)
+                    .map_err(|e| self.error(format!("cannot seek {topic}/{partition}: {e}")))?;
+            }
+        }
+        if seek.count() == 0 {
+            return Ok(());
+        }
+        if let StartPosition::Timestamp(millis) = self.options.start {
+            seek.set_all_offsets(Offset::Offset(millis))
+                .map_err(|e| self.error(format!("cannot look up offsets by time: {e}")))?;
+            seek = self
+                .consumer
+                .offsets_for_times(seek, Duration::from_secs(10))
+                .map_err(|e| self.error(format!("cannot look up offsets by time: {e}")))?;
+        }
+        self.consumer
+            .seek_partitions(seek, Duration::from_secs(10))
+            .map_err(|e| self.error(format!("cannot move to the start position: {e}")))?;
+        Ok(())
+    }
+}
+
+/// Turns a Kafka message into a record, with the reason it must be
+/// dead-lettered if its value is invalid (the record then keeps the raw value).
+fn to_record(
+    topics: &mut HashMap<String, Arc<str>>,
+    format: &ValueFormat,
+    message: &BorrowedMessage<'_>,
+) -> (Record, Option<String>) {
+    {
+        let source = SourcePosition {
+            topic: intern(topics, message.topic()),
+            partition: message.partition(),
+            offset: message.offset(),
+        };
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| {
+                        Header::new(h.key, Bytes::copy_from_slice(h.value.unwrap_or_default()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let raw = Bytes::copy_from_slice(message.payload().unwrap_or_default());
+        let mut record = Record {
+            key: message.key().map(Bytes::copy_from_slice),
+            value: raw.clone(),
+            headers,
+            event_time: message.timestamp().to_millis(),
+            source,
+        };
+        if message.payload().is_none() && !matches!(format, ValueFormat::Raw) {
+            return (record, Some("record has no value (tombstone)".to_string()));
+        }
+        match format.decode(&raw) {
+            Ok(value) => {
+                record.value = value;
+                (record, None)
+            }
+            Err(reason) => (record, Some(reason)),
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
+        let mut batch = SourceBatch::default();
+        let deadline = Instant::now() + self.options.poll_timeout;
+        while batch.records.len() + batch.dead_letters.len() < max_records {
+            // Wait for the first record up to the deadline; then take only
+            // what is already there.
+            let wait = if batch.records.is_empty() && batch.dead_letters.is_empty() {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
+            // Rebalances reported by the previous poll are applied before the
+            // next one (seeking needs no message borrowed from the consumer).
+            self.apply_rebalances()?;
+            let polled = self.consumer.poll(wait);
+            let message = match polled {
+                None => break,
+                Some(Ok(message)) => message,
+                Some(Err(error)) => {
+                    // Transient broker errors are retried by librdkafka; report and go on.
+                    tracing::warn!(source = %self.name, %error, "Kafka consumer error");
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let key = (
+                intern(&mut self.topics, message.topic()),
+                message.partition(),
+            );
+            self.positions.insert(key, message.offset() + 1);
+            match to_record(&mut self.topics, &self.options.value_format, &message) {
+                (record, None) => batch.records.push(record),
+                (record, Some(reason)) => {
+                    batch
+                        .dead_letters
+                        .push(into_dead_letter(record, &reason, &self.name, None));
+                }
+            }
+        }
+        Ok(Some(batch))
+    }
+
+    fn snapshot_position(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+        self.apply_rebalances()?;
+        self.pending.insert(checkpoint_id, self.positions.clone());
+        Ok(())
+    }
+
+    fn on_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+        let Some(offsets) = self.pending.remove(&checkpoint_id) else {
+            return Ok(());
+        };
+        // Older snapshots are covered by this one.
+        self.pending.retain(|id, _| *id > checkpoint_id);
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut commit = TopicPartitionList::new();
+        for ((topic, partition), offset) in &offsets {
+            commit
+                .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| self.error(format!("cannot commit {topic}/{partition}: {e}")))?;
+        }
+        match self.consumer.commit(&commit, CommitMode::Sync) {
+            Ok(()) => Ok(()),
+            // During a rebalance the group may refuse the commit; the records
+            // will be read again by whoever owns the partitions (at-least-once).
+            Err(error) => {
+                tracing::warn!(source = %self.name, %error, checkpoint = checkpoint_id, "offset commit refused");
+                Ok(())
+            }
+        }
+    }
+}

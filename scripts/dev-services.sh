@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Development and CI services: a real single-node Apache Kafka broker (KRaft)
+# on 127.0.0.1:9092, assembled from Maven Central and run on the machine's
+# Java 17 (docs/adr/0004-real-kafka-broker.md).
+#
+#   scripts/dev-services.sh up       install if missing, start, wait until it answers
+#   scripts/dev-services.sh down     stop the broker this script started
+#   scripts/dev-services.sh status   say whether it runs
+#
+# Every `up` of a stopped broker starts from empty storage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KAFKA_VERSION=4.4.0
+CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
+# The folder name carries a digest of the pom, so a changed pom resolves afresh.
+POM_DIGEST=$(sha256sum scripts/kafka/pom.xml | cut -c1-12)
+LIBS="$CACHE/kafka-$KAFKA_VERSION-$POM_DIGEST/libs"
+DATA=${SLUICE_KAFKA_DATA:-/tmp/sluice-kafka}
+PORT=${SLUICE_KAFKA_PORT:-9092}
+CONTROLLER_PORT=$((PORT + 1))
+PIDFILE="$DATA/broker.pid"
+
+java_cmd() {
+  java -Xms256m -Xmx768m -XX:+UseG1GC \
+    -Dlog4j2.configurationFile="$DATA/log4j2.properties" \
+    -cp "$LIBS/*" "$@"
+}
+
+install() {
+  if [ -f "$LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+    return
+  fi
+  command -v java >/dev/null || { echo "dev-services: java not found (needs Java 17)"; exit 1; }
+  command -v mvn >/dev/null || { echo "dev-services: mvn not found"; exit 1; }
+  echo "dev-services: fetching Apache Kafka $KAFKA_VERSION and its dependencies from Maven Central"
+  mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+    -DoutputDirectory="$LIBS" -DincludeScope=runtime -Dkafka.version="$KAFKA_VERSION"
+}
+
+running() {
+  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+}
+
+answers() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && grep -q "Kafka Server started" "$DATA/broker.log" 2>/dev/null
+}
+
+up() {
+  install
+  if running; then
+    echo "dev-services: Kafka already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"
+    return
+  fi
+  rm -rf "$DATA"
+  mkdir -p "$DATA/logs"
+  cat >"$DATA/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$DATA/logs
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+PROPS
+  cat >"$DATA/log4j2.properties" <<'PROPS'
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.kafka.name = kafka.server.KafkaRaftServer
+logger.kafka.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+PROPS
+  cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid | tail -n 1)
+  java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$DATA/server.properties" >"$DATA/format.log" 2>&1 \
+    || { cat "$DATA/format.log"; exit 1; }
+  nohup bash -c "exec java -Xms256m -Xmx768m -XX:+UseG1GC -Dlog4j2.configurationFile='$DATA/log4j2.properties' -cp '$LIBS/*' kafka.Kafka '$DATA/server.properties'" \
+    >"$DATA/broker.log" 2>&1 &
+  echo $! >"$PIDFILE"
+  for _ in $(seq 1 240); do
+    if answers; then
+      echo "dev-services: Kafka $KAFKA_VERSION up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), log $DATA/broker.log)"
+      return
+    fi
+    if ! running; then
+      echo "dev-services: Kafka exited during start-up:"; tail -n 40 "$DATA/broker.log"; exit 1
+    fi
+    sleep 0.25
+  done
+  echo "dev-services: Kafka did not answer within 60 s:"; tail -n 40 "$DATA/broker.log"; exit 1
+}
+
+down() {
+  if ! running; then
+    echo "dev-services: Kafka not running"
+    rm -f "$PIDFILE"
+    return
+  fi
+  pid=$(cat "$PIDFILE")
+  kill "$pid"
+  for _ in $(seq 1 120); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; echo "dev-services: Kafka stopped"; return; }
+    sleep 0.25
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$PIDFILE"
+  echo "dev-services: Kafka killed after 30 s"
+}
+
+status() {
+  if running && answers; then
+    echo "dev-services: Kafka up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"
+  elif running; then
+    echo "dev-services: Kafka starting (pid $(cat "$PIDFILE"))"; exit 1
+  else
+    echo "dev-services: Kafka down"; exit 1
+  fi
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status"; exit 2 ;;
+esac

@@ -1,0 +1,271 @@
+//! Kafka source and sink against a real Apache Kafka broker
+//! (`scripts/dev-services.sh up`; the test command starts it).
+
+use sluice_host::config::LoadedConfig;
+use sluice_host::connectors::kafka::{
+    KafkaSource, KafkaSourceOptions, StartPosition, TransactionalProducer, ValueFormat,
+};
+use sluice_host::dataflow::{RunOutcome, Source};
+use sluice_host::metrics::PipelineSnapshot;
+use sluice_host::pipeline::{Pipeline, wasm_files_only};
+use sluice_host::record::dead_letter_headers as h;
+use sluice_tests::kafka::{
+    Outgoing, bootstrap, committed, create_topic, produce, read, unique_topic,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `pipeline_toml` in a thread until its counters satisfy `done`, then
+/// stops it cleanly (which flushes the sinks and commits offsets). Returns
+/// the run's outcome and final counters.
+fn run_until(
+    pipeline_toml: &str,
+    done: impl Fn(&PipelineSnapshot) -> bool,
+) -> (RunOutcome, PipelineSnapshot) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, pipeline_toml).unwrap();
+    let loaded = LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let runtime = sluice_tests::runtime();
+    let pipeline = Pipeline::build(
+        &loaded,
+        &runtime,
+        sluice_tests::state_store(),
+        &wasm_files_only,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let metrics = pipeline.metrics();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || pipeline.run(stop))
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let snapshot = metrics.snapshot();
+        if done(&snapshot) {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "pipeline incomplete after {WAIT:?}: {snapshot:?}"
+        );
+        assert!(!handle.is_finished(), "pipeline ended early: {snapshot:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let outcome = handle.join().unwrap().unwrap_or_else(|e| panic!("{e}"));
+    (outcome, metrics.snapshot())
+}
+
+fn pipeline(input: &str, group: &str, output: &str, dead_letter: &str) -> String {
+    let identity = sluice_tests::plugin("identity");
+    let bootstrap = bootstrap();
+    format!(
+        r#"
+[pipeline]
+name = "kafka-test"
+batch_size = 50
+checkpoint_interval_ms = 200
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{input}"]
+group_id = "{group}"
+value_format = "json"
+properties = {{ "session.timeout.ms" = "6000" }}
+
+[[operators]]
+name = "identity"
+plugin = "{identity}"
+
+[sink.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{output}"
+
+[dead_letter.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{dead_letter}"
+"#,
+        identity = identity.display()
+    )
+}
+
+#[test]
+fn round_trip_keeps_keys_and_headers_dead_letters_bad_json_and_commits_offsets() {
+    let (input, output, dead_letter, group) = (
+        unique_topic("in"),
+        unique_topic("out"),
+        unique_topic("dlq"),
+        unique_topic("group"),
+    );
+    create_topic(&input, 3);
+    let values: Vec<String> = (0..300)
+        .map(|i| {
+            if i % 50 == 7 {
+                format!("{{broken {i}")
+            } else {
+                format!("{{\"n\":{i}}}")
+            }
+        })
+        .collect();
+    let keys: Vec<String> = (0..300).map(|i| format!("key-{i}")).collect();
+    let records: Vec<Outgoing<'_>> = values
+        .iter()
+        .zip(&keys)
+        .map(|(v, k)| Outgoing {
+            key: Some(k.as_bytes()),
+            value: v.as_bytes(),
+            headers: vec![("trace", k.as_bytes()), ("bin", &[0u8, 255][..])],
+        })
+        .collect();
+    produce(&input, &records);
+
+    let (outcome, snapshot) = run_until(&pipeline(&input, &group, &output, &dead_letter), |s| {
+        s.records_out + s.dead_letters >= 300
+    });
+    assert_eq!(outcome, RunOutcome::Stopped);
+    assert_eq!(snapshot.records_in, 300);
+    assert_eq!(snapshot.dead_letters, 6);
+
+    let out = read(&output, 1, 294, WAIT);
+    assert_eq!(out.len(), 294, "every valid record exactly once");
+    for record in &out {
+        let key = String::from_utf8(record.key.clone().unwrap()).unwrap();
+        let n: usize = key.trim_start_matches("key-").parse().unwrap();
+        assert_eq!(record.value, values[n].as_bytes());
+        assert_eq!(
+            record.headers,
+            vec![
+                ("trace".to_string(), key.clone().into_bytes()),
+                ("bin".to_string(), vec![0, 255])
+            ]
+        );
+    }
+
+    let dead = read(&dead_letter, 1, 6, WAIT);
+    assert_eq!(dead.len(), 6);
+    for record in &dead {
+        let key = String::from_utf8(record.key.clone().unwrap()).unwrap();
+        let n: usize = key.trim_start_matches("key-").parse().unwrap();
+        assert_eq!(
+            record.value,
+            values[n].as_bytes(),
+            "the original value is kept"
+        );
+        assert!(
+            record
+                .header(h::REASON)
+                .unwrap()
+                .starts_with("invalid JSON value"),
+            "{:?}",
+            record.headers
+        );
+        assert_eq!(
+            record.header(h::SOURCE_TOPIC).as_deref(),
+            Some(input.as_str())
+        );
+        assert!(
+            record.header(h::SOURCE_PARTITION).is_some()
+                && record.header(h::SOURCE_OFFSET).is_some()
+        );
+        assert!(record.header(h::TIME).is_some());
+        assert_eq!(
+            record.header("trace").as_deref(),
+            Some(key.as_str()),
+            "original headers are kept"
+        );
+    }
+
+    // A clean stop commits everything read: committed offsets sum to the input.
+    let offsets = committed(&group, &input, 3);
+    assert_eq!(
+        offsets.iter().map(|o| o.unwrap_or(0)).sum::<i64>(),
+        300,
+        "{offsets:?}"
+    );
+
+    // A restart with the same group reads only what came after.
+    produce(
+        &input,
+        &[Outgoing {
+            key: Some(b"key-new"),
+            value: b"{\"n\":\"new\"}",
+            headers: vec![],
+        }],
+    );
+    let (_, snapshot) = run_until(&pipeline(&input, &group, &output, &dead_letter), |s| {
+        s.records_out >= 1
+    });
+    assert_eq!(
+        snapshot.records_in, 1,
+        "nothing before the committed offsets is read again"
+    );
+    assert_eq!(read(&output, 1, 296, Duration::from_secs(2)).len(), 295);
+}
+
+#[test]
+fn read_committed_never_sees_an_aborted_transaction() {
+    let topic = unique_topic("txn");
+    create_topic(&topic, 1);
+    let producer = TransactionalProducer::new(
+        &bootstrap(),
+        &unique_topic("txn-id"),
+        &Default::default(),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    producer.begin().unwrap();
+    for i in 0..5 {
+        producer
+            .send(&topic, None, format!("aborted-{i}").as_bytes(), &[])
+            .unwrap();
+    }
+    producer.abort().unwrap();
+    producer.begin().unwrap();
+    for i in 0..5 {
+        producer
+            .send(
+                &topic,
+                Some(b"k"),
+                format!("committed-{i}").as_bytes(),
+                &[("h", b"v")],
+            )
+            .unwrap();
+    }
+    producer.commit().unwrap();
+
+    let mut source = KafkaSource::new(
+        "txn",
+        KafkaSourceOptions {
+            bootstrap_servers: bootstrap(),
+            topics: vec![topic.clone()],
+            group_id: unique_topic("txn-group"),
+            start: StartPosition::Earliest,
+            value_format: ValueFormat::Raw,
+            properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
+            poll_timeout: Duration::from_millis(200),
+        },
+    )
+    .unwrap();
+    let mut values = Vec::new();
+    let started = std::time::Instant::now();
+    // Records are returned in offset order and the aborted ones come first, so
+    // once all committed ones are in, any visible aborted record would be too.
+    while values.len() < 5 && started.elapsed() < WAIT {
+        let batch = source.next_batch(100).unwrap().unwrap();
+        values.extend(
+            batch
+                .records
+                .iter()
+                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+        );
+    }
+    assert_eq!(
+        values,
+        (0..5).map(|i| format!("committed-{i}")).collect::<Vec<_>>()
+    );
+}
