@@ -260,3 +260,22 @@ pub mod kafka {
             .collect()
     }
 }
+
+/// The partition's end offset (next offset to be written), per partition.
+pub fn kafka_end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka::bootstrap())
+        .create()
+        .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
+    (0..partitions)
+        .map(
+            |p| match consumer.fetch_watermarks(topic, p, std::time::Duration::from_secs(10)) {
+                Ok((_, high)) => high,
+                // The topic is created by the first write to it.
+                Err(_) => 0,
+            },
+        )
+        .collect()
+}
