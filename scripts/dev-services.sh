@@ -6,6 +6,7 @@
 #   scripts/dev-services.sh up       install if missing, start, wait until it answers
 #   scripts/dev-services.sh down     stop the broker this script started
 #   scripts/dev-services.sh status   say whether it runs
+#   scripts/dev-services.sh restart  stop and start again, keeping the data
 #
 # Every `up` of a stopped broker starts from empty storage.
 set -euo pipefail
@@ -88,6 +89,11 @@ PROPS
   cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid | tail -n 1)
   java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$DATA/server.properties" >"$DATA/format.log" 2>&1 \
     || { cat "$DATA/format.log"; exit 1; }
+  start_broker
+}
+
+# Starts the broker on the formatted storage in $DATA and waits for it.
+start_broker() {
   nohup bash -c "exec java -Xms256m -Xmx768m -XX:+UseG1GC -Dlog4j2.configurationFile='$DATA/log4j2.properties' -cp '$LIBS/*' kafka.Kafka '$DATA/server.properties'" \
     >"$DATA/broker.log" 2>&1 &
   echo $! >"$PIDFILE"
@@ -102,6 +108,14 @@ PROPS
     sleep 0.25
   done
   echo "dev-services: Kafka did not answer within 60 s:"; tail -n 40 "$DATA/broker.log"; exit 1
+}
+
+restart() {
+  if ! running; then
+    echo "dev-services: Kafka not running; use up"; exit 1
+  fi
+  down
+  start_broker
 }
 
 down() {
@@ -135,5 +149,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status"; exit 2 ;;
+  restart) restart ;;
+  *) echo "usage: $0 up|down|status|restart"; exit 2 ;;
 esac

@@ -61,8 +61,12 @@ pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
                 let now = metrics.snapshot();
                 let seconds = last_at.elapsed().as_secs_f64().max(1e-9);
                 let rate = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / seconds;
+                let lag = now
+                    .total_lag()
+                    .map(|lag| format!(" lag {lag}"))
+                    .unwrap_or_default();
                 bar.set_message(format!(
-                    "in {:>9.0}/s  out {:>9.0}/s  dlq {:>7.0}/s  | total in {} out {} dlq {}",
+                    "in {:>9.0}/s  out {:>9.0}/s  dlq {:>7.0}/s  | total in {} out {} dlq {}{lag}",
                     rate(now.records_in, last.records_in),
                     rate(now.records_out, last.records_out),
                     rate(now.dead_letters, last.dead_letters),
@@ -123,6 +127,19 @@ pub fn summary(report: &RunReport) -> String {
             }),
         s.source_backpressured_ns as f64 / 1e6
     );
+    for (topic, partition, stats) in &s.source_partitions {
+        let lag = stats
+            .lag
+            .map_or("unknown".to_string(), |lag| lag.to_string());
+        let _ = writeln!(
+            text,
+            "  source {topic}/{partition}: in {} lag {lag}",
+            stats.records
+        );
+    }
+    for (topic, partition, stats) in &s.sink_partitions {
+        let _ = writeln!(text, "  sink {topic}/{partition}: out {}", stats.records);
+    }
     for op in &s.operators {
         let _ = writeln!(
             text,

@@ -67,6 +67,55 @@ impl OperatorMetrics {
     }
 }
 
+/// Counters of one topic-partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Records read from it (sources) or delivered to it (sinks).
+    pub records: u64,
+    /// Consumer lag: records in the partition not yet read (sources only;
+    /// `None` until the client has reported it).
+    pub lag: Option<i64>,
+}
+
+/// Per topic-partition counters, shared between a connector (which updates
+/// them) and the pipeline's metrics (which report them).
+#[derive(Debug, Default)]
+pub struct PartitionMetrics {
+    entries: Mutex<BTreeMap<(String, i32), PartitionStats>>,
+}
+
+impl PartitionMetrics {
+    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), PartitionStats>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds `records` to `topic`/`partition`.
+    pub fn add_records(&self, topic: &str, partition: i32, records: u64) {
+        self.entries()
+            .entry((topic.to_string(), partition))
+            .or_default()
+            .records += records;
+    }
+
+    /// Sets the consumer lag of `topic`/`partition`.
+    pub fn set_lag(&self, topic: &str, partition: i32, lag: i64) {
+        self.entries()
+            .entry((topic.to_string(), partition))
+            .or_default()
+            .lag = Some(lag);
+    }
+
+    /// A copy of every partition's counters, sorted by topic and partition.
+    pub fn snapshot(&self) -> Vec<(String, i32, PartitionStats)> {
+        self.entries()
+            .iter()
+            .map(|((topic, partition), stats)| (topic.clone(), *partition, *stats))
+            .collect()
+    }
+}
+
 /// Counters of one pipeline.
 #[derive(Debug)]
 pub struct PipelineMetrics {
@@ -88,6 +137,10 @@ pub struct PipelineMetrics {
     pub source_backpressured_ns: AtomicU64,
     /// Per-operator counters, in chain order.
     pub operators: Mutex<Vec<Arc<OperatorMetrics>>>,
+    /// Records read and lag per source topic-partition (Kafka sources).
+    pub source_partitions: Arc<PartitionMetrics>,
+    /// Records delivered per sink topic-partition (Kafka sinks).
+    pub sink_partitions: Arc<PartitionMetrics>,
 }
 
 impl Default for PipelineMetrics {
@@ -102,6 +155,8 @@ impl Default for PipelineMetrics {
             barriers: AtomicU64::new(0),
             source_backpressured_ns: AtomicU64::new(0),
             operators: Mutex::new(Vec::new()),
+            source_partitions: Arc::default(),
+            sink_partitions: Arc::default(),
         }
     }
 }
@@ -134,6 +189,8 @@ impl PipelineMetrics {
                 .iter()
                 .map(|op| op.snapshot())
                 .collect(),
+            source_partitions: self.source_partitions.snapshot(),
+            sink_partitions: self.sink_partitions.snapshot(),
         }
     }
 }
@@ -191,4 +248,20 @@ pub struct PipelineSnapshot {
     pub source_backpressured_ns: u64,
     /// Operators in chain order.
     pub operators: Vec<OperatorSnapshot>,
+    /// Source topic-partitions: records read and consumer lag.
+    pub source_partitions: Vec<(String, i32, PartitionStats)>,
+    /// Sink topic-partitions: records delivered.
+    pub sink_partitions: Vec<(String, i32, PartitionStats)>,
+}
+
+impl PipelineSnapshot {
+    /// Total consumer lag over the source partitions that reported one.
+    pub fn total_lag(&self) -> Option<i64> {
+        let lags: Vec<i64> = self
+            .source_partitions
+            .iter()
+            .filter_map(|(_, _, s)| s.lag)
+            .collect();
+        (!lags.is_empty()).then(|| lags.iter().sum())
+    }
 }

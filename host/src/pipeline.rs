@@ -71,7 +71,7 @@ impl Pipeline {
     ) -> Result<Self, PipelineError> {
         let config = &loaded.config;
         let metrics = Arc::new(PipelineMetrics::default());
-        let source = build_source(loaded)?;
+        let source = build_source(loaded, &metrics)?;
 
         let mut operators: Vec<Box<dyn Operator>> = Vec::new();
         for (index, operator) in config.operators.iter().enumerate() {
@@ -116,6 +116,7 @@ impl Pipeline {
                 name.clone(),
                 build_sink(
                     loaded,
+                    &metrics,
                     &format!("side_outputs.{name}"),
                     sink,
                     OutputFormat::Value,
@@ -123,9 +124,10 @@ impl Pipeline {
             );
         }
         let sinks = SinkSet {
-            main: build_sink(loaded, "sink", &config.sink, OutputFormat::Value)?,
+            main: build_sink(loaded, &metrics, "sink", &config.sink, OutputFormat::Value)?,
             dead_letter: build_sink(
                 loaded,
+                &metrics,
                 "dead_letter",
                 &config.dead_letter,
                 OutputFormat::Record,
@@ -159,7 +161,10 @@ impl Pipeline {
     }
 }
 
-fn build_source(loaded: &LoadedConfig) -> Result<Box<dyn Source>, PipelineError> {
+fn build_source(
+    loaded: &LoadedConfig,
+    metrics: &PipelineMetrics,
+) -> Result<Box<dyn Source>, PipelineError> {
     let name = loaded.config.pipeline.name.clone();
     Ok(match &loaded.config.source {
         SourceConfig::Generator(g) => Box::new(GeneratorSource::new(
@@ -225,6 +230,7 @@ fn build_source(loaded: &LoadedConfig) -> Result<Box<dyn Source>, PipelineError>
                         properties: k.properties.clone(),
                         poll_timeout: Duration::from_millis(k.poll_timeout_ms),
                     },
+                    metrics.source_partitions.clone(),
                 )
                 .map_err(|error| loaded.error_at("source.kafka", error.to_string()))?,
             )
@@ -234,6 +240,7 @@ fn build_source(loaded: &LoadedConfig) -> Result<Box<dyn Source>, PipelineError>
 
 fn build_sink(
     loaded: &LoadedConfig,
+    metrics: &PipelineMetrics,
     field: &str,
     sink: &SinkConfig,
     default_format: OutputFormat,
@@ -278,6 +285,7 @@ fn build_sink(
                     properties: properties.clone(),
                     flush_timeout: Duration::from_secs(60),
                 },
+                metrics.sink_partitions.clone(),
             )
             .map_err(|error| loaded.error_at(&format!("{field}.kafka"), error.to_string()))?,
         ),

@@ -82,6 +82,57 @@ pub fn operator(
     TransformOperator::new(name, instance, metrics)
 }
 
+/// Runs the pipeline file text `pipeline_toml` in a thread until its
+/// counters satisfy `done`, then stops it cleanly (which flushes the sinks
+/// and commits source offsets). Returns the outcome and final counters.
+/// Fails the test if that takes longer than `timeout` or the run ends early.
+pub fn run_pipeline_until(
+    pipeline_toml: &str,
+    timeout: std::time::Duration,
+    done: impl Fn(&sluice_host::metrics::PipelineSnapshot) -> bool,
+) -> (
+    sluice_host::dataflow::RunOutcome,
+    sluice_host::metrics::PipelineSnapshot,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, pipeline_toml).unwrap_or_else(|e| panic!("writing pipeline: {e}"));
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let pipeline = sluice_host::pipeline::Pipeline::build(
+        &loaded,
+        &runtime(),
+        state_store(),
+        &sluice_host::pipeline::wasm_files_only,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let metrics = pipeline.metrics();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || pipeline.run(stop))
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let snapshot = metrics.snapshot();
+        if done(&snapshot) {
+            break;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "pipeline incomplete after {timeout:?}: {snapshot:?}"
+        );
+        assert!(!handle.is_finished(), "pipeline ended early: {snapshot:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let outcome = handle
+        .join()
+        .unwrap_or_else(|_| panic!("pipeline thread panicked"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    (outcome, metrics.snapshot())
+}
+
 /// Helpers for tests against the Kafka broker that `scripts/dev-services.sh
 /// up` starts (or `$SLUICE_KAFKA_BOOTSTRAP`).
 pub mod kafka {

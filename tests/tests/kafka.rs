@@ -1,65 +1,17 @@
 //! Kafka source and sink against a real Apache Kafka broker
 //! (`scripts/dev-services.sh up`; the test command starts it).
 
-use sluice_host::config::LoadedConfig;
 use sluice_host::connectors::kafka::{
     KafkaSource, KafkaSourceOptions, StartPosition, TransactionalProducer, ValueFormat,
 };
 use sluice_host::dataflow::{RunOutcome, Source};
-use sluice_host::metrics::PipelineSnapshot;
-use sluice_host::pipeline::{Pipeline, wasm_files_only};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_tests::kafka::{
     Outgoing, bootstrap, committed, create_topic, produce, read, unique_topic,
 };
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Runs `pipeline_toml` in a thread until its counters satisfy `done`, then
-/// stops it cleanly (which flushes the sinks and commits offsets). Returns
-/// the run's outcome and final counters.
-fn run_until(
-    pipeline_toml: &str,
-    done: impl Fn(&PipelineSnapshot) -> bool,
-) -> (RunOutcome, PipelineSnapshot) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("pipeline.toml");
-    std::fs::write(&file, pipeline_toml).unwrap();
-    let loaded = LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
-    let runtime = sluice_tests::runtime();
-    let pipeline = Pipeline::build(
-        &loaded,
-        &runtime,
-        sluice_tests::state_store(),
-        &wasm_files_only,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let metrics = pipeline.metrics();
-    let stop = Arc::new(AtomicBool::new(false));
-    let handle = {
-        let stop = stop.clone();
-        std::thread::spawn(move || pipeline.run(stop))
-    };
-    let started = std::time::Instant::now();
-    loop {
-        let snapshot = metrics.snapshot();
-        if done(&snapshot) {
-            break;
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "pipeline incomplete after {WAIT:?}: {snapshot:?}"
-        );
-        assert!(!handle.is_finished(), "pipeline ended early: {snapshot:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let outcome = handle.join().unwrap().unwrap_or_else(|e| panic!("{e}"));
-    (outcome, metrics.snapshot())
-}
 
 fn pipeline(input: &str, group: &str, output: &str, dead_letter: &str) -> String {
     let identity = sluice_tests::plugin("identity");
@@ -124,12 +76,44 @@ fn round_trip_keeps_keys_and_headers_dead_letters_bad_json_and_commits_offsets()
         .collect();
     produce(&input, &records);
 
-    let (outcome, snapshot) = run_until(&pipeline(&input, &group, &output, &dead_letter), |s| {
-        s.records_out + s.dead_letters >= 300
-    });
+    let (outcome, snapshot) = sluice_tests::run_pipeline_until(
+        &pipeline(&input, &group, &output, &dead_letter),
+        WAIT,
+        |s| {
+            // Everything read, and the client has reported zero lag on all
+            // three partitions (statistics come every second).
+            s.records_out + s.dead_letters >= 300
+                && s.source_partitions.len() == 3
+                && s.source_partitions.iter().all(|(_, _, p)| p.lag == Some(0))
+        },
+    );
     assert_eq!(outcome, RunOutcome::Stopped);
     assert_eq!(snapshot.records_in, 300);
     assert_eq!(snapshot.dead_letters, 6);
+    let read_per_partition: Vec<u64> = snapshot
+        .source_partitions
+        .iter()
+        .map(|(_, _, p)| p.records)
+        .collect();
+    assert_eq!(
+        read_per_partition.iter().sum::<u64>(),
+        300,
+        "{read_per_partition:?}"
+    );
+    assert!(
+        read_per_partition.iter().all(|n| *n > 0),
+        "keys spread over 3 partitions"
+    );
+    let delivered = |topic: &str| -> u64 {
+        snapshot
+            .sink_partitions
+            .iter()
+            .filter(|(t, _, _)| t == topic)
+            .map(|(_, _, p)| p.records)
+            .sum()
+    };
+    assert_eq!(delivered(&output), 294);
+    assert_eq!(delivered(&dead_letter), 6);
 
     let out = read(&output, 1, 294, WAIT);
     assert_eq!(out.len(), 294, "every valid record exactly once");
@@ -197,9 +181,11 @@ fn round_trip_keeps_keys_and_headers_dead_letters_bad_json_and_commits_offsets()
             headers: vec![],
         }],
     );
-    let (_, snapshot) = run_until(&pipeline(&input, &group, &output, &dead_letter), |s| {
-        s.records_out >= 1
-    });
+    let (_, snapshot) = sluice_tests::run_pipeline_until(
+        &pipeline(&input, &group, &output, &dead_letter),
+        WAIT,
+        |s| s.records_out >= 1,
+    );
     assert_eq!(
         snapshot.records_in, 1,
         "nothing before the committed offsets is read again"
@@ -249,6 +235,7 @@ fn read_committed_never_sees_an_aborted_transaction() {
             properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
             poll_timeout: Duration::from_millis(200),
         },
+        Default::default(),
     )
     .unwrap();
     let mut values = Vec::new();

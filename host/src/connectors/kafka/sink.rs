@@ -2,6 +2,7 @@
 
 use super::client_config;
 use crate::dataflow::{DataflowError, Sink};
+use crate::metrics::PartitionMetrics;
 use crate::record::Record;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -30,6 +31,7 @@ pub struct KafkaSinkOptions {
 /// callback (which runs inside `poll`/`flush` on the sink's thread).
 struct SinkContext {
     failure: Arc<Mutex<Option<String>>>,
+    partitions: Arc<PartitionMetrics>,
 }
 
 impl ClientContext for SinkContext {}
@@ -38,8 +40,12 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
+        use rdkafka::message::Message;
+        if let Ok(message) = result {
+            self.partitions
+                .add_records(message.topic(), message.partition(), 1);
+        }
         if let Err((error, message)) = result {
-            use rdkafka::message::Message;
             let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
             if failure.is_none() {
                 *failure = Some(format!(
@@ -70,8 +76,13 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Creates the producer.
-    pub fn new(name: impl Into<String>, options: KafkaSinkOptions) -> Result<Self, DataflowError> {
+    /// Creates the producer. Deliveries per partition are counted in
+    /// `partitions`.
+    pub fn new(
+        name: impl Into<String>,
+        options: KafkaSinkOptions,
+        partitions: Arc<PartitionMetrics>,
+    ) -> Result<Self, DataflowError> {
         let name = name.into();
         let config = client_config(
             &options.bootstrap_servers,
@@ -87,6 +98,7 @@ impl KafkaSink {
         let producer = config
             .create_with_context(SinkContext {
                 failure: failure.clone(),
+                partitions,
             })
             .map_err(|e| DataflowError::Sink {
                 name: name.clone(),

@@ -2,11 +2,12 @@
 
 use super::{ValueFormat, client_config};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
+use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, into_dead_letter};
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,9 +55,23 @@ struct RebalanceLog {
 
 struct SourceContext {
     log: Arc<Mutex<RebalanceLog>>,
+    partitions: Arc<PartitionMetrics>,
 }
 
-impl ClientContext for SourceContext {}
+impl ClientContext for SourceContext {
+    /// librdkafka's periodic statistics carry each partition's consumer lag.
+    fn stats(&self, statistics: Statistics) {
+        for (topic, stats) in &statistics.topics {
+            for (partition, p) in &stats.partitions {
+                // -1 marks partitions this consumer does not fetch (or the
+                // internal "unassigned" partition).
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.partitions.set_lag(topic, *partition, p.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for SourceContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -112,13 +127,17 @@ pub struct KafkaSource {
     pending: BTreeMap<u64, BTreeMap<(Arc<str>, i32), i64>>,
     /// Partitions whose start position has been applied in this run.
     started: std::collections::HashSet<(String, i32)>,
+    /// Records read and lag per partition.
+    partitions: Arc<PartitionMetrics>,
 }
 
 impl KafkaSource {
-    /// Connects and subscribes.
+    /// Connects and subscribes. Records read and consumer lag per partition
+    /// are reported to `partitions`.
     pub fn new(
         name: impl Into<String>,
         options: KafkaSourceOptions,
+        partitions: Arc<PartitionMetrics>,
     ) -> Result<Self, DataflowError> {
         let name = name.into();
         let error = |message: String| DataflowError::Source {
@@ -135,6 +154,7 @@ impl KafkaSource {
                 ("partition.assignment.strategy", "cooperative-sticky"),
                 ("auto.offset.reset", "earliest"),
                 ("session.timeout.ms", "10000"),
+                ("statistics.interval.ms", "1000"),
             ],
             &options.properties,
         );
@@ -142,6 +162,7 @@ impl KafkaSource {
         let consumer: BaseConsumer<SourceContext> = config
             .create_with_context(SourceContext {
                 log: rebalances.clone(),
+                partitions: partitions.clone(),
             })
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
@@ -157,6 +178,7 @@ impl KafkaSource {
             positions: BTreeMap::new(),
             pending: BTreeMap::new(),
             started: Default::default(),
+            partitions,
         })
     }
 
@@ -269,6 +291,7 @@ impl Source for KafkaSource {
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
         let mut batch = SourceBatch::default();
+        let mut read_per_partition: BTreeMap<(Arc<str>, i32), u64> = BTreeMap::new();
         let deadline = Instant::now() + self.options.poll_timeout;
         while batch.records.len() + batch.dead_letters.len() < max_records {
             // Wait for the first record up to the deadline; then take only
@@ -298,6 +321,7 @@ impl Source for KafkaSource {
                 intern(&mut self.topics, message.topic()),
                 message.partition(),
             );
+            *read_per_partition.entry(key.clone()).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
             match to_record(&mut self.topics, &self.options.value_format, &message) {
                 (record, None) => batch.records.push(record),
@@ -307,6 +331,9 @@ impl Source for KafkaSource {
                         .push(into_dead_letter(record, &reason, &self.name, None));
                 }
             }
+        }
+        for ((topic, partition), records) in read_per_partition {
+            self.partitions.add_records(&topic, partition, records);
         }
         Ok(Some(batch))
     }
