@@ -137,16 +137,19 @@ impl Sink for KafkaSink {
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
         for record in records {
-            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-            for header in &record.headers {
-                headers = headers.insert(KafkaHeader {
-                    key: &header.key,
-                    value: Some(header.value.as_ref()),
-                });
+            let mut message = BaseRecord::to(&self.topic).payload(record.value.as_ref());
+            if !record.headers.is_empty() {
+                // librdkafka allocates a header list even when empty: only
+                // build one when there are headers.
+                let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+                for header in &record.headers {
+                    headers = headers.insert(KafkaHeader {
+                        key: &header.key,
+                        value: Some(header.value.as_ref()),
+                    });
+                }
+                message = message.headers(headers);
             }
-            let mut message = BaseRecord::to(&self.topic)
-                .payload(record.value.as_ref())
-                .headers(headers);
             if let Some(key) = &record.key {
                 message = message.key(key.as_ref());
             }

@@ -155,6 +155,9 @@ impl KafkaSource {
                 ("auto.offset.reset", "earliest"),
                 ("session.timeout.ms", "10000"),
                 ("statistics.interval.ms", "1000"),
+                // librdkafka's 500 ms default let a fetch sit on the broker
+                // long enough to dominate the p99 latency (docs/benchmarks.md).
+                ("fetch.wait.max.ms", "100"),
             ],
             &options.properties,
         );
