@@ -214,6 +214,8 @@ pub mod kafka {
         pub value: &'a [u8],
         /// Headers.
         pub headers: Vec<(&'a str, &'a [u8])>,
+        /// Record timestamp (ms); `None` lets the producer set it.
+        pub timestamp: Option<i64>,
     }
 
     /// Produces `records` to `topic` and waits until all are acknowledged.
@@ -234,6 +236,9 @@ pub mod kafka {
             let mut record = BaseRecord::to(topic).payload(outgoing.value).headers(owned);
             if let Some(key) = outgoing.key {
                 record = record.key(key);
+            }
+            if let Some(timestamp) = outgoing.timestamp {
+                record = record.timestamp(timestamp);
             }
             producer
                 .send(record)

@@ -72,6 +72,7 @@ fn round_trip_keeps_keys_and_headers_dead_letters_bad_json_and_commits_offsets()
             key: Some(k.as_bytes()),
             value: v.as_bytes(),
             headers: vec![("trace", k.as_bytes()), ("bin", &[0u8, 255][..])],
+            timestamp: None,
         })
         .collect();
     produce(&input, &records);
@@ -179,6 +180,7 @@ fn round_trip_keeps_keys_and_headers_dead_letters_bad_json_and_commits_offsets()
             key: Some(b"key-new"),
             value: b"{\"n\":\"new\"}",
             headers: vec![],
+            timestamp: None,
         }],
     );
     let (_, snapshot) = sluice_tests::run_pipeline_until(
@@ -255,4 +257,229 @@ fn read_committed_never_sees_an_aborted_transaction() {
         values,
         (0..5).map(|i| format!("committed-{i}")).collect::<Vec<_>>()
     );
+}
+
+fn consume_all(
+    source: &mut KafkaSource,
+    expected: usize,
+) -> (Vec<sluice_host::Record>, Vec<sluice_host::Record>) {
+    let (mut records, mut dead) = (Vec::new(), Vec::new());
+    let started = std::time::Instant::now();
+    while records.len() + dead.len() < expected && started.elapsed() < WAIT {
+        let batch = source.next_batch(100).unwrap().unwrap();
+        records.extend(batch.records);
+        dead.extend(batch.dead_letters);
+    }
+    (records, dead)
+}
+
+fn source_options(
+    topic: &str,
+    start: StartPosition,
+    value_format: ValueFormat,
+) -> KafkaSourceOptions {
+    KafkaSourceOptions {
+        bootstrap_servers: bootstrap(),
+        topics: vec![topic.to_string()],
+        group_id: unique_topic("group"),
+        start,
+        value_format,
+        properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
+        poll_timeout: Duration::from_millis(200),
+    }
+}
+
+#[test]
+fn avro_values_with_a_schema_file_become_json_and_bad_datums_are_dead_lettered() {
+    let (input, output, dead_letter, group) = (
+        unique_topic("avro-in"),
+        unique_topic("avro-out"),
+        unique_topic("avro-dlq"),
+        unique_topic("avro-group"),
+    );
+    create_topic(&input, 1);
+    let schema_text = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"}]}"#;
+    let schema = apache_avro::Schema::parse_str(schema_text).unwrap();
+    let datums: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            let mut record = apache_avro::types::Record::new(&schema).unwrap();
+            record.put("id", i as i64);
+            record.put("item", format!("item-{i}"));
+            apache_avro::to_avro_datum(&schema, record).unwrap()
+        })
+        .collect();
+    let mut records: Vec<Outgoing<'_>> = datums
+        .iter()
+        .map(|d| Outgoing {
+            value: d,
+            ..Outgoing::default()
+        })
+        .collect();
+    records.push(Outgoing {
+        value: b"\xff\xff not avro",
+        ..Outgoing::default()
+    });
+    produce(&input, &records);
+
+    let dir = tempfile::tempdir().unwrap();
+    let schema_file = dir.path().join("order.avsc");
+    std::fs::write(&schema_file, schema_text).unwrap();
+    let text = pipeline(&input, &group, &output, &dead_letter).replace(
+        "value_format = \"json\"",
+        &format!(
+            "value_format = \"avro\"\navro_schema = \"{}\"",
+            schema_file.display()
+        ),
+    );
+    let (_, snapshot) =
+        sluice_tests::run_pipeline_until(&text, WAIT, |s| s.records_out + s.dead_letters >= 21);
+    assert_eq!((snapshot.records_out, snapshot.dead_letters), (20, 1));
+    let out = read(&output, 1, 20, WAIT);
+    for (i, record) in out.iter().enumerate() {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"id": i, "item": format!("item-{i}")})
+        );
+    }
+    let dead = read(&dead_letter, 1, 1, WAIT);
+    assert!(
+        dead[0]
+            .header(h::REASON)
+            .unwrap()
+            .starts_with("invalid Avro value"),
+        "{:?}",
+        dead[0].headers
+    );
+    assert_eq!(dead[0].value, b"\xff\xff not avro");
+}
+
+#[test]
+fn start_positions_latest_and_by_timestamp() {
+    // By timestamp: records at or after the given time only.
+    let topic = unique_topic("start-ts");
+    create_topic(&topic, 1);
+    let values: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    let records: Vec<Outgoing<'_>> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Outgoing {
+            value: v.as_bytes(),
+            timestamp: Some(1_600_000_000_000 + i as i64 * 1000),
+            ..Outgoing::default()
+        })
+        .collect();
+    produce(&topic, &records);
+    let mut source = KafkaSource::new(
+        "ts",
+        source_options(
+            &topic,
+            StartPosition::Timestamp(1_600_000_005_000),
+            ValueFormat::Raw,
+        ),
+        Default::default(),
+    )
+    .unwrap();
+    let (got, _) = consume_all(&mut source, 5);
+    let got: Vec<&[u8]> = got.iter().map(|r| r.value.as_ref()).collect();
+    assert_eq!(got, vec![&b"t5"[..], b"t6", b"t7", b"t8", b"t9"]);
+    assert_eq!(
+        source.next_batch(100).unwrap().unwrap().records.len(),
+        0,
+        "nothing before t5"
+    );
+
+    // Latest: what was there before the source joined is skipped.
+    let topic = unique_topic("start-latest");
+    create_topic(&topic, 1);
+    produce(
+        &topic,
+        &[Outgoing {
+            value: b"old",
+            ..Outgoing::default()
+        }],
+    );
+    let mut source = KafkaSource::new(
+        "latest",
+        source_options(&topic, StartPosition::Latest, ValueFormat::Raw),
+        Default::default(),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    // Keep writing markers until the source (once assigned) receives one.
+    while seen.is_empty() && started.elapsed() < WAIT {
+        produce(
+            &topic,
+            &[Outgoing {
+                value: b"new",
+                ..Outgoing::default()
+            }],
+        );
+        seen.extend(source.next_batch(100).unwrap().unwrap().records);
+    }
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|r| r.value.as_ref() == b"new"),
+        "the record written before joining is skipped"
+    );
+}
+
+#[test]
+fn sink_partitions_by_key_or_writes_to_an_explicit_partition() {
+    use sluice_host::connectors::kafka::{KafkaSink, KafkaSinkOptions};
+    use sluice_host::dataflow::Sink;
+    let records: Vec<sluice_host::Record> = (0..60)
+        .map(|i| {
+            let mut record = sluice_host::Record::from_value(
+                format!("v{i}").into_bytes(),
+                sluice_host::SourcePosition {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: i,
+                },
+            );
+            record.key = Some(format!("key-{}", i % 6).into_bytes().into());
+            record
+        })
+        .collect();
+    for explicit in [Some(2), None] {
+        let topic = unique_topic("sink-partition");
+        create_topic(&topic, 3);
+        let mut sink = KafkaSink::new(
+            "sink",
+            KafkaSinkOptions {
+                bootstrap_servers: bootstrap(),
+                topic: topic.clone(),
+                partition: explicit,
+                properties: Default::default(),
+                flush_timeout: Duration::from_secs(30),
+            },
+            Default::default(),
+        )
+        .unwrap();
+        sink.write(&records).unwrap();
+        sink.flush().unwrap();
+        let out = read(&topic, 3, 60, WAIT);
+        assert_eq!(out.len(), 60);
+        match explicit {
+            Some(partition) => assert!(out.iter().all(|r| r.partition == partition)),
+            None => {
+                let mut partition_of_key = std::collections::HashMap::new();
+                for record in &out {
+                    let previous = partition_of_key.insert(record.key.clone(), record.partition);
+                    assert!(
+                        previous.is_none_or(|p| p == record.partition),
+                        "one key, one partition"
+                    );
+                }
+                let used: std::collections::BTreeSet<i32> =
+                    partition_of_key.values().copied().collect();
+                assert!(
+                    used.len() > 1,
+                    "six keys spread over more than one partition"
+                );
+            }
+        }
+    }
 }

@@ -16,6 +16,7 @@ fn produce_keys(topic: &str, range: std::ops::Range<usize>) {
             key: Some(k.as_bytes()),
             value: k.as_bytes(),
             headers: vec![],
+            timestamp: None,
         })
         .collect();
     produce(topic, &records);

@@ -34,6 +34,14 @@ impl ValueFormat {
                         reader.len()
                     ));
                 }
+                // apache-avro can return a datum for truncated input (a cut
+                // string decodes as null): check it against the schema.
+                if !datum.validate(schema) {
+                    return Err(
+                        "invalid Avro value: the decoded datum does not match the schema"
+                            .to_string(),
+                    );
+                }
                 let json = serde_json::Value::try_from(datum)
                     .map_err(|error| format!("Avro value has no JSON form: {error}"))?;
                 Ok(Bytes::from(json.to_string()))
@@ -56,14 +64,15 @@ mod tests {
                 .starts_with("invalid JSON value")
         );
         let schema = apache_avro::Schema::parse_str(
-            r#"{"type":"record","name":"R","fields":[{"name":"n","type":"long"}]}"#,
+            r#"{"type":"record","name":"R","fields":[{"name":"n","type":"long"},{"name":"s","type":"string"}]}"#,
         )
         .unwrap();
         let mut record = apache_avro::types::Record::new(&schema).unwrap();
         record.put("n", 7i64);
+        record.put("s", "x");
         let datum = apache_avro::to_avro_datum(&schema, record).unwrap();
         let avro = ValueFormat::Avro(Box::new(schema));
-        assert_eq!(avro.decode(&datum).unwrap().as_ref(), br#"{"n":7}"#);
+        assert_eq!(avro.decode(&datum).unwrap().as_ref(), br#"{"n":7,"s":"x"}"#);
         assert!(
             avro.decode(&[0xff])
                 .unwrap_err()

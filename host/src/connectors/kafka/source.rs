@@ -5,10 +5,11 @@ use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, into_dead_letter};
 use bytes::Bytes;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,17 +46,65 @@ pub struct KafkaSourceOptions {
     pub poll_timeout: Duration,
 }
 
-/// Partitions assigned or revoked during a poll, reported by librdkafka's
-/// rebalance callback (which runs inside `poll` on the source thread).
+/// Partitions revoked during a poll, reported by the rebalance callback
+/// (which runs inside `poll` on the source thread).
 #[derive(Default)]
 struct RebalanceLog {
-    assigned: Vec<(String, i32)>,
     revoked: Vec<(String, i32)>,
 }
 
 struct SourceContext {
     log: Arc<Mutex<RebalanceLog>>,
     partitions: Arc<PartitionMetrics>,
+    start: StartPosition,
+    /// Partitions whose start position has been applied in this run.
+    started: Mutex<HashSet<(String, i32)>>,
+}
+
+impl SourceContext {
+    /// Sets the start offset of partitions assigned for the first time in
+    /// this run (unless starting from committed offsets).
+    fn apply_start_position(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        assignment: &mut TopicPartitionList,
+    ) {
+        let target = match self.start {
+            StartPosition::Committed => return,
+            StartPosition::Earliest => Offset::Beginning,
+            StartPosition::Latest => Offset::End,
+            StartPosition::Timestamp(millis) => Offset::Offset(millis),
+        };
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first_time = TopicPartitionList::new();
+        for element in assignment.elements() {
+            if started.insert((element.topic().to_string(), element.partition())) {
+                // Offsets below are set on this list; errors are impossible
+                // for partitions taken from a valid assignment.
+                let _ =
+                    first_time.add_partition_offset(element.topic(), element.partition(), target);
+            }
+        }
+        if first_time.count() == 0 {
+            return;
+        }
+        if let StartPosition::Timestamp(_) = self.start {
+            match consumer.offsets_for_times(first_time, Duration::from_secs(10)) {
+                Ok(resolved) => first_time = resolved,
+                Err(error) => {
+                    tracing::error!(%error, "cannot look up start offsets by time; starting from committed offsets");
+                    return;
+                }
+            }
+        }
+        for element in first_time.elements() {
+            if let Some(mut assigned) =
+                assignment.find_partition(element.topic(), element.partition())
+            {
+                let _ = assigned.set_offset(element.offset());
+            }
+        }
+    }
 }
 
 impl ClientContext for SourceContext {
@@ -74,26 +123,54 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        match rebalance {
-            Rebalance::Assign(partitions) => {
-                log.assigned.extend(
-                    partitions
-                        .elements()
-                        .iter()
-                        .map(|e| (e.topic().to_string(), e.partition())),
-                );
+    /// Assigns and revokes like librdkafka's default (incrementally, as the
+    /// group uses the cooperative protocol), setting start offsets in the
+    /// assignment itself so that fetching begins exactly there.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        error: RDKafkaRespErr,
+        partitions: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match error {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.apply_start_position(consumer, partitions);
+                if cooperative {
+                    consumer.incremental_assign(partitions)
+                } else {
+                    consumer.assign(partitions)
+                }
             }
-            Rebalance::Revoke(partitions) => {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
                 log.revoked.extend(
                     partitions
                         .elements()
                         .iter()
                         .map(|e| (e.topic().to_string(), e.partition())),
                 );
+                drop(log);
+                if cooperative {
+                    consumer.incremental_unassign(partitions)
+                } else {
+                    consumer.unassign()
+                }
             }
-            Rebalance::Error(error) => tracing::warn!(%error, "Kafka rebalance error"),
+            other => {
+                tracing::warn!(error = ?other, "Kafka rebalance error");
+                if cooperative {
+                    Ok(())
+                } else {
+                    consumer.unassign()
+                }
+            }
+        };
+        if let Err(error) = result {
+            tracing::error!(%error, "Kafka rebalance could not be applied");
         }
     }
 }
@@ -125,8 +202,6 @@ pub struct KafkaSource {
     positions: BTreeMap<(Arc<str>, i32), i64>,
     /// Positions snapshotted at barriers, waiting for their checkpoint.
     pending: BTreeMap<u64, BTreeMap<(Arc<str>, i32), i64>>,
-    /// Partitions whose start position has been applied in this run.
-    started: std::collections::HashSet<(String, i32)>,
     /// Records read and lag per partition.
     partitions: Arc<PartitionMetrics>,
 }
@@ -166,6 +241,8 @@ impl KafkaSource {
             .create_with_context(SourceContext {
                 log: rebalances.clone(),
                 partitions: partitions.clone(),
+                start: options.start,
+                started: Mutex::new(HashSet::new()),
             })
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
@@ -180,7 +257,6 @@ impl KafkaSource {
             topics: HashMap::new(),
             positions: BTreeMap::new(),
             pending: BTreeMap::new(),
-            started: Default::default(),
             partitions,
         })
     }
@@ -192,53 +268,21 @@ impl KafkaSource {
         }
     }
 
-    /// Applies rebalances seen during the last poll: forgets revoked
-    /// partitions, and moves newly assigned ones to the start position.
-    fn apply_rebalances(&mut self) -> Result<(), DataflowError> {
-        let (assigned, revoked) = {
+    /// Forgets partitions revoked during the last poll: records already
+    /// read from them may be read again by the new owner (at-least-once), and
+    /// their offsets must not be committed by this member.
+    fn apply_rebalances(&mut self) {
+        let revoked = {
             let mut log = self.rebalances.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                std::mem::take(&mut log.assigned),
-                std::mem::take(&mut log.revoked),
-            )
+            std::mem::take(&mut log.revoked)
         };
         for (topic, partition) in revoked {
-            // Records already read from it may be read again by the new owner
-            // (at-least-once); their offsets must not be committed by us.
             let key = (intern(&mut self.topics, &topic), partition);
             self.positions.remove(&key);
             for snapshot in self.pending.values_mut() {
                 snapshot.remove(&key);
             }
         }
-        let target = match self.options.start {
-            StartPosition::Committed => return Ok(()),
-            StartPosition::Earliest => Offset::Beginning,
-            StartPosition::Latest => Offset::End,
-            StartPosition::Timestamp(_) => Offset::Invalid,
-        };
-        let mut seek = TopicPartitionList::new();
-        for (topic, partition) in assigned {
-            if self.started.insert((topic.clone(), partition)) {
-                seek.add_partition_offset(&topic, partition, target)
-                    .map_err(|e| self.error(format!("cannot seek {topic}/{partition}: {e}")))?;
-            }
-        }
-        if seek.count() == 0 {
-            return Ok(());
-        }
-        if let StartPosition::Timestamp(millis) = self.options.start {
-            seek.set_all_offsets(Offset::Offset(millis))
-                .map_err(|e| self.error(format!("cannot look up offsets by time: {e}")))?;
-            seek = self
-                .consumer
-                .offsets_for_times(seek, Duration::from_secs(10))
-                .map_err(|e| self.error(format!("cannot look up offsets by time: {e}")))?;
-        }
-        self.consumer
-            .seek_partitions(seek, Duration::from_secs(10))
-            .map_err(|e| self.error(format!("cannot move to the start position: {e}")))?;
-        Ok(())
     }
 }
 
@@ -306,7 +350,7 @@ impl Source for KafkaSource {
             };
             // Rebalances reported by the previous poll are applied before the
             // next one (seeking needs no message borrowed from the consumer).
-            self.apply_rebalances()?;
+            self.apply_rebalances();
             let polled = self.consumer.poll(wait);
             let message = match polled {
                 None => break,
@@ -342,7 +386,7 @@ impl Source for KafkaSource {
     }
 
     fn snapshot_position(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
-        self.apply_rebalances()?;
+        self.apply_rebalances();
         self.pending.insert(checkpoint_id, self.positions.clone());
         Ok(())
     }
