@@ -483,3 +483,77 @@ fn sink_partitions_by_key_or_writes_to_an_explicit_partition() {
         }
     }
 }
+
+#[test]
+fn a_permanent_delivery_failure_stops_the_pipeline_naming_the_sink() {
+    // Nothing listens on port 1: every delivery times out after 1 s.
+    let (input, group) = (unique_topic("fail-in"), unique_topic("fail-group"));
+    create_topic(&input, 1);
+    produce(
+        &input,
+        &[Outgoing {
+            value: b"{\"n\":1}",
+            ..Outgoing::default()
+        }],
+    );
+    let text = pipeline(&input, &group, "unused", "unused-dlq").replace(
+        &format!("[sink.kafka]\nbootstrap_servers = \"{}\"", bootstrap()),
+        "[sink.kafka]\nbootstrap_servers = \"127.0.0.1:1\"\nproperties = { \"message.timeout.ms\" = \"1000\" }",
+    );
+    assert!(text.contains("127.0.0.1:1"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, text).unwrap();
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
+    let pipeline = sluice_host::pipeline::Pipeline::build(
+        &loaded,
+        &sluice_tests::runtime(),
+        sluice_tests::state_store(),
+        &sluice_host::pipeline::wasm_files_only,
+    )
+    .unwrap();
+    // The run ends by itself, with an error: never a silent drop.
+    let error = pipeline
+        .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            false,
+        )))
+        .expect_err("an undeliverable record must fail the run");
+    let message = error.to_string();
+    assert!(message.starts_with("sink `sink` failed:"), "{message}");
+    assert!(
+        message.contains("timed out") || message.contains("not delivered"),
+        "{message}"
+    );
+}
+
+#[test]
+fn transaction_commits_records_and_consumer_offsets_together() {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (topic, group) = (
+        unique_topic("txn-offsets"),
+        unique_topic("txn-offsets-group"),
+    );
+    create_topic(&topic, 1);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let metadata = consumer.group_metadata().expect("group metadata");
+    let producer = TransactionalProducer::new(
+        &bootstrap(),
+        &unique_topic("txn-offsets-id"),
+        &Default::default(),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    producer.begin().unwrap();
+    producer.send(&topic, None, b"with-offsets", &[]).unwrap();
+    producer
+        .send_offsets(&[(topic.as_str(), 0, 42)], &metadata)
+        .unwrap();
+    producer.commit().unwrap();
+    assert_eq!(committed(&group, &topic, 1), vec![Some(42)]);
+    assert_eq!(read(&topic, 1, 1, WAIT).len(), 1);
+}
