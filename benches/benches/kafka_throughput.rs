@@ -17,7 +17,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use sluice_tests::kafka::{bootstrap, create_topic, unique_topic};
+use sluice_tests::kafka::{IdentityPipeline, bootstrap, create_topic, unique_topic};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -107,32 +107,17 @@ fn plain_loop(input: &str, output: &str) -> Duration {
 }
 
 fn sluice_pipeline(input: &str, output: &str, group: &str) -> String {
-    let identity = sluice_tests::plugin("identity");
-    let bootstrap = bootstrap();
-    format!(
-        r#"
-[pipeline]
-name = "bench-kafka"
-batch_size = 1024
-checkpoint_interval_ms = 1000
-
-[source.kafka]
-bootstrap_servers = "{bootstrap}"
-topics = ["{input}"]
-group_id = "{group}"
-start = "earliest"
-poll_timeout_ms = 20
-
-[[operators]]
-name = "identity"
-plugin = "{identity}"
-
-[sink.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{output}"
-"#,
-        identity = identity.display()
-    )
+    IdentityPipeline {
+        name: "bench-kafka",
+        input,
+        group,
+        output,
+        dead_letter: None,
+        batch_size: 1024,
+        checkpoint_interval_ms: 1000,
+        source_settings: "start = \"earliest\"\npoll_timeout_ms = 20",
+    }
+    .toml()
 }
 
 /// (b): the Sluice pipeline until the sink has delivered every record.

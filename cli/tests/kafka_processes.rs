@@ -3,7 +3,7 @@
 //! partitions. (`scripts/dev-services.sh up`; the test command starts it.)
 
 use sluice_tests::kafka::{
-    Outgoing, bootstrap, committed, create_topic, produce, read, unique_topic,
+    IdentityPipeline, committed, create_topic, produce_keys, read, unique_topic,
 };
 use sluice_tests::kafka_end_offsets;
 use std::collections::BTreeSet;
@@ -15,35 +15,18 @@ const WAIT: Duration = Duration::from_secs(90);
 
 fn pipeline(dir: &Path, name: &str, input: &str, group: &str, output: &str) -> PathBuf {
     let file = dir.join(format!("{name}.toml"));
-    let identity = sluice_tests::plugin("identity");
-    let bootstrap = bootstrap();
-    std::fs::write(
-        &file,
-        format!(
-            r#"
-[pipeline]
-name = "{name}"
-batch_size = 20
-checkpoint_interval_ms = 50
-
-[source.kafka]
-bootstrap_servers = "{bootstrap}"
-topics = ["{input}"]
-group_id = "{group}"
-properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "500" }}
-
-[[operators]]
-name = "identity"
-plugin = "{identity}"
-
-[sink.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{output}"
-"#,
-            identity = identity.display()
-        ),
-    )
-    .unwrap();
+    let text = IdentityPipeline {
+        name,
+        input,
+        group,
+        output,
+        dead_letter: None,
+        batch_size: 20,
+        checkpoint_interval_ms: 50,
+        source_settings: "properties = { \"session.timeout.ms\" = \"6000\", \"heartbeat.interval.ms\" = \"500\" }",
+    }
+    .toml();
+    std::fs::write(&file, text).unwrap();
     file
 }
 
@@ -77,20 +60,6 @@ fn sigterm_and_wait(child: Child) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "sluice run failed: {stderr}");
     stderr
-}
-
-fn produce_keys(topic: &str, range: std::ops::Range<usize>) {
-    let keys: Vec<String> = range.map(|i| format!("k{i:06}")).collect();
-    let records: Vec<Outgoing<'_>> = keys
-        .iter()
-        .map(|k| Outgoing {
-            key: Some(k.as_bytes()),
-            value: k.as_bytes(),
-            headers: vec![],
-            timestamp: None,
-        })
-        .collect();
-    produce(topic, &records);
 }
 
 fn distinct_keys(topic: &str, at_least: usize) -> (BTreeSet<Vec<u8>>, usize) {

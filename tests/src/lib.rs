@@ -205,6 +205,71 @@ pub mod kafka {
         }
     }
 
+    /// A pipeline file reading Kafka topic `input` as group `group`, through
+    /// the identity plugin, into Kafka topic `output`.
+    #[derive(Debug, Clone)]
+    pub struct IdentityPipeline<'a> {
+        /// Pipeline name.
+        pub name: &'a str,
+        /// Input topic.
+        pub input: &'a str,
+        /// Consumer group.
+        pub group: &'a str,
+        /// Output topic.
+        pub output: &'a str,
+        /// Dead-letter topic, if any (default: stderr).
+        pub dead_letter: Option<&'a str>,
+        /// `pipeline.batch_size`.
+        pub batch_size: usize,
+        /// `pipeline.checkpoint_interval_ms`.
+        pub checkpoint_interval_ms: u64,
+        /// Extra lines for `[source.kafka]`, e.g. `value_format = "json"`.
+        pub source_settings: &'a str,
+    }
+
+    impl IdentityPipeline<'_> {
+        /// The pipeline file's text.
+        pub fn toml(&self) -> String {
+            let identity = super::plugin("identity");
+            let bootstrap = bootstrap();
+            let mut text = format!(
+                "[pipeline]\nname = \"{name}\"\nbatch_size = {batch}\ncheckpoint_interval_ms = {checkpoint}\n\n\
+                 [source.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopics = [\"{input}\"]\ngroup_id = \"{group}\"\n{settings}\n\n\
+                 [[operators]]\nname = \"identity\"\nplugin = \"{identity}\"\n\n\
+                 [sink.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopic = \"{output}\"\n",
+                name = self.name,
+                batch = self.batch_size,
+                checkpoint = self.checkpoint_interval_ms,
+                input = self.input,
+                group = self.group,
+                settings = self.source_settings,
+                identity = identity.display(),
+                output = self.output,
+            );
+            if let Some(dead_letter) = self.dead_letter {
+                text.push_str(&format!(
+                    "\n[dead_letter.kafka]\nbootstrap_servers = \"{bootstrap}\"\ntopic = \"{dead_letter}\"\n"
+                ));
+            }
+            text
+        }
+    }
+
+    /// Produces records with keys and values `k000000`, `k000001`, ... for
+    /// `range`.
+    pub fn produce_keys(topic: &str, range: std::ops::Range<usize>) {
+        let keys: Vec<String> = range.map(|i| format!("k{i:06}")).collect();
+        let records: Vec<Outgoing<'_>> = keys
+            .iter()
+            .map(|k| Outgoing {
+                key: Some(k.as_bytes()),
+                value: k.as_bytes(),
+                ..Outgoing::default()
+            })
+            .collect();
+        produce(topic, &records);
+    }
+
     /// A record to produce.
     #[derive(Debug, Clone, Default)]
     pub struct Outgoing<'a> {

@@ -7,43 +7,24 @@ use sluice_host::connectors::kafka::{
 use sluice_host::dataflow::{RunOutcome, Source};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_tests::kafka::{
-    Outgoing, bootstrap, committed, create_topic, produce, read, unique_topic,
+    IdentityPipeline, Outgoing, bootstrap, committed, create_topic, produce, read, unique_topic,
 };
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn pipeline(input: &str, group: &str, output: &str, dead_letter: &str) -> String {
-    let identity = sluice_tests::plugin("identity");
-    let bootstrap = bootstrap();
-    format!(
-        r#"
-[pipeline]
-name = "kafka-test"
-batch_size = 50
-checkpoint_interval_ms = 200
-
-[source.kafka]
-bootstrap_servers = "{bootstrap}"
-topics = ["{input}"]
-group_id = "{group}"
-value_format = "json"
-properties = {{ "session.timeout.ms" = "6000" }}
-
-[[operators]]
-name = "identity"
-plugin = "{identity}"
-
-[sink.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{output}"
-
-[dead_letter.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{dead_letter}"
-"#,
-        identity = identity.display()
-    )
+    IdentityPipeline {
+        name: "kafka-test",
+        input,
+        group,
+        output,
+        dead_letter: Some(dead_letter),
+        batch_size: 50,
+        checkpoint_interval_ms: 200,
+        source_settings: "value_format = \"json\"\nproperties = { \"session.timeout.ms\" = \"6000\" }",
+    }
+    .toml()
 }
 
 #[test]

@@ -1,26 +1,12 @@
 //! A broker restart mid-stream is survived without loss. In its own test
 //! binary: restarting the shared broker would disturb concurrent tests.
 
-use sluice_tests::kafka::{Outgoing, bootstrap, create_topic, produce, read, unique_topic};
+use sluice_tests::kafka::{IdentityPipeline, create_topic, produce_keys, read, unique_topic};
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-fn produce_keys(topic: &str, range: std::ops::Range<usize>) {
-    let keys: Vec<String> = range.map(|i| format!("k{i:05}")).collect();
-    let records: Vec<Outgoing<'_>> = keys
-        .iter()
-        .map(|k| Outgoing {
-            key: Some(k.as_bytes()),
-            value: k.as_bytes(),
-            headers: vec![],
-            timestamp: None,
-        })
-        .collect();
-    produce(topic, &records);
-}
 
 #[test]
 fn broker_restart_mid_stream_loses_nothing() {
@@ -32,31 +18,17 @@ fn broker_restart_mid_stream_loses_nothing() {
     create_topic(&input, 2);
     create_topic(&output, 1);
     produce_keys(&input, 0..5_000);
-    let identity = sluice_tests::plugin("identity");
-    let bootstrap = bootstrap();
-    let pipeline = format!(
-        r#"
-[pipeline]
-name = "broker-restart"
-batch_size = 100
-checkpoint_interval_ms = 100
-
-[source.kafka]
-bootstrap_servers = "{bootstrap}"
-topics = ["{input}"]
-group_id = "{group}"
-properties = {{ "session.timeout.ms" = "30000" }}
-
-[[operators]]
-name = "identity"
-plugin = "{identity}"
-
-[sink.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{output}"
-"#,
-        identity = identity.display()
-    );
+    let pipeline = IdentityPipeline {
+        name: "broker-restart",
+        input: &input,
+        group: &group,
+        output: &output,
+        dead_letter: None,
+        batch_size: 100,
+        checkpoint_interval_ms: 100,
+        source_settings: "properties = { \"session.timeout.ms\" = \"30000\" }",
+    }
+    .toml();
     let restarted = std::sync::atomic::AtomicBool::new(false);
     let script = sluice_tests::repo_root().join("scripts/dev-services.sh");
     let (_, snapshot) = sluice_tests::run_pipeline_until(&pipeline, WAIT, |s| {
