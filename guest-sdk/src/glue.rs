@@ -97,7 +97,7 @@ pub fn process_typed<T: Transform>(batch: Vec<wit::InputRecord>) -> Vec<wit::Rec
                             })
                             .collect(),
                         event_time: typed.event_time,
-                        topic: &typed.source.topic,
+                        topic: Bytes::new(typed.source.topic.as_bytes()),
                         partition: typed.source.partition,
                         offset: typed.source.offset,
                     },

@@ -68,9 +68,11 @@ impl<'a> Record<'a> {
         self.inner.event_time
     }
 
-    /// Topic, file or generator the record was read from.
+    /// Topic, file or generator the record was read from. (The host sends
+    /// UTF-8 only; the check happens here, on use, not for every record.)
     pub fn topic(&self) -> &'a str {
-        self.inner.topic
+        let topic: &'a Bytes = self.inner.topic;
+        std::str::from_utf8(topic).unwrap_or_default()
     }
 
     /// Source partition.

@@ -179,6 +179,7 @@ fn build_source(
                 duplicate_ratio: g.duplicate_ratio,
                 events_per_second: g.events_per_second,
                 max_disorder_ms: g.max_disorder_ms,
+                nexmark_encoding: g.encoding,
                 ..GeneratorOptions::default()
             },
         )),

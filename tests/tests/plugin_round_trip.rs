@@ -146,3 +146,55 @@ fn plugin_state_is_scoped_per_tenant() {
         );
     }
 }
+
+#[test]
+fn currency_convert_computes_q1_on_binary_nexmark_events() {
+    use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Profile};
+    use sluice_host::dataflow::Source;
+    use sluice_nexmark::{Encoding, Event};
+    let runtime = runtime();
+    let store = state_store();
+    let mut q1 = operator(
+        &runtime,
+        &store,
+        "t",
+        "currency-convert",
+        PluginLimits::default(),
+        &[("encoding", "binary")],
+    );
+    let mut generator = GeneratorSource::new(
+        "nexmark",
+        GeneratorOptions {
+            profile: Profile::Nexmark,
+            count: Some(2000),
+            nexmark_encoding: Encoding::Binary,
+            ..GeneratorOptions::default()
+        },
+    );
+    let mut bids = 0;
+    while let Some(batch) = generator.next_batch(256).unwrap() {
+        let inputs = batch.records.clone();
+        let mut out = Collector::default();
+        q1.process_batch(batch.records, &mut out).unwrap();
+        let expected: Vec<Event<'_>> = inputs
+            .iter()
+            .filter_map(
+                |r| match Event::decode(Encoding::Binary, &r.value).unwrap() {
+                    Event::Bid(mut bid) => {
+                        bid.price = bid.price * 908 / 1000;
+                        Some(Event::Bid(bid))
+                    }
+                    _ => None,
+                },
+            )
+            .collect();
+        let got: Vec<Event<'_>> = out
+            .main
+            .iter()
+            .map(|r| Event::decode(Encoding::Binary, &r.value).unwrap())
+            .collect();
+        assert_eq!(got, expected);
+        bids += got.len();
+    }
+    assert!(bids > 1500, "{bids}");
+}

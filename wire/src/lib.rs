@@ -44,8 +44,11 @@ pub struct InputRecord<'a> {
     pub headers: Vec<Header<'a>>,
     /// Event time, milliseconds since the Unix epoch.
     pub event_time: Option<i64>,
-    /// Topic, file or generator the record came from.
-    pub topic: &'a str,
+    /// Topic, file or generator the record came from: UTF-8 text (the host
+    /// sends only strings), carried as bytes so that plugins that never read
+    /// it do not pay for validating it on every record.
+    #[serde(borrow)]
+    pub topic: &'a Bytes,
     /// Partition within `topic`.
     pub partition: i32,
     /// Offset within the partition.
@@ -165,7 +168,7 @@ mod tests {
                     value: Bytes::new(b"v"),
                 }],
                 event_time: Some(1_700_000_000_000),
-                topic: "bids",
+                topic: Bytes::new(b"bids"),
                 partition: 3,
                 offset: 42,
             },
@@ -174,7 +177,7 @@ mod tests {
                 value: Bytes::new(b""),
                 headers: vec![],
                 event_time: None,
-                topic: "",
+                topic: Bytes::new(b""),
                 partition: 0,
                 offset: -1,
             },

@@ -194,6 +194,9 @@ pub struct GeneratorConfig {
     /// Largest event-time disorder, ms.
     #[serde(default)]
     pub max_disorder_ms: u64,
+    /// Encoding of `nexmark` events: `json` (default) or `binary`.
+    #[serde(default)]
+    pub encoding: sluice_nexmark::Encoding,
 }
 
 /// `[source.file]`.

@@ -215,7 +215,7 @@ impl PluginInstance {
                     })
                     .collect(),
                 event_time: record.event_time,
-                topic: &record.source.topic,
+                topic: sluice_wire::Bytes::new(record.source.topic.as_bytes()),
                 partition: record.source.partition,
                 offset: record.source.offset,
             };

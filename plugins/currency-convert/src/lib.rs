@@ -5,9 +5,12 @@
 //! (`price * rate_per_mille / 1000`) so that every language computes the
 //! same bytes. Events other than bids are dropped.
 //!
-//! Config: `rate_per_mille` (default 908).
+//! Config: `rate_per_mille` (default 908); `encoding`: `json` (default) or
+//! `binary` (Nexmark events as encoded by `sluice-nexmark`; the output is a
+//! binary bid with the converted price).
 
 use serde::{Deserialize, Serialize};
+use sluice_nexmark::{self as nexmark, Encoding};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
 /// The fields of a Nexmark event that q1 reads (borrowed from the record).
@@ -37,6 +40,7 @@ struct ConvertedBid<'a> {
 
 struct CurrencyConvert {
     rate_per_mille: u64,
+    encoding: Encoding,
     buffer: Vec<u8>,
 }
 
@@ -44,11 +48,15 @@ impl Transform for CurrencyConvert {
     fn init(config: &Config) -> Result<Self, String> {
         Ok(CurrencyConvert {
             rate_per_mille: config.parse_or("rate_per_mille", 908)?,
+            encoding: config.parse_or("encoding", Encoding::Json)?,
             buffer: Vec::with_capacity(256),
         })
     }
 
     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        if self.encoding == Encoding::Binary {
+            return self.process_binary(record, out);
+        }
         let event: Event<'_> = record.value_json()?;
         if event.event_type != "bid" {
             return Ok(());
@@ -66,6 +74,20 @@ impl Transform for CurrencyConvert {
         )
         .map_err(|e| format!("cannot encode JSON: {e}"))?;
         out.emit_value(&self.buffer);
+        Ok(())
+    }
+}
+
+impl CurrencyConvert {
+    fn process_binary(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        let event =
+            nexmark::Event::decode(Encoding::Binary, record.value()).map_err(|e| e.to_string())?;
+        if let nexmark::Event::Bid(mut bid) = event {
+            bid.price = bid.price * self.rate_per_mille / 1000;
+            self.buffer.clear();
+            nexmark::Event::Bid(bid).encode(Encoding::Binary, &mut self.buffer);
+            out.emit_value(&self.buffer);
+        }
         Ok(())
     }
 }

@@ -57,6 +57,8 @@ pub struct GeneratorOptions {
     pub events_per_second: u64,
     /// Largest amount an event time is moved back (disorder), ms.
     pub max_disorder_ms: u64,
+    /// Encoding of [`Profile::Nexmark`] events.
+    pub nexmark_encoding: sluice_nexmark::Encoding,
 }
 
 impl Default for GeneratorOptions {
@@ -72,6 +74,7 @@ impl Default for GeneratorOptions {
             start_time_ms: 1_700_000_000_000,
             events_per_second: 1000,
             max_disorder_ms: 0,
+            nexmark_encoding: sluice_nexmark::Encoding::Json,
         }
     }
 }
@@ -85,7 +88,7 @@ pub struct GeneratorSource {
     next_index: u64,
     started: Option<Instant>,
     bronze: bronze::BronzeState,
-    payload_buffer: Vec<u8>,
+    nexmark: nexmark::NexmarkTables,
 }
 
 impl GeneratorSource {
@@ -95,17 +98,19 @@ impl GeneratorSource {
         GeneratorSource {
             topic: Arc::from(format!("generator:{name}").as_str()),
             rng: ChaCha8Rng::seed_from_u64(options.seed),
+            nexmark: nexmark::NexmarkTables::new(options.nexmark_encoding),
             name,
             options,
             next_index: 0,
             started: None,
             bronze: bronze::BronzeState::default(),
-            payload_buffer: Vec::new(),
         }
     }
 
-    /// Generates record `self.next_index`.
-    fn generate(&mut self) -> Record {
+    /// Generates record `self.next_index`. Nexmark and payload values are
+    /// appended to `batch` (the batch's shared buffer) and returned as a
+    /// range of it; bronze values come as their own bytes.
+    fn generate(&mut self, batch: &mut Vec<u8>) -> (Option<Bytes>, GeneratedValue, i64) {
         let index = self.next_index;
         self.next_index += 1;
         let o = &self.options;
@@ -115,36 +120,40 @@ impl GeneratorSource {
         } else {
             base_time
         };
+        let start = batch.len();
         let (key, value) = match o.profile {
             Profile::Bronze => {
-                bronze::generate(&mut self.bronze, &mut self.rng, o, index, event_time)
+                let (key, value) =
+                    bronze::generate(&mut self.bronze, &mut self.rng, o, index, event_time);
+                (key, GeneratedValue::Own(value))
             }
-            Profile::Nexmark => (None, nexmark::generate(&mut self.rng, index, event_time)),
-            Profile::Payload => (
-                None,
-                payload(&mut self.payload_buffer, index, o.value_bytes),
-            ),
+            Profile::Nexmark => {
+                nexmark::generate(&mut self.nexmark, &mut self.rng, index, event_time, batch);
+                (None, GeneratedValue::InBatch(start..batch.len()))
+            }
+            Profile::Payload => {
+                payload(batch, index, o.value_bytes);
+                (None, GeneratedValue::InBatch(start..batch.len()))
+            }
         };
-        Record {
-            key,
-            value,
-            headers: Vec::new(),
-            event_time: Some(event_time),
-            source: SourcePosition {
-                topic: self.topic.clone(),
-                partition: 0,
-                offset: index as i64,
-            },
-        }
+        (key, value, event_time)
     }
 }
 
-/// A `size`-byte value: the index in decimal, then filler.
-fn payload(buffer: &mut Vec<u8>, index: u64, size: usize) -> Bytes {
-    buffer.clear();
-    buffer.extend_from_slice(index.to_string().as_bytes());
-    buffer.resize(size.max(buffer.len()), b'.');
-    Bytes::copy_from_slice(buffer)
+/// Where a generated value is.
+enum GeneratedValue {
+    /// Its own bytes.
+    Own(Bytes),
+    /// A range of the batch buffer.
+    InBatch(std::ops::Range<usize>),
+}
+
+/// Appends a `size`-byte value to `out`: the index in decimal, then filler.
+fn payload(out: &mut Vec<u8>, index: u64, size: usize) {
+    let start = out.len();
+    out.extend_from_slice(index.to_string().as_bytes());
+    let written = out.len() - start;
+    out.resize(start + size.max(written), b'.');
 }
 
 impl Source for GeneratorSource {
@@ -171,7 +180,30 @@ impl Source for GeneratorSource {
                 std::thread::sleep(due - now);
             }
         }
-        let records = (0..size).map(|_| self.generate()).collect();
+        // One buffer for the whole batch: values are slices of it, so a
+        // record costs no allocation of its own.
+        let mut buffer = Vec::with_capacity(size * 128);
+        let generated: Vec<_> = (0..size).map(|_| self.generate(&mut buffer)).collect();
+        let buffer = Bytes::from(buffer);
+        let first_index = self.next_index - size as u64;
+        let records = generated
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, value, event_time))| Record {
+                key,
+                value: match value {
+                    GeneratedValue::Own(bytes) => bytes,
+                    GeneratedValue::InBatch(range) => buffer.slice(range),
+                },
+                headers: Vec::new(),
+                event_time: Some(event_time),
+                source: SourcePosition {
+                    topic: self.topic.clone(),
+                    partition: 0,
+                    offset: (first_index + i as u64) as i64,
+                },
+            })
+            .collect();
         Ok(Some(SourceBatch {
             records,
             dead_letters: Vec::new(),

@@ -1,14 +1,9 @@
 //! Nexmark events: persons, auctions and bids in the benchmark's 1 : 3 : 46
-//! proportions, as flat JSON objects with an `event_type` field.
-//!
-//! Field names follow the Nexmark schema used by Flink's implementation
-//! (`auction`, `bidder`, `price`, `channel`, `url`, `date_time`, `extra`, ...);
-//! prices are in cents.
+//! proportions, encoded as JSON or binary ([`sluice_nexmark`]).
 
-use bytes::Bytes;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use sluice_nexmark::{Auction, Bid, Encoding, Event, Person};
 
 const PROPORTION_DENOMINATOR: u64 = 50;
 const PERSON_PROPORTION: u64 = 1;
@@ -25,52 +20,45 @@ const CITIES: [&str; 5] = [
 ];
 const STATES: [&str; 4] = ["AZ", "CA", "ID", "OR"];
 const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+const URLS: usize = 1000;
 
-/// A person registering.
-#[derive(Serialize)]
-struct Person<'a> {
-    event_type: &'a str,
-    id: u64,
-    name: String,
-    email_address: String,
-    credit_card: String,
-    city: &'a str,
-    state: &'a str,
-    date_time: i64,
-    extra: &'a str,
+/// Strings computed once, so that generating a bid allocates nothing but
+/// its encoded bytes.
+pub(super) struct NexmarkTables {
+    encoding: Encoding,
+    urls: Vec<String>,
+    /// (name, e-mail) for every pair of first names.
+    people: Vec<(String, String)>,
 }
 
-/// An auction opening.
-#[derive(Serialize)]
-struct Auction<'a> {
-    event_type: &'a str,
-    id: u64,
-    item_name: String,
-    description: &'a str,
-    initial_bid: u64,
-    reserve: u64,
-    date_time: i64,
-    expires: i64,
-    seller: u64,
-    category: u64,
-    extra: &'a str,
+impl NexmarkTables {
+    pub(super) fn new(encoding: Encoding) -> Self {
+        let people = NAMES
+            .iter()
+            .flat_map(|first| NAMES.iter().map(move |last| format!("{first} {last}")))
+            .map(|name| {
+                let email = format!("{}@example.com", name.replace(' ', ".").to_lowercase());
+                (name, email)
+            })
+            .collect();
+        NexmarkTables {
+            encoding,
+            urls: (0..URLS)
+                .map(|n| format!("https://www.nexmark.com/{n}/item.htm?query=1"))
+                .collect(),
+            people,
+        }
+    }
 }
 
-/// A bid on an auction.
-#[derive(Serialize)]
-struct Bid<'a> {
-    event_type: &'a str,
-    auction: u64,
-    bidder: u64,
-    price: u64,
-    channel: &'a str,
-    url: String,
-    date_time: i64,
-    extra: &'a str,
-}
-
-/// Generates event `index` as JSON.
-pub(super) fn generate(rng: &mut ChaCha8Rng, index: u64, event_time: i64) -> Bytes {
+/// Generates event `index` and appends its encoding to `out`.
+pub(super) fn generate(
+    tables: &mut NexmarkTables,
+    rng: &mut ChaCha8Rng,
+    index: u64,
+    event_time: i64,
+    out: &mut Vec<u8>,
+) {
     let epoch = index / PROPORTION_DENOMINATOR;
     let offset = index % PROPORTION_DENOMINATOR;
     let persons_so_far = epoch + 1;
@@ -78,24 +66,22 @@ pub(super) fn generate(rng: &mut ChaCha8Rng, index: u64, event_time: i64) -> Byt
         + offset
             .saturating_sub(PERSON_PROPORTION)
             .min(AUCTION_PROPORTION);
-    let json = if offset < PERSON_PROPORTION {
-        let name = format!(
-            "{} {}",
-            NAMES[rng.random_range(0..NAMES.len())],
-            NAMES[rng.random_range(0..NAMES.len())]
+    let card;
+    let item_name;
+    let event = if offset < PERSON_PROPORTION {
+        let (name, email) = &tables.people[rng.random_range(0..tables.people.len())];
+        card = format!(
+            "{:04} {:04} {:04} {:04}",
+            rng.random_range(0..10000),
+            rng.random_range(0..10000),
+            rng.random_range(0..10000),
+            rng.random_range(0..10000)
         );
-        serde_json::to_vec(&Person {
-            event_type: "person",
+        Event::Person(Person {
             id: FIRST_ID + epoch,
-            email_address: format!("{}@example.com", name.replace(' ', ".").to_lowercase()),
             name,
-            credit_card: format!(
-                "{:04} {:04} {:04} {:04}",
-                rng.random_range(0..10000),
-                rng.random_range(0..10000),
-                rng.random_range(0..10000),
-                rng.random_range(0..10000)
-            ),
+            email_address: email,
+            credit_card: &card,
             city: CITIES[rng.random_range(0..CITIES.len())],
             state: STATES[rng.random_range(0..STATES.len())],
             date_time: event_time,
@@ -103,10 +89,10 @@ pub(super) fn generate(rng: &mut ChaCha8Rng, index: u64, event_time: i64) -> Byt
         })
     } else if offset < PERSON_PROPORTION + AUCTION_PROPORTION {
         let initial_bid = rng.random_range(100..10_000);
-        serde_json::to_vec(&Auction {
-            event_type: "auction",
+        item_name = format!("item-{}", rng.random_range(0..10_000));
+        Event::Auction(Auction {
             id: FIRST_ID + auctions_so_far,
-            item_name: format!("item-{}", rng.random_range(0..10_000)),
+            item_name: &item_name,
             description: "",
             initial_bid,
             reserve: initial_bid + rng.random_range(0..10_000),
@@ -124,20 +110,15 @@ pub(super) fn generate(rng: &mut ChaCha8Rng, index: u64, event_time: i64) -> Byt
         } else {
             FIRST_ID + rng.random_range(0..auctions_so_far.max(1))
         };
-        serde_json::to_vec(&Bid {
-            event_type: "bid",
+        Event::Bid(Bid {
             auction,
             bidder: FIRST_ID + rng.random_range(0..persons_so_far),
             price: rng.random_range(100..10_000_000),
             channel: CHANNELS[rng.random_range(0..CHANNELS.len())],
-            url: format!(
-                "https://www.nexmark.com/{}/item.htm?query=1",
-                rng.random_range(0..1000)
-            ),
+            url: &tables.urls[rng.random_range(0..URLS)],
             date_time: event_time,
             extra: "",
         })
     };
-    // Serializing these structs into a Vec cannot fail.
-    Bytes::from(json.unwrap_or_default())
+    event.encode(tables.encoding, out);
 }
