@@ -1,6 +1,7 @@
 //! What a plugin instance's store holds, and the host functions it imports.
 
 use super::bindings::typed::sluice::plugin::{host, state, types};
+use super::plugin_output::{PluginOutput, Stream};
 use crate::metrics::OperatorMetrics;
 use crate::state::{OperatorScope, ScopedState};
 use std::sync::Arc;
@@ -14,6 +15,8 @@ pub struct PluginState {
     pub(crate) state: ScopedState,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) limits: StoreLimits,
+    /// The plugin's stderr, for fault reasons.
+    pub(crate) stderr: PluginOutput,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -21,8 +24,8 @@ pub struct PluginState {
 impl PluginState {
     /// State for a new instance. WASI is present only because some
     /// languages' standard libraries import it: no preopened directories, no
-    /// network, no environment, and clocks frozen at the Unix epoch unless the
-    /// pipeline grants the clock.
+    /// network, no environment, clocks frozen at the Unix epoch unless the
+    /// pipeline grants the clock; stdout and stderr go to the host log.
     pub(crate) fn new(
         scope: OperatorScope,
         state: ScopedState,
@@ -30,7 +33,11 @@ impl PluginState {
         limits: StoreLimits,
         grant_clock: bool,
     ) -> Self {
+        let shared_scope = Arc::new(scope.clone());
+        let stderr = PluginOutput::new(shared_scope.clone(), Stream::Stderr);
         let mut wasi = WasiCtx::builder();
+        wasi.stdout(PluginOutput::new(shared_scope, Stream::Stdout))
+            .stderr(stderr.clone());
         if !grant_clock {
             wasi.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
         }
@@ -39,6 +46,7 @@ impl PluginState {
             state,
             metrics,
             limits,
+            stderr,
             wasi: wasi.build(),
             table: ResourceTable::new(),
         }

@@ -188,11 +188,21 @@ impl PluginInstance {
     /// Runs the plugin on `records`, within the CPU deadline and memory limit.
     pub fn call_batch(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         self.store.set_epoch_deadline(self.deadline_ticks);
-        if self.packed {
+        self.store.data().stderr.clear_recent();
+        let result = if self.packed {
             self.call_packed(records)
         } else {
             self.call_typed(records)
-        }
+        };
+        result.map_err(|mut fault| {
+            // What the plugin printed before it trapped (a panic message,
+            // a traceback) says more than the trap itself.
+            let printed = self.store.data().stderr.recent();
+            if fault.kind == FaultKind::Trap && !printed.is_empty() {
+                fault.message = format!("{} (plugin stderr: {printed})", fault.message);
+            }
+            fault
+        })
     }
 
     fn call_packed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {

@@ -13,6 +13,7 @@ mod cache;
 mod component;
 mod host_api;
 mod instance;
+mod plugin_output;
 
 pub use cache::{CacheOutcome, ComponentCache};
 pub use component::{PluginComponent, PluginWorld};
