@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn sluice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -77,26 +77,10 @@ fn sigterm_stops_cleanly_flushing_everything_counted() {
         .spawn()
         .unwrap();
     // Wait until records are flowing (the sink has written something).
-    let started = Instant::now();
-    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 100_000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no output after 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    let (_, stderr) = text(&output);
-    assert!(
-        output.status.success(),
-        "SIGTERM must end the run cleanly: {stderr}"
-    );
+    sluice_tests::wait_until("records to flow", Duration::from_secs(60), || {
+        std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) >= 100_000
+    });
+    let stderr = sluice_tests::sigterm_and_wait(child);
     assert!(stderr.contains("stopped in"), "{stderr}");
     let written = std::fs::read_to_string(&out).unwrap().lines().count();
     let reported: usize = stderr

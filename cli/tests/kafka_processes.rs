@@ -5,11 +5,11 @@
 use sluice_tests::kafka::{
     IdentityPipeline, committed, create_topic, produce_keys, read, unique_topic,
 };
-use sluice_tests::kafka_end_offsets;
+use sluice_tests::{kafka_end_offsets, sigterm_and_wait, wait_until};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -40,28 +40,6 @@ fn spawn(pipeline: &Path) -> Child {
         .unwrap()
 }
 
-/// Polls `condition` until it holds; fails the test after [`WAIT`].
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn sigterm_and_wait(child: Child) -> String {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "sluice run failed: {stderr}");
-    stderr
-}
-
 fn distinct_keys(topic: &str, at_least: usize) -> (BTreeSet<Vec<u8>>, usize) {
     let records = read(topic, 1, at_least, WAIT);
     let total = records.len();
@@ -82,7 +60,9 @@ fn kill_dash_nine_mid_stream_then_restart_loses_no_record() {
     let file = pipeline(dir.path(), "kill", &input, &group, &output);
 
     let mut first = spawn(&file);
-    wait_until("some output", || kafka_end_offsets(&output, 1)[0] >= 2_000);
+    wait_until("some output", WAIT, || {
+        kafka_end_offsets(&output, 1)[0] >= 2_000
+    });
     first.kill().unwrap(); // SIGKILL: no flush, no final commit
     first.wait().unwrap();
     let committed_after_kill: i64 = committed(&group, &input, 4)
@@ -95,7 +75,7 @@ fn kill_dash_nine_mid_stream_then_restart_loses_no_record() {
     );
 
     let second = spawn(&file);
-    wait_until("the restarted run to commit everything", || {
+    wait_until("the restarted run to commit everything", WAIT, || {
         committed(&group, &input, 4)
             .iter()
             .map(|o| o.unwrap_or(0))
@@ -144,19 +124,23 @@ fn two_processes_in_one_group_share_the_partitions() {
             next
         })
     };
-    wait_until("process a to write", || kafka_end_offsets(&out_a, 1)[0] > 0);
+    wait_until("process a to write", WAIT, || {
+        kafka_end_offsets(&out_a, 1)[0] > 0
+    });
     let b = spawn(&pipeline(dir.path(), "b", &input, &group, &out_b));
-    wait_until("process b to get partitions and write", || {
+    wait_until("process b to get partitions and write", WAIT, || {
         kafka_end_offsets(&out_b, 1)[0] > 0
     });
     let a_before = kafka_end_offsets(&out_a, 1)[0];
-    wait_until("process a to keep writing after the rebalance", || {
-        kafka_end_offsets(&out_a, 1)[0] > a_before
-    });
+    wait_until(
+        "process a to keep writing after the rebalance",
+        WAIT,
+        || kafka_end_offsets(&out_a, 1)[0] > a_before,
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let produced = producer.join().unwrap();
 
-    wait_until("the group to commit everything produced", || {
+    wait_until("the group to commit everything produced", WAIT, || {
         committed(&group, &input, 4)
             .iter()
             .map(|o| o.unwrap_or(0))

@@ -133,6 +133,39 @@ pub fn run_pipeline_until(
     (outcome, metrics.snapshot())
 }
 
+/// Polls `condition` every 20 ms until it holds; fails the test, naming
+/// `what`, after `timeout`.
+pub fn wait_until(what: &str, timeout: std::time::Duration, mut condition: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGTERM to `child` (a `sluice run`), waits for it, asserts a clean
+/// exit and returns what it printed on stderr.
+pub fn sigterm_and_wait(child: std::process::Child) -> String {
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap_or_else(|e| panic!("kill: {e}"));
+    assert!(status.success(), "kill -TERM failed");
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for sluice: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "SIGTERM must end the run cleanly: {stderr}"
+    );
+    stderr
+}
+
 /// Helpers for tests against the Kafka broker that `scripts/dev-services.sh
 /// up` starts (or `$SLUICE_KAFKA_BOOTSTRAP`).
 pub mod kafka {
