@@ -2,10 +2,15 @@
 # Installs what building and testing Sluice needs on a fresh Debian machine.
 # Idempotent: installs only what is missing.
 #
-# Plugins are compiled to WebAssembly by one of two routes (see
-# cli/src/build.rs): rustup's wasm32-wasip2 target, or — where rustup cannot
-# download targets — Debian's rustc-web with its std sources and lld-19.
+# Plugin toolchains (see cli/src/build/):
+# * Rust: rustup's wasm32-wasip2 target, or — where rustup cannot download
+#   targets — Debian's rustc-web with its std sources and lld-19.
+# * Python: componentize-py from PyPI.
+# * JavaScript: componentize-js from npm, into ~/.cache/sluice/js-toolchain
+#   (versions pinned by scripts/js-toolchain/package-lock.json).
+# * C: Debian's clang-19 with its wasm32 runtime, and wasi-libc.
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
 
 apt_missing=()
 want_apt() {
@@ -29,11 +34,34 @@ fi
 # cannot download targets, and the tests check that both routes build
 # plugins that behave identically.
 want_apt rustc-web rust-web-src lld-19
+# C plugins.
+want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
 
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   echo "setup: installing ${apt_missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_missing[@]}"
+fi
+
+# Python plugins.
+componentize_py_version=0.25.1
+if [ "$(componentize-py --version 2>/dev/null | awk '{print $2}')" = "$componentize_py_version" ]; then
+  echo "setup: componentize-py $componentize_py_version present"
+else
+  python3 -m pip install --quiet --disable-pip-version-check "componentize-py==$componentize_py_version"
+  echo "setup: installed componentize-py $componentize_py_version"
+fi
+
+# JavaScript plugins: reinstalled when the committed lock file changes.
+js_toolchain="$HOME/.cache/sluice/js-toolchain"
+if cmp -s "$here/js-toolchain/package-lock.json" "$js_toolchain/package-lock.json" \
+  && [ -x "$js_toolchain/node_modules/.bin/componentize-js" ]; then
+  echo "setup: componentize-js present"
+else
+  mkdir -p "$js_toolchain"
+  cp "$here/js-toolchain/package.json" "$here/js-toolchain/package-lock.json" "$js_toolchain/"
+  (cd "$js_toolchain" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "setup: installed componentize-js into $js_toolchain"
 fi
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy

@@ -41,9 +41,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PluginCommand {
-    /// Compile a plugin crate into a WebAssembly component.
+    /// Compile a plugin (Rust, Python, JavaScript or C) into a WebAssembly component.
     Build {
-        /// The plugin crate directory.
+        /// The plugin directory (the language is detected from its files).
         dir: PathBuf,
         /// Where to write the component (default: <target>/sluice/<name>.wasm).
         #[arg(short, long)]
@@ -107,11 +107,15 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Plugin(PluginCommand::Build { dir, output }) => {
             let built =
                 build::build_plugin(&dir, output.as_deref(), std::io::stderr().is_terminal())?;
+            let route = built
+                .route
+                .map(|route| format!(", {route:?} route"))
+                .unwrap_or_default();
             println!(
-                "{} ({} bytes, {:?} route)",
+                "{} ({} bytes, {}{route})",
                 built.path.display(),
                 built.size_bytes,
-                built.route
+                built.language,
             );
         }
         Command::Plugin(PluginCommand::New {

@@ -34,7 +34,7 @@ fn both_toolchain_routes_build_equivalent_components() {
         let component = dir.path().join(format!("{route:?}.wasm"));
         let built = build_plugin_with_route(&crate_dir, Some(&component), route, false)
             .unwrap_or_else(|error| panic!("{route:?}: {error:#}"));
-        assert_eq!(built.route, route);
+        assert_eq!(built.route, Some(route));
         let mut printed = Vec::new();
         let counts = try_plugin(&component, &input, vec![], CallMode::Auto, &mut printed).unwrap();
         assert_eq!((counts.main, counts.dead_letter), (2, 1), "{route:?}");

@@ -10,13 +10,16 @@
 //! binary bid with the converted price).
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use sluice_nexmark::{self as nexmark, Encoding};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
-/// The fields of a Nexmark event that q1 reads (borrowed from the record).
+/// The fields of a Nexmark event that q1 reads (borrowed from the record
+/// unless a string contains escapes).
 #[derive(Deserialize)]
 struct Event<'a> {
-    event_type: &'a str,
+    #[serde(borrow)]
+    event_type: Cow<'a, str>,
     #[serde(default)]
     auction: u64,
     #[serde(default)]
@@ -26,7 +29,7 @@ struct Event<'a> {
     #[serde(default)]
     date_time: i64,
     #[serde(default, borrow)]
-    extra: &'a str,
+    extra: Cow<'a, str>,
 }
 
 #[derive(Serialize)]
@@ -67,9 +70,9 @@ impl Transform for CurrencyConvert {
             &ConvertedBid {
                 auction: event.auction,
                 bidder: event.bidder,
-                price: event.price * self.rate_per_mille / 1000,
+                price: self.convert(event.price)?,
                 date_time: event.date_time,
-                extra: event.extra,
+                extra: &event.extra,
             },
         )
         .map_err(|e| format!("cannot encode JSON: {e}"))?;
@@ -79,11 +82,20 @@ impl Transform for CurrencyConvert {
 }
 
 impl CurrencyConvert {
+    /// Cents in dollars to cents in euros, failing (rather than wrapping)
+    /// on overflow.
+    fn convert(&self, price: u64) -> Result<u64, String> {
+        price
+            .checked_mul(self.rate_per_mille)
+            .map(|scaled| scaled / 1000)
+            .ok_or_else(|| "price * rate_per_mille overflows an unsigned 64-bit integer".to_string())
+    }
+
     fn process_binary(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
         let event =
             nexmark::Event::decode(Encoding::Binary, record.value()).map_err(|e| e.to_string())?;
         if let nexmark::Event::Bid(mut bid) = event {
-            bid.price = bid.price * self.rate_per_mille / 1000;
+            bid.price = self.convert(bid.price)?;
             self.buffer.clear();
             nexmark::Event::Bid(bid).encode(Encoding::Binary, &mut self.buffer);
             out.emit_value(&self.buffer);

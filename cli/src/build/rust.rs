@@ -1,4 +1,4 @@
-//! `sluice plugin build`: compiles a plugin crate to a WebAssembly component.
+//! Rust plugins: a crate compiled to a WebAssembly component.
 //!
 //! Two toolchain routes, chosen automatically:
 //!
@@ -11,12 +11,11 @@
 //! `scripts/setup-toolchain.sh` installs whichever is missing. Set
 //! `SLUICE_WASM_ROUTE=wasip2|build-std` to force a route.
 
+use super::{BuiltPlugin, Language, Spinner, componentize, write_component};
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Debian paths of the build-std route.
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
@@ -30,17 +29,6 @@ pub enum Route {
     Wasip2,
     /// Debian `rustc-web` + `-Zbuild-std` + `wit-component`.
     BuildStd,
-}
-
-/// What a build produced.
-#[derive(Debug, Clone)]
-pub struct BuiltPlugin {
-    /// The component file.
-    pub path: PathBuf,
-    /// Its size.
-    pub size_bytes: u64,
-    /// The route used.
-    pub route: Route,
 }
 
 /// Picks the toolchain route (see the module docs).
@@ -79,19 +67,20 @@ pub fn build_std_available() -> bool {
         && Path::new(DEBIAN_WASM_LD).exists()
 }
 
-/// Builds the plugin crate in `crate_dir` with the detected route (see
-/// [`detect_route`]) and writes the component to `output` (default:
+/// Builds the plugin crate in `crate_dir` with the toolchain `route` and
+/// writes the component to `output` (default:
 /// `<cargo target dir>/sluice/<crate name>.wasm`).
-pub fn build_plugin(
+pub fn build_plugin_with_route(
     crate_dir: &Path,
     output: Option<&Path>,
+    route: Route,
     show_progress: bool,
 ) -> Result<BuiltPlugin> {
-    build_plugin_with_route(crate_dir, output, detect_route()?, show_progress)
+    build(crate_dir, output, route, show_progress)
 }
 
-/// Like [`build_plugin`], with the toolchain route chosen by the caller.
-pub fn build_plugin_with_route(
+/// See [`build_plugin_with_route`].
+pub(super) fn build(
     crate_dir: &Path,
     output: Option<&Path>,
     route: Route,
@@ -153,18 +142,7 @@ pub fn build_plugin_with_route(
     // A rustup toolchain file or environment must not leak into the Debian route.
     command.env_remove("RUSTUP_TOOLCHAIN");
 
-    let progress = if show_progress {
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {elapsed} building {prefix}: {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.set_prefix(name.clone());
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = Spinner::start(&name, show_progress);
     let mut child = command.spawn().context("cannot run cargo")?;
     let mut artifact: Option<PathBuf> = None;
     if let Some(stdout) = child.stdout.take() {
@@ -175,7 +153,7 @@ pub fn build_plugin_with_route(
             };
             if message["reason"] == "compiler-artifact" {
                 let crate_name = message["target"]["name"].as_str().unwrap_or_default();
-                progress.set_message(format!("compiled {crate_name}"));
+                progress.step(format!("compiled {crate_name}"));
                 let is_plugin = crate_name == name.replace('-', "_") || crate_name == name;
                 if is_plugin && let Some(files) = message["filenames"].as_array() {
                     artifact = files
@@ -188,7 +166,7 @@ pub fn build_plugin_with_route(
         }
     }
     let status = child.wait().context("waiting for cargo")?;
-    progress.finish_and_clear();
+    progress.finish();
     if !status.success() {
         bail!("cargo build of plugin `{name}` failed ({status})");
     }
@@ -199,36 +177,14 @@ pub fn build_plugin_with_route(
         std::fs::read(&artifact).with_context(|| format!("reading {}", artifact.display()))?;
     let component = match route {
         Route::Wasip2 => bytes,
-        Route::BuildStd => componentize(&bytes)
+        Route::BuildStd => componentize(&bytes, None)
             .with_context(|| format!("componentizing {}", artifact.display()))?,
     };
-    wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
-        .validate_all(&component)
-        .with_context(|| format!("{} is not a valid component", artifact.display()))?;
-
     let output = match output {
         Some(path) => path.to_path_buf(),
         None => target_dir.join("sluice").join(format!("{name}.wasm")),
     };
-    if let Some(parent) = output.parent() {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(&output, &component).with_context(|| format!("writing {}", output.display()))?;
-    Ok(BuiltPlugin {
-        size_bytes: component.len() as u64,
-        path: output,
-        route,
-    })
-}
-
-/// Wraps a core module (with wit-bindgen's component-type section) into a
-/// component.
-pub fn componentize(module: &[u8]) -> Result<Vec<u8>> {
-    wit_component::ComponentEncoder::default()
-        .module(module)?
-        .validate(true)
-        .encode()
+    write_component(&component, &output, Language::Rust, Some(route))
 }
 
 /// The cargo target directory of the workspace containing `crate_dir`.
@@ -251,16 +207,4 @@ fn cargo_target_dir(crate_dir: &Path) -> Result<PathBuf> {
         .as_str()
         .map(PathBuf::from)
         .context("cargo metadata has no target_directory")
-}
-
-/// Resolves an operator's `plugin` path for `sluice run`: component files
-/// as they are, plugin crate directories built first.
-pub fn resolve_plugin(path: &Path) -> std::result::Result<PathBuf, String> {
-    if path.is_dir() {
-        build_plugin(path, None, true)
-            .map(|built| built.path)
-            .map_err(|error| format!("{error:#}"))
-    } else {
-        Ok(path.to_path_buf())
-    }
 }

@@ -1,0 +1,65 @@
+//! JavaScript plugins: the ES module `plugin.js` (plus modules beside it),
+//! compiled with `componentize-js` into a component that embeds the
+//! StarlingMonkey engine.
+//!
+//! The plugin's `.js` files and the `sluice.js` SDK embedded in this binary
+//! are staged together, so a plugin imports the SDK as `./sluice.js`. The
+//! component keeps WASI stdio (so `console.log` reaches the host log),
+//! random and clocks (the host freezes the clock unless the pipeline grants
+//! it); HTTP is left out.
+
+use super::{Spinner, run_tool, sdk};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `@bytecodealliance/componentize-js` version the SDK is tested with.
+pub const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
+
+/// The `componentize-js` command: `$SLUICE_COMPONENTIZE_JS`, else the copy
+/// `scripts/setup-toolchain.sh` installs under `~/.cache/sluice`, else the
+/// one on `PATH`.
+pub fn componentize_js() -> PathBuf {
+    if let Some(path) = std::env::var_os("SLUICE_COMPONENTIZE_JS") {
+        return PathBuf::from(path);
+    }
+    let cached = std::env::var_os("HOME").map(|home| {
+        Path::new(&home).join(".cache/sluice/js-toolchain/node_modules/.bin/componentize-js")
+    });
+    match cached {
+        Some(path) if path.exists() => path,
+        _ => PathBuf::from("componentize-js"),
+    }
+}
+
+/// Builds the JavaScript plugin in `dir`; intermediate files go to `scratch`.
+pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Vec<u8>> {
+    let wit = sdk::write_wit(scratch)?;
+    let staged = scratch.join("src");
+    std::fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let is_module = path
+            .extension()
+            .is_some_and(|ext| ext == "js" || ext == "mjs");
+        if is_module && let Some(name) = path.file_name() {
+            std::fs::copy(&path, staged.join(name))
+                .with_context(|| format!("staging {}", path.display()))?;
+        }
+    }
+    sdk::write(&staged, "sluice.js", sdk::JS_SDK)?;
+    let output = scratch.join("component.wasm");
+    progress.step("componentize-js");
+    run_tool(
+        Command::new(componentize_js())
+            .arg(staged.join("plugin.js"))
+            .arg("--wit")
+            .arg(&wit)
+            .args(["--world-name", sdk::WORLD])
+            .args(["--disable", "http", "fetch-event"])
+            .arg("--out")
+            .arg(&output),
+        "componentize-js",
+    )?;
+    std::fs::read(&output).with_context(|| format!("reading {}", output.display()))
+}

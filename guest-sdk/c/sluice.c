@@ -1,0 +1,649 @@
+/* Sluice plugin SDK for C: the `transformer` export on top of the
+ * wit-bindgen bindings, host imports, buffers and a strict JSON parser.
+ * See sluice.h. */
+#include "sluice.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ buffers */
+
+static void buf_reserve(sluice_buf *buf, size_t extra) {
+  if (buf->len + extra <= buf->cap) return;
+  size_t cap = buf->cap ? buf->cap * 2 : 64;
+  while (cap < buf->len + extra) cap *= 2;
+  uint8_t *grown = realloc(buf->ptr, cap);
+  if (grown == NULL) abort(); /* out of memory: the host dead-letters the batch's records */
+  buf->ptr = grown;
+  buf->cap = cap;
+}
+
+void sluice_buf_push(sluice_buf *buf, const void *data, size_t len) {
+  if (len == 0) return;
+  buf_reserve(buf, len);
+  memcpy(buf->ptr + buf->len, data, len);
+  buf->len += len;
+}
+
+void sluice_buf_push_byte(sluice_buf *buf, uint8_t byte) {
+  buf_reserve(buf, 1);
+  buf->ptr[buf->len++] = byte;
+}
+
+void sluice_buf_push_str(sluice_buf *buf, const char *text) { sluice_buf_push(buf, text, strlen(text)); }
+
+static void buf_vprintf(sluice_buf *buf, const char *format, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int needed = vsnprintf(NULL, 0, format, copy);
+  va_end(copy);
+  if (needed < 0) return;
+  buf_reserve(buf, (size_t)needed + 1);
+  vsnprintf((char *)buf->ptr + buf->len, (size_t)needed + 1, format, args);
+  buf->len += (size_t)needed;
+}
+
+void sluice_buf_printf(sluice_buf *buf, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  buf_vprintf(buf, format, args);
+  va_end(args);
+}
+
+void sluice_buf_clear(sluice_buf *buf) { buf->len = 0; }
+
+void sluice_buf_free(sluice_buf *buf) {
+  free(buf->ptr);
+  buf->ptr = NULL;
+  buf->len = buf->cap = 0;
+}
+
+/* A malloc'd copy of `len` bytes (the bindings free returned lists). */
+static uint8_t *copy_bytes(const uint8_t *data, size_t len) {
+  uint8_t *copy = malloc(len ? len : 1);
+  if (copy == NULL) abort();
+  if (len) memcpy(copy, data, len);
+  return copy;
+}
+
+static void string_from(transform_string_t *out, const char *text) {
+  size_t len = strlen(text);
+  out->ptr = copy_bytes((const uint8_t *)text, len);
+  out->len = len;
+}
+
+/* ------------------------------------------------------------ records */
+
+bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf *value) {
+  size_t key_len = strlen(key);
+  for (size_t i = 0; i < config->entries->len; i++) {
+    const transform_tuple2_string_string_t *entry = &config->entries->ptr[i];
+    if (entry->f0.len == key_len && memcmp(entry->f0.ptr, key, key_len) == 0) {
+      sluice_buf_clear(value);
+      sluice_buf_push(value, entry->f1.ptr, entry->f1.len);
+      sluice_buf_push_byte(value, 0);
+      value->len--;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct sluice_out {
+  const sluice_plugin_types_input_record_t *input;
+  sluice_plugin_types_emit_t *emits;
+  size_t count, cap;
+  bool failed;
+  sluice_buf reason;
+};
+
+static void copy_key_and_headers(const sluice_plugin_types_input_record_t *input,
+                                 sluice_plugin_types_output_record_t *record) {
+  record->key.is_some = input->key.is_some;
+  if (input->key.is_some) {
+    record->key.val.ptr = copy_bytes(input->key.val.ptr, input->key.val.len);
+    record->key.val.len = input->key.val.len;
+  }
+  size_t headers = input->headers.len;
+  record->headers.len = headers;
+  record->headers.ptr = headers ? malloc(headers * sizeof(sluice_plugin_types_header_t)) : NULL;
+  if (headers && record->headers.ptr == NULL) abort();
+  for (size_t i = 0; i < headers; i++) {
+    const sluice_plugin_types_header_t *from = &input->headers.ptr[i];
+    sluice_plugin_types_header_t *to = &record->headers.ptr[i];
+    to->key.ptr = copy_bytes(from->key.ptr, from->key.len);
+    to->key.len = from->key.len;
+    to->value.ptr = copy_bytes(from->value.ptr, from->value.len);
+    to->value.len = from->value.len;
+  }
+}
+
+static sluice_plugin_types_emit_t *push_emit(sluice_out *out, uint8_t route, const char *route_text,
+                                             const uint8_t *value, size_t len) {
+  if (out->count == out->cap) {
+    size_t cap = out->cap ? out->cap * 2 : 2;
+    sluice_plugin_types_emit_t *grown = realloc(out->emits, cap * sizeof *grown);
+    if (grown == NULL) abort();
+    out->emits = grown;
+    out->cap = cap;
+  }
+  sluice_plugin_types_emit_t *emit = &out->emits[out->count++];
+  memset(emit, 0, sizeof *emit);
+  emit->route.tag = route;
+  if (route == SLUICE_PLUGIN_TYPES_ROUTE_SIDE) string_from(&emit->route.val.side, route_text);
+  if (route == SLUICE_PLUGIN_TYPES_ROUTE_DEAD_LETTER) string_from(&emit->route.val.dead_letter, route_text);
+  emit->record.value.ptr = copy_bytes(value, len);
+  emit->record.value.len = len;
+  copy_key_and_headers(out->input, &emit->record);
+  return emit;
+}
+
+void sluice_forward(sluice_out *out) {
+  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_MAIN, NULL, out->input->value.ptr, out->input->value.len);
+}
+
+void sluice_emit(sluice_out *out, const uint8_t *value, size_t len) {
+  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_MAIN, NULL, value, len);
+}
+
+void sluice_side(sluice_out *out, const char *name, const uint8_t *value, size_t len) {
+  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_SIDE, name, value, len);
+}
+
+void sluice_dead_letter(sluice_out *out, const char *reason) {
+  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_DEAD_LETTER, reason, out->input->value.ptr, out->input->value.len);
+}
+
+void sluice_fail(sluice_out *out, const char *format, ...) {
+  out->failed = true;
+  sluice_buf_clear(&out->reason);
+  va_list args;
+  va_start(args, format);
+  buf_vprintf(&out->reason, format, args);
+  va_end(args);
+}
+
+/* ------------------------------------------------------------ host */
+
+void sluice_log(sluice_log_level level, const char *message) {
+  transform_string_t text = {(uint8_t *)message, strlen(message)};
+  sluice_plugin_host_log((sluice_plugin_host_log_level_t)level, &text);
+}
+
+void sluice_counter_add(const char *name, uint64_t delta) {
+  transform_string_t text = {(uint8_t *)name, strlen(name)};
+  sluice_plugin_host_counter_add(&text, delta);
+}
+
+bool sluice_state_get(const uint8_t *key, size_t key_len, sluice_buf *value) {
+  transform_list_u8_t k = {(uint8_t *)key, key_len};
+  transform_list_u8_t found;
+  if (!sluice_plugin_state_get(&k, &found)) return false;
+  sluice_buf_clear(value);
+  sluice_buf_push(value, found.ptr, found.len);
+  transform_list_u8_free(&found);
+  return true;
+}
+
+void sluice_state_put(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len) {
+  transform_list_u8_t k = {(uint8_t *)key, key_len};
+  transform_list_u8_t v = {(uint8_t *)value, value_len};
+  sluice_plugin_state_put(&k, &v);
+}
+
+void sluice_state_delete(const uint8_t *key, size_t key_len) {
+  transform_list_u8_t k = {(uint8_t *)key, key_len};
+  sluice_plugin_state_delete(&k);
+}
+
+/* ------------------------------------------------------------ exports */
+
+bool exports_sluice_plugin_transformer_init(transform_list_tuple2_string_string_t *config,
+                                            transform_string_t *err) {
+  sluice_config view = {config};
+  sluice_buf error = {0};
+  bool ok = sluice_plugin_init(&view, &error);
+  if (!ok) {
+    sluice_buf_push_byte(&error, 0);
+    string_from(err, (const char *)error.ptr);
+  }
+  sluice_buf_free(&error);
+  transform_list_tuple2_string_string_free(config);
+  return ok;
+}
+
+void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_transformer_list_input_record_t *batch,
+                                                     exports_sluice_plugin_transformer_list_record_outcome_t *ret) {
+  ret->len = batch->len;
+  ret->ptr = malloc((batch->len ? batch->len : 1) * sizeof *ret->ptr);
+  if (ret->ptr == NULL) abort();
+  sluice_out out = {0};
+  for (size_t i = 0; i < batch->len; i++) {
+    const sluice_plugin_types_input_record_t *input = &batch->ptr[i];
+    sluice_record record = {
+        .value = input->value.ptr,
+        .value_len = input->value.len,
+        .has_key = input->key.is_some,
+        .key = input->key.is_some ? input->key.val.ptr : NULL,
+        .key_len = input->key.is_some ? input->key.val.len : 0,
+        .has_event_time = input->event_time.is_some,
+        .event_time = input->event_time.val,
+        .raw = input,
+    };
+    out.input = input;
+    out.emits = NULL;
+    out.count = out.cap = 0;
+    out.failed = false;
+    sluice_plugin_process(&record, &out);
+    exports_sluice_plugin_transformer_record_outcome_t *outcome = &ret->ptr[i];
+    if (out.failed) {
+      sluice_plugin_types_list_emit_t discarded = {out.emits, out.count};
+      sluice_plugin_types_list_emit_free(&discarded);
+      sluice_buf_push_byte(&out.reason, 0);
+      outcome->is_err = true;
+      string_from(&outcome->val.err, (const char *)out.reason.ptr);
+    } else {
+      outcome->is_err = false;
+      outcome->val.ok.ptr = out.emits;
+      outcome->val.ok.len = out.count;
+    }
+  }
+  sluice_buf_free(&out.reason);
+  exports_sluice_plugin_transformer_list_input_record_free(batch);
+}
+
+/* ------------------------------------------------------------ JSON */
+
+typedef struct parser {
+  sluice_json *json;
+  size_t at;
+  int depth;
+} parser;
+
+static bool fail(parser *p, const char *what) {
+  snprintf(p->json->error, sizeof p->json->error, "invalid JSON value: %s at byte %zu", what, p->at);
+  return false;
+}
+
+static void skip_whitespace(parser *p) {
+  const uint8_t *t = p->json->text;
+  while (p->at < p->json->len && (t[p->at] == ' ' || t[p->at] == '\t' || t[p->at] == '\n' || t[p->at] == '\r'))
+    p->at++;
+}
+
+static size_t push_token(parser *p, sluice_json_type type) {
+  sluice_json *json = p->json;
+  if (json->count == json->cap) {
+    size_t cap = json->cap ? json->cap * 2 : 32;
+    sluice_json_token *grown = realloc(json->tokens, cap * sizeof *grown);
+    if (grown == NULL) abort();
+    json->tokens = grown;
+    json->cap = cap;
+  }
+  sluice_json_token *token = &json->tokens[json->count];
+  memset(token, 0, sizeof *token);
+  token->type = type;
+  token->start = (uint32_t)p->at;
+  return json->count++;
+}
+
+static bool parse_value(parser *p);
+
+static int hex_digit(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static bool read_hex4(parser *p, uint32_t *unit) {
+  if (p->at + 4 > p->json->len) return fail(p, "EOF while parsing a string");
+  uint32_t value = 0;
+  for (int i = 0; i < 4; i++) {
+    int d = hex_digit(p->json->text[p->at + i]);
+    if (d < 0) return fail(p, "invalid escape");
+    value = value * 16 + (uint32_t)d;
+  }
+  p->at += 4;
+  *unit = value;
+  return true;
+}
+
+/* Length of the valid UTF-8 sequence at `s` (at most `left` bytes), or 0. */
+static size_t utf8_sequence(const uint8_t *s, size_t left) {
+  uint8_t c = s[0];
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t min;
+  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80;
+  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800;
+  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000;
+  else return 0;
+  if (n > left) return 0;
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+static bool parse_string(parser *p, size_t index) {
+  const uint8_t *t = p->json->text;
+  p->at++; /* opening quote */
+  p->json->tokens[index].start = (uint32_t)p->at;
+  for (;;) {
+    if (p->at >= p->json->len) return fail(p, "EOF while parsing a string");
+    uint8_t c = t[p->at];
+    if (c == '"') break;
+    if (c < 0x20) return fail(p, "control character in string");
+    if (c == '\\') {
+      p->json->tokens[index].has_escapes = true;
+      if (p->at + 1 >= p->json->len) return fail(p, "EOF while parsing a string");
+      uint8_t e = t[p->at + 1];
+      p->at += 2;
+      if (e == 'u') {
+        uint32_t unit;
+        if (!read_hex4(p, &unit)) return false;
+        if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(p, "lone trailing surrogate in escape");
+        if (unit >= 0xD800 && unit <= 0xDBFF) {
+          uint32_t low;
+          if (p->at + 2 > p->json->len || t[p->at] != '\\' || t[p->at + 1] != 'u')
+            return fail(p, "unpaired surrogate in escape");
+          p->at += 2;
+          if (!read_hex4(p, &low)) return false;
+          if (low < 0xDC00 || low > 0xDFFF) return fail(p, "unpaired surrogate in escape");
+        }
+      } else if (!strchr("\"\\/bfnrt", e) || e == 0) {
+        return fail(p, "invalid escape");
+      }
+      continue;
+    }
+    size_t n = utf8_sequence(t + p->at, p->json->len - p->at);
+    if (n == 0) return fail(p, "invalid UTF-8 in string");
+    p->at += n;
+  }
+  p->json->tokens[index].end = (uint32_t)p->at;
+  p->at++; /* closing quote */
+  return true;
+}
+
+static bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+static bool parse_number(parser *p, size_t index) {
+  const uint8_t *t = p->json->text;
+  size_t len = p->json->len;
+  size_t start = p->at;
+  bool integer = true;
+  if (t[p->at] == '-') p->at++;
+  if (p->at >= len || !is_digit(t[p->at])) return fail(p, "invalid number");
+  if (t[p->at] == '0') {
+    p->at++;
+  } else {
+    while (p->at < len && is_digit(t[p->at])) p->at++;
+  }
+  if (p->at < len && t[p->at] == '.') {
+    integer = false;
+    p->at++;
+    if (p->at >= len || !is_digit(t[p->at])) return fail(p, "invalid number");
+    while (p->at < len && is_digit(t[p->at])) p->at++;
+  }
+  if (p->at < len && (t[p->at] == 'e' || t[p->at] == 'E')) {
+    integer = false;
+    p->at++;
+    if (p->at < len && (t[p->at] == '+' || t[p->at] == '-')) p->at++;
+    if (p->at >= len || !is_digit(t[p->at])) return fail(p, "invalid number");
+    while (p->at < len && is_digit(t[p->at])) p->at++;
+  }
+  sluice_json_token *token = &p->json->tokens[index];
+  token->start = (uint32_t)start;
+  token->end = (uint32_t)p->at;
+  if (integer) {
+    uint64_t u;
+    int64_t i;
+    token->is_integer = true; /* provisionally, for the range checks below */
+    bool negative = t[start] == '-';
+    bool minus_zero = negative && p->at - start == 2 && t[start + 1] == '0';
+    token->is_integer = !minus_zero && (negative ? sluice_json_i64(p->json, index, &i)
+                                                 : sluice_json_u64(p->json, index, &u));
+  }
+  return true;
+}
+
+static bool parse_literal(parser *p, const char *word) {
+  size_t n = strlen(word);
+  if (p->at + n > p->json->len || memcmp(p->json->text + p->at, word, n) != 0) return fail(p, "expected value");
+  p->at += n;
+  return true;
+}
+
+static bool parse_value(parser *p) {
+  skip_whitespace(p);
+  if (p->at >= p->json->len) return fail(p, "EOF while parsing a value");
+  uint8_t c = p->json->text[p->at];
+  size_t index;
+  switch (c) {
+  case '{':
+  case '[': {
+    bool object = c == '{';
+    uint8_t close = object ? '}' : ']';
+    if (++p->depth > 128) return fail(p, "recursion limit exceeded");
+    index = push_token(p, object ? SLUICE_JSON_OBJECT : SLUICE_JSON_ARRAY);
+    p->at++;
+    skip_whitespace(p);
+    uint32_t count = 0;
+    if (p->at < p->json->len && p->json->text[p->at] == close) {
+      p->at++;
+    } else {
+      for (;;) {
+        skip_whitespace(p);
+        if (object) {
+          if (p->at >= p->json->len || p->json->text[p->at] != '"') return fail(p, "key must be a string");
+          size_t key = push_token(p, SLUICE_JSON_STRING);
+          if (!parse_string(p, key)) return false;
+          p->json->tokens[key].next = (uint32_t)p->json->count;
+          skip_whitespace(p);
+          if (p->at >= p->json->len || p->json->text[p->at] != ':') return fail(p, "expected `:`");
+          p->at++;
+        }
+        if (!parse_value(p)) return false;
+        count++;
+        skip_whitespace(p);
+        if (p->at >= p->json->len) return fail(p, "EOF while parsing a container");
+        uint8_t d = p->json->text[p->at++];
+        if (d == close) break;
+        if (d != ',') return fail(p, object ? "expected `,` or `}`" : "expected `,` or `]`");
+      }
+    }
+    p->depth--;
+    p->json->tokens[index].count = count;
+    p->json->tokens[index].end = (uint32_t)p->at;
+    break;
+  }
+  case '"':
+    index = push_token(p, SLUICE_JSON_STRING);
+    if (!parse_string(p, index)) return false;
+    break;
+  case 't':
+    index = push_token(p, SLUICE_JSON_TRUE);
+    if (!parse_literal(p, "true")) return false;
+    break;
+  case 'f':
+    index = push_token(p, SLUICE_JSON_FALSE);
+    if (!parse_literal(p, "false")) return false;
+    break;
+  case 'n':
+    index = push_token(p, SLUICE_JSON_NULL);
+    if (!parse_literal(p, "null")) return false;
+    break;
+  default:
+    if (c != '-' && !is_digit(c)) return fail(p, "expected value");
+    index = push_token(p, SLUICE_JSON_NUMBER);
+    if (!parse_number(p, index)) return false;
+    break;
+  }
+  if (p->json->tokens[index].type != SLUICE_JSON_STRING && p->json->tokens[index].type != SLUICE_JSON_NUMBER)
+    p->json->tokens[index].end = (uint32_t)p->at;
+  p->json->tokens[index].next = (uint32_t)p->json->count;
+  return true;
+}
+
+bool sluice_json_parse(sluice_json *json, const uint8_t *text, size_t len) {
+  json->text = text;
+  json->len = len;
+  json->count = 0;
+  json->error[0] = 0;
+  parser p = {json, 0, 0};
+  if (!parse_value(&p)) return false;
+  skip_whitespace(&p);
+  if (p.at != len) return fail(&p, "trailing characters");
+  return true;
+}
+
+void sluice_json_free(sluice_json *json) {
+  free(json->tokens);
+  json->tokens = NULL;
+  json->count = json->cap = 0;
+}
+
+size_t sluice_json_get(const sluice_json *json, size_t object, const char *key) {
+  if (json->tokens[object].type != SLUICE_JSON_OBJECT) return 0;
+  size_t found = 0;
+  size_t child = object + 1;
+  for (uint32_t i = 0; i < json->tokens[object].count; i++) {
+    size_t value = json->tokens[child].next;
+    if (sluice_json_string_equals(json, child, key)) found = value;
+    child = json->tokens[value].next;
+  }
+  return found;
+}
+
+void sluice_json_string(const sluice_json *json, size_t token, sluice_buf *out) {
+  const sluice_json_token *tok = &json->tokens[token];
+  const uint8_t *t = json->text;
+  if (!tok->has_escapes) {
+    sluice_buf_push(out, t + tok->start, tok->end - tok->start);
+    return;
+  }
+  size_t i = tok->start;
+  while (i < tok->end) {
+    if (t[i] != '\\') {
+      sluice_buf_push_byte(out, t[i++]);
+      continue;
+    }
+    uint8_t e = t[i + 1];
+    i += 2;
+    switch (e) {
+    case 'b': sluice_buf_push_byte(out, '\b'); break;
+    case 'f': sluice_buf_push_byte(out, '\f'); break;
+    case 'n': sluice_buf_push_byte(out, '\n'); break;
+    case 'r': sluice_buf_push_byte(out, '\r'); break;
+    case 't': sluice_buf_push_byte(out, '\t'); break;
+    case 'u': {
+      uint32_t cp = 0;
+      for (int k = 0; k < 4; k++) cp = cp * 16 + (uint32_t)hex_digit(t[i + k]);
+      i += 4;
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        uint32_t low = 0;
+        for (int k = 0; k < 4; k++) low = low * 16 + (uint32_t)hex_digit(t[i + 2 + k]);
+        i += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+      }
+      if (cp < 0x80) {
+        sluice_buf_push_byte(out, (uint8_t)cp);
+      } else if (cp < 0x800) {
+        sluice_buf_push_byte(out, (uint8_t)(0xC0 | (cp >> 6)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | (cp & 0x3F)));
+      } else if (cp < 0x10000) {
+        sluice_buf_push_byte(out, (uint8_t)(0xE0 | (cp >> 12)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | ((cp >> 6) & 0x3F)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | (cp & 0x3F)));
+      } else {
+        sluice_buf_push_byte(out, (uint8_t)(0xF0 | (cp >> 18)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | ((cp >> 12) & 0x3F)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | ((cp >> 6) & 0x3F)));
+        sluice_buf_push_byte(out, (uint8_t)(0x80 | (cp & 0x3F)));
+      }
+      break;
+    }
+    default: sluice_buf_push_byte(out, e); break; /* " \ / */
+    }
+  }
+}
+
+bool sluice_json_string_equals(const sluice_json *json, size_t token, const char *text) {
+  const sluice_json_token *tok = &json->tokens[token];
+  if (tok->type != SLUICE_JSON_STRING) return false;
+  size_t len = strlen(text);
+  if (!tok->has_escapes) return tok->end - tok->start == len && memcmp(json->text + tok->start, text, len) == 0;
+  sluice_buf decoded = {0};
+  sluice_json_string(json, token, &decoded);
+  bool equal = decoded.len == len && memcmp(decoded.ptr, text, len) == 0;
+  sluice_buf_free(&decoded);
+  return equal;
+}
+
+bool sluice_json_u64(const sluice_json *json, size_t token, uint64_t *value) {
+  const sluice_json_token *tok = &json->tokens[token];
+  if (tok->type != SLUICE_JSON_NUMBER || !tok->is_integer || json->text[tok->start] == '-') return false;
+  uint64_t v = 0;
+  for (size_t i = tok->start; i < tok->end; i++) {
+    uint64_t d = (uint64_t)(json->text[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *value = v;
+  return true;
+}
+
+bool sluice_json_i64(const sluice_json *json, size_t token, int64_t *value) {
+  const sluice_json_token *tok = &json->tokens[token];
+  if (tok->type != SLUICE_JSON_NUMBER || !tok->is_integer) return false;
+  bool negative = json->text[tok->start] == '-';
+  uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  uint64_t v = 0;
+  for (size_t i = tok->start + (negative ? 1 : 0); i < tok->end; i++) {
+    uint64_t d = (uint64_t)(json->text[i] - '0');
+    if (v > (limit - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *value = negative ? (int64_t)(0 - v) : (int64_t)v;
+  return true;
+}
+
+void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  sluice_buf_push_byte(out, '"');
+  size_t run = 0;
+  for (size_t i = 0; i < len; i++) {
+    uint8_t c = text[i];
+    const char *escape = NULL;
+    char unicode[7];
+    switch (c) {
+    case '"': escape = "\\\""; break;
+    case '\\': escape = "\\\\"; break;
+    case '\b': escape = "\\b"; break;
+    case '\f': escape = "\\f"; break;
+    case '\n': escape = "\\n"; break;
+    case '\r': escape = "\\r"; break;
+    case '\t': escape = "\\t"; break;
+    default:
+      if (c < 0x20) {
+        memcpy(unicode, "\\u00", 4);
+        unicode[4] = hex[c >> 4];
+        unicode[5] = hex[c & 0xF];
+        unicode[6] = 0;
+        escape = unicode;
+      }
+    }
+    if (escape) {
+      sluice_buf_push(out, text + run, i - run);
+      sluice_buf_push_str(out, escape);
+      run = i + 1;
+    }
+  }
+  sluice_buf_push(out, text + run, len - run);
+  sluice_buf_push_byte(out, '"');
+}

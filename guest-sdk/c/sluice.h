@@ -1,0 +1,172 @@
+/*
+ * Sluice plugin SDK for C.
+ *
+ * A plugin implements two functions:
+ *
+ *     bool sluice_plugin_init(const sluice_config *config, sluice_buf *error);
+ *     void sluice_plugin_process(const sluice_record *record, sluice_out *out);
+ *
+ * `init` runs once with the operator's config table; returning false (with a
+ * message in `error`) stops the pipeline at start-up. `process` runs for
+ * every record: it emits with sluice_emit / sluice_forward / sluice_side /
+ * sluice_dead_letter, or fails the record with sluice_fail (the record alone
+ * goes to the dead-letter output with the reason).
+ *
+ * `sluice plugin build` compiles the plugin with clang's wasm32-wasi target
+ * against bindings generated from the WIT world `transform` (transform.h)
+ * and this SDK, both embedded in the `sluice` binary. C plugins get no WASI:
+ * use sluice_log rather than printf.
+ *
+ * JSON: sluice_json_parse is strict (RFC 8259, UTF-8 validated, as the Rust
+ * SDK) and keeps the exact text of numbers; sluice_json_write_string
+ * escapes strings exactly as serde_json does, so output can be
+ * byte-identical to a Rust plugin's.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transform.h"
+
+/* ------------------------------------------------------------ buffers */
+
+/* A growable byte buffer (malloc'd). */
+typedef struct sluice_buf {
+  uint8_t *ptr;
+  size_t len;
+  size_t cap;
+} sluice_buf;
+
+void sluice_buf_push(sluice_buf *buf, const void *data, size_t len);
+void sluice_buf_push_byte(sluice_buf *buf, uint8_t byte);
+void sluice_buf_push_str(sluice_buf *buf, const char *text);
+void sluice_buf_printf(sluice_buf *buf, const char *format, ...);
+/* Empties the buffer, keeping its memory. */
+void sluice_buf_clear(sluice_buf *buf);
+void sluice_buf_free(sluice_buf *buf);
+
+/* ------------------------------------------------------------ records */
+
+/* The operator's config table. */
+typedef struct sluice_config {
+  const transform_list_tuple2_string_string_t *entries;
+} sluice_config;
+
+/* The value of `key` copied into `value` (NUL-terminated); false if absent. */
+bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf *value);
+
+/* A record handed to sluice_plugin_process. */
+typedef struct sluice_record {
+  const uint8_t *value;
+  size_t value_len;
+  bool has_key;
+  const uint8_t *key;
+  size_t key_len;
+  bool has_event_time;
+  int64_t event_time;
+  /* Everything else (headers, source position), as the bindings have it. */
+  const sluice_plugin_types_input_record_t *raw;
+} sluice_record;
+
+/* What process emits for one record. */
+typedef struct sluice_out sluice_out;
+
+/* Emits the input record unchanged to the main output. */
+void sluice_forward(sluice_out *out);
+/* Emits `value` to the main output, with the input's key and headers. */
+void sluice_emit(sluice_out *out, const uint8_t *value, size_t len);
+/* Emits `value` to the side output `name`. */
+void sluice_side(sluice_out *out, const char *name, const uint8_t *value, size_t len);
+/* Sends the input record to the dead-letter output with `reason`. */
+void sluice_dead_letter(sluice_out *out, const char *reason);
+/* Fails the record: it goes to the dead-letter output with the formatted
+ * reason, and anything emitted for it so far is discarded. */
+void sluice_fail(sluice_out *out, const char *format, ...);
+
+/* ------------------------------------------------------------ host */
+
+typedef enum {
+  SLUICE_LOG_TRACE = SLUICE_PLUGIN_TYPES_LOG_LEVEL_TRACE,
+  SLUICE_LOG_DEBUG = SLUICE_PLUGIN_TYPES_LOG_LEVEL_DEBUG,
+  SLUICE_LOG_INFO = SLUICE_PLUGIN_TYPES_LOG_LEVEL_INFO,
+  SLUICE_LOG_WARN = SLUICE_PLUGIN_TYPES_LOG_LEVEL_WARN,
+  SLUICE_LOG_ERROR = SLUICE_PLUGIN_TYPES_LOG_LEVEL_ERROR,
+} sluice_log_level;
+
+/* Writes a line to the host log, tagged with the operator. */
+void sluice_log(sluice_log_level level, const char *message);
+/* Adds `delta` to the plugin counter `name` (shown in the run summary). */
+void sluice_counter_add(const char *name, uint64_t delta);
+/* Host-stored state scoped to this operator. get copies the value into
+ * `value` and returns true if the key exists. */
+bool sluice_state_get(const uint8_t *key, size_t key_len, sluice_buf *value);
+void sluice_state_put(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
+void sluice_state_delete(const uint8_t *key, size_t key_len);
+
+/* ------------------------------------------------------------ JSON */
+
+typedef enum {
+  SLUICE_JSON_NULL,
+  SLUICE_JSON_FALSE,
+  SLUICE_JSON_TRUE,
+  SLUICE_JSON_NUMBER,
+  SLUICE_JSON_STRING,
+  SLUICE_JSON_ARRAY,
+  SLUICE_JSON_OBJECT,
+} sluice_json_type;
+
+/* One value of a parsed document. Tokens are in document order; an object's
+ * children alternate key, value. */
+typedef struct sluice_json_token {
+  sluice_json_type type;
+  /* Source text span (for strings: inside the quotes). */
+  uint32_t start, end;
+  /* Index of the token after this value and all its children. */
+  uint32_t next;
+  /* Children (arrays) or key/value pairs (objects). */
+  uint32_t count;
+  /* Numbers: an integer within i64/u64 range other than -0 (as serde_json
+   * classifies numbers). */
+  bool is_integer;
+  /* Strings: contains escapes (decode with sluice_json_string). */
+  bool has_escapes;
+} sluice_json_token;
+
+/* A parsed JSON document. Token 0 is the root value. */
+typedef struct sluice_json {
+  const uint8_t *text;
+  size_t len;
+  sluice_json_token *tokens;
+  size_t count, cap;
+  /* Why parsing failed: "invalid JSON value: ...". */
+  char error[160];
+} sluice_json;
+
+/* Parses `text` strictly; false (with `error` set) if it is not exactly one
+ * well-formed JSON value. Free with sluice_json_free either way. */
+bool sluice_json_parse(sluice_json *json, const uint8_t *text, size_t len);
+void sluice_json_free(sluice_json *json);
+/* The value of member `key` of object token `object`; 0 if absent (the last
+ * one if the key repeats). */
+size_t sluice_json_get(const sluice_json *json, size_t object, const char *key);
+/* Appends the decoded (UTF-8) contents of string token `token` to `out`. */
+void sluice_json_string(const sluice_json *json, size_t token, sluice_buf *out);
+/* Whether string token `token` decodes to exactly `text`. */
+bool sluice_json_string_equals(const sluice_json *json, size_t token, const char *text);
+/* Number token as u64 / i64; false if it is not an integer of that type. */
+bool sluice_json_u64(const sluice_json *json, size_t token, uint64_t *value);
+bool sluice_json_i64(const sluice_json *json, size_t token, int64_t *value);
+/* Appends `text` as a JSON string literal, escaped as serde_json does. */
+void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len);
+
+/* ------------------------------------------------------------ plugin */
+
+/* Implemented by the plugin: see the top of this file. */
+bool sluice_plugin_init(const sluice_config *config, sluice_buf *error);
+void sluice_plugin_process(const sluice_record *record, sluice_out *out);
+
+#endif
