@@ -3,6 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use sluice_cli::{build, inspect, run, scaffold, try_plugin};
+use sluice_host::connectors::file::FileFormat;
 use sluice_host::runtime::CallMode;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -49,14 +50,17 @@ enum PluginCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Create a new plugin crate.
+    /// Create a new plugin (Rust, Python, JavaScript or C).
     New {
         /// Plugin (crate) name.
         name: String,
         /// Directory to create it in.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        /// Path of the sluice-sdk crate (default: $SLUICE_SDK_PATH or this build's source tree).
+        /// Language: rust, python, js or c.
+        #[arg(long, default_value = "rust")]
+        lang: String,
+        /// Path of the sluice-sdk crate for Rust plugins (default: $SLUICE_SDK_PATH or this build's source tree).
         #[arg(long)]
         sdk_path: Option<PathBuf>,
     },
@@ -72,6 +76,10 @@ enum PluginCommand {
         /// JSON-lines input.
         #[arg(short, long)]
         input: PathBuf,
+        /// Hand each input line to the plugin as it is, without checking
+        /// that it is JSON (to test how a plugin handles malformed input).
+        #[arg(long)]
+        raw: bool,
         /// Plugin config entries, `key=value` (repeatable).
         #[arg(short, long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
@@ -121,10 +129,12 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Plugin(PluginCommand::New {
             name,
             dir,
+            lang,
             sdk_path,
         }) => {
+            let language = build::Language::from_name(&lang)?;
             let sdk = sdk_path.unwrap_or_else(scaffold::default_sdk_path);
-            let created = scaffold::new_plugin(&dir, &name, &sdk)?;
+            let created = scaffold::new_plugin(&dir, &name, language, &sdk)?;
             println!(
                 "created {}; build it with `sluice plugin build {}`",
                 created.display(),
@@ -135,6 +145,7 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Plugin(PluginCommand::Test {
             file,
             input,
+            raw,
             config,
             call_mode,
         }) => {
@@ -153,9 +164,20 @@ fn execute(cli: Cli) -> Result<()> {
                 "packed" => CallMode::Packed,
                 other => bail!("--call-mode {other}: expected auto, typed or packed"),
             };
+            let format = if raw {
+                FileFormat::Lines
+            } else {
+                FileFormat::Jsonl
+            };
             let stdout = std::io::stdout();
-            let counts =
-                try_plugin::try_plugin(&file, &input, config, call_mode, &mut stdout.lock())?;
+            let counts = try_plugin::try_plugin(
+                &file,
+                &input,
+                format,
+                config,
+                call_mode,
+                &mut stdout.lock(),
+            )?;
             eprintln!(
                 "{} records in: {} main, {} side, {} dead-letter",
                 counts.input, counts.main, counts.side, counts.dead_letter

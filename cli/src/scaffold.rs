@@ -1,5 +1,8 @@
-//! `sluice plugin new`: scaffolds a plugin crate that builds and runs.
+//! `sluice plugin new`: scaffolds a plugin that builds and runs, in Rust,
+//! Python, JavaScript or C. Every template is the same small validator: it
+//! forwards records that have a required field and dead-letters the rest.
 
+use crate::build::Language;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 
@@ -15,8 +18,15 @@ pub fn default_sdk_path() -> PathBuf {
         })
 }
 
-/// Creates `<parent>/<name>/` with a Cargo.toml and a working `src/lib.rs`.
-pub fn new_plugin(parent: &Path, name: &str, sdk_path: &Path) -> Result<PathBuf> {
+/// Creates `<parent>/<name>/` with a working plugin in `language`. Rust
+/// plugins depend on the `sluice-sdk` crate at `sdk_path`; the other
+/// languages' SDKs are provided by `sluice plugin build`.
+pub fn new_plugin(
+    parent: &Path,
+    name: &str,
+    language: Language,
+    sdk_path: &Path,
+) -> Result<PathBuf> {
     if name.is_empty()
         || !name
             .chars()
@@ -28,6 +38,20 @@ pub fn new_plugin(parent: &Path, name: &str, sdk_path: &Path) -> Result<PathBuf>
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
+    let (file, template) = match language {
+        Language::Rust => return new_rust_plugin(&dir, name, sdk_path),
+        Language::Python => ("app.py", include_str!("../templates/python/app.py")),
+        Language::JavaScript => ("plugin.js", include_str!("../templates/js/plugin.js")),
+        Language::C => ("plugin.c", include_str!("../templates/c/plugin.c")),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join(file), template.replace("{{name}}", name))?;
+    std::fs::write(dir.join(".gitignore"), "/target\n")?;
+    Ok(dir)
+}
+
+/// The Rust flavour of [`new_plugin`]: a crate of its own.
+fn new_rust_plugin(dir: &Path, name: &str, sdk_path: &Path) -> Result<PathBuf> {
     let sdk = std::fs::canonicalize(sdk_path).with_context(|| {
         format!(
             "sluice-sdk not found at {} (set SLUICE_SDK_PATH)",
@@ -65,42 +89,8 @@ strip = "debuginfo"
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
     std::fs::write(
         dir.join("src").join("lib.rs"),
-        TEMPLATE.replace("{{name}}", name),
+        include_str!("../templates/rust/lib.rs").replace("{{name}}", name),
     )?;
     std::fs::write(dir.join(".gitignore"), "/target\n")?;
-    Ok(dir)
+    Ok(dir.to_path_buf())
 }
-
-const TEMPLATE: &str = r#"//! {{name}}: a Sluice transform plugin.
-//!
-//! Build: `sluice plugin build .`
-//! Try:   `sluice plugin test target/sluice/{{name}}.wasm --input records.jsonl`
-
-use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
-
-struct Plugin {
-    /// Field every record must have (config key `required_field`).
-    required_field: String,
-}
-
-impl Transform for Plugin {
-    fn init(config: &Config) -> Result<Self, String> {
-        Ok(Plugin {
-            required_field: config.get("required_field").unwrap_or("id").to_string(),
-        })
-    }
-
-    fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
-        // Returning Err sends this record (alone) to the dead-letter output.
-        let value = record.value_json_value()?;
-        if value.get(&self.required_field).is_none() {
-            out.dead_letter(&format!("missing field `{}`", self.required_field));
-            return Ok(());
-        }
-        out.forward();
-        Ok(())
-    }
-}
-
-export_transform!(Plugin);
-"#;

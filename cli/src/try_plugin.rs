@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use sluice_host::connectors::file::{FileSource, FileSourceOptions, record_to_json};
+use sluice_host::connectors::file::{FileFormat, FileSource, FileSourceOptions, record_to_json};
 use sluice_host::dataflow::{Collector, Operator, Source, TransformOperator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
@@ -26,11 +26,13 @@ pub struct TryCounts {
     pub dead_letter: u64,
 }
 
-/// Runs `plugin` on the JSON lines in `input` with `config`, writing
+/// Runs `plugin` on the records in `input` (JSON lines, or raw lines with
+/// `FileFormat::Lines`) with `config`, writing
 /// `{"route": ..., "reason"?: ..., "record": ...}` lines to `out`.
 pub fn try_plugin(
     plugin: &Path,
     input: &Path,
+    format: FileFormat,
     config: Vec<(String, String)>,
     call_mode: CallMode,
     out: &mut dyn Write,
@@ -52,7 +54,11 @@ pub fn try_plugin(
         config,
     )?;
     let mut operator = TransformOperator::new(component.name.clone(), instance, metrics);
-    let mut source = FileSource::open("input", input, FileSourceOptions::default())
+    let options = FileSourceOptions {
+        format,
+        ..FileSourceOptions::default()
+    };
+    let mut source = FileSource::open("input", input, options)
         .with_context(|| format!("reading {}", input.display()))?;
 
     let mut counts = TryCounts::default();

@@ -95,16 +95,18 @@ fn sigterm_stops_cleanly_flushing_everything_counted() {
     );
 }
 
-#[test]
-fn plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+/// `sluice plugin new --lang L`, `build`, `inspect` and `test`, for every
+/// language: the scaffolded validator forwards a record with `id`,
+/// dead-letters one without, and dead-letters malformed JSON.
+fn plugin_dev_loop(lang: &str, expected_world: &str) {
     let dir = tempfile::tempdir().unwrap();
     let output = sluice()
-        .args(["plugin", "new", "my-filter", "--dir"])
+        .args(["plugin", "new", "my-filter", "--lang", lang, "--dir"])
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(output.status.success(), "{:?}", text(&output));
-    let crate_dir = dir.path().join("my-filter");
+    assert!(output.status.success(), "{lang}: {:?}", text(&output));
+    let plugin_dir = dir.path().join("my-filter");
 
     // Share the example plugins' target dir so std and the SDK compile once.
     let target = repo_root()
@@ -114,13 +116,13 @@ fn plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
     let component = dir.path().join("my-filter.wasm");
     let output = sluice()
         .args(["plugin", "build"])
-        .arg(&crate_dir)
+        .arg(&plugin_dir)
         .arg("--output")
         .arg(&component)
         .env("CARGO_TARGET_DIR", &target)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(output.status.success(), "{lang}: {:?}", text(&output));
 
     let (inspected, _) = text(
         &sluice()
@@ -130,43 +132,64 @@ fn plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
             .unwrap(),
     );
     assert!(
-        inspected.contains("world:       sluice:plugin/fast-transform"),
-        "{inspected}"
+        inspected.contains(&format!("world:       {expected_world}")),
+        "{lang}: {inspected}"
     );
     assert!(
         inspected.contains("wit version: sluice:plugin@0.1.0"),
-        "{inspected}"
+        "{lang}: {inspected}"
     );
 
-    let input = dir.path().join("in.jsonl");
+    // A raw-lines input, so the malformed line reaches the plugin.
+    let input = dir.path().join("in.txt");
     std::fs::write(&input, "{\"id\":1}\n{\"name\":\"no id\"}\nnot json\n").unwrap();
     let output = sluice()
-        .args(["plugin", "test"])
+        .args(["plugin", "test", "--raw"])
         .arg(&component)
         .arg("--input")
         .arg(&input)
         .output()
         .unwrap();
     let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{stderr}");
+    assert!(output.status.success(), "{lang}: {stderr}");
     let lines: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 3, "{stdout}");
-    assert_eq!(lines[0]["route"], "main");
-    assert_eq!(lines[0]["record"]["value"]["id"], 1);
+    assert_eq!(lines.len(), 3, "{lang}: {stdout}");
+    assert_eq!(lines[0]["route"], "main", "{lang}: {stdout}");
+    assert_eq!(lines[0]["record"]["value"]["id"], 1, "{lang}");
     let reasons: Vec<&str> = lines[1..]
         .iter()
         .map(|l| l["reason"].as_str().unwrap())
         .collect();
-    assert!(reasons.contains(&"missing field `id`"), "{reasons:?}");
+    assert_eq!(reasons[0], "missing field `id`", "{lang}: {reasons:?}");
     assert!(
-        reasons.iter().any(|r| r.contains("invalid JSON")),
-        "{reasons:?}"
+        reasons[1].starts_with("invalid JSON value"),
+        "{lang}: {reasons:?}"
     );
     assert!(
         stderr.contains("3 records in: 1 main, 0 side, 2 dead-letter"),
-        "{stderr}"
+        "{lang}: {stderr}"
     );
+}
+
+#[test]
+fn rust_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+    plugin_dev_loop("rust", "sluice:plugin/fast-transform");
+}
+
+#[test]
+fn python_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+    plugin_dev_loop("python", "sluice:plugin/transform");
+}
+
+#[test]
+fn js_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+    plugin_dev_loop("js", "sluice:plugin/transform");
+}
+
+#[test]
+fn c_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
+    plugin_dev_loop("c", "sluice:plugin/transform");
 }

@@ -613,6 +613,22 @@ bool sluice_json_i64(const sluice_json *json, size_t token, int64_t *value) {
   return true;
 }
 
+void sluice_json_write_number(sluice_buf *out, const sluice_json *json, size_t token) {
+  const sluice_json_token *tok = &json->tokens[token];
+  const uint8_t *text = json->text + tok->start;
+  size_t len = tok->end - tok->start;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == 'e' || text[i] == 'E') {
+      sluice_buf_push(out, text, i);
+      sluice_buf_push_byte(out, 'e');
+      if (i + 1 < len && text[i + 1] != '+' && text[i + 1] != '-') sluice_buf_push_byte(out, '+');
+      sluice_buf_push(out, text + i + 1, len - i - 1);
+      return;
+    }
+  }
+  sluice_buf_push(out, text, len);
+}
+
 void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len) {
   static const char hex[] = "0123456789abcdef";
   sluice_buf_push_byte(out, '"');

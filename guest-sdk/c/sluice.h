@@ -160,6 +160,10 @@ bool sluice_json_string_equals(const sluice_json *json, size_t token, const char
 /* Number token as u64 / i64; false if it is not an integer of that type. */
 bool sluice_json_u64(const sluice_json *json, size_t token, uint64_t *value);
 bool sluice_json_i64(const sluice_json *json, size_t token, int64_t *value);
+/* Appends number token `token` as serde_json (with arbitrary_precision)
+ * writes it: as written, but an exponent as `e`, sign, digits (`1E3` becomes
+ * `1e+3`). */
+void sluice_json_write_number(sluice_buf *out, const sluice_json *json, size_t token);
 /* Appends `text` as a JSON string literal, escaped as serde_json does. */
 void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len);
 

@@ -40,7 +40,8 @@ export class RecordError extends Error {}
 const I64_MIN = -(2n ** 63n);
 const U64_MAX = 2n ** 64n - 1n;
 
-/** A JSON number with its exact source text. `isInteger` follows serde_json:
+/** A JSON number with its source text (exponent normalised as serde_json
+ * does: `1E3` becomes `1e+3`). `isInteger` follows serde_json:
  * an integer token within the 64-bit range, other than `-0`. Arithmetic on
  * it uses `valueOf()` (a double); use `bigint()` for exact integers. */
 export class JsonNumber {
@@ -196,9 +197,15 @@ class Parser {
     NUMBER.lastIndex = this.at;
     const match = NUMBER.exec(this.text);
     if (match === null) this.fail("invalid number");
-    const text = match[0];
+    let text = match[0];
     this.at += text.length;
     let isInteger = match[1] === undefined && match[2] === undefined && text !== "-0";
+    if (match[2] !== undefined) {
+      // The exponent as serde_json writes it: `1E3` becomes `1e+3`.
+      const exponent = match[2].slice(1);
+      const sign = exponent[0] === "+" || exponent[0] === "-" ? "" : "+";
+      text = `${text.slice(0, text.length - match[2].length)}e${sign}${exponent}`;
+    }
     if (isInteger) {
       const exact = BigInt(text);
       isInteger = exact >= I64_MIN && exact <= U64_MAX;

@@ -26,9 +26,11 @@ message as the reason; the rest of the batch is unaffected. Raising in
 ``__init__`` stops the pipeline at start-up with the message.
 
 JSON: ``record.json()`` parses like the Rust SDK (strict RFC 8259) and keeps
-every number's exact text, so ``sluice.dumps`` writes numbers back exactly
-as they came (``1.50`` stays ``1.50``) and output is byte-identical to the
-Rust SDK's: compact, keys in input order, the same string escapes.
+every number's text, so ``sluice.dumps`` writes numbers back as they came
+(``1.50`` stays ``1.50``; only an exponent is normalised, ``1E3`` to ``1e+3``,
+as serde_json does) and output is byte-identical to the Rust SDK's
+(serde_json with ``preserve_order`` and ``arbitrary_precision``): compact,
+keys in input order, the same string escapes.
 """
 
 import json
@@ -78,12 +80,23 @@ class JsonInt(int):
 
 
 class JsonFloat(float):
-    """A non-integer number parsed from JSON; ``text`` is its exact text."""
+    """A non-integer number parsed from JSON; ``text`` is its source text
+    with the exponent written as serde_json writes it (``1E3`` becomes
+    ``1e+3``)."""
 
     def __new__(cls, text):
         number = float.__new__(cls, text)
-        number.text = text
+        number.text = _normalize_exponent(text)
         return number
+
+
+def _normalize_exponent(text):
+    for marker in ("e", "E"):
+        mantissa, found, exponent = text.partition(marker)
+        if found:
+            sign = "" if exponent[:1] in ("+", "-") else "+"
+            return f"{mantissa}e{sign}{exponent}"
+    return text
 
 
 _I64_MIN = -(1 << 63)

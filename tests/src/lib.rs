@@ -82,6 +82,23 @@ pub fn operator(
     TransformOperator::new(name, instance, metrics)
 }
 
+/// Loads and builds the pipeline file text `pipeline_toml` (written to a
+/// temporary file, returned so that it lives as long as the pipeline).
+fn build_pipeline(pipeline_toml: &str) -> (tempfile::TempDir, sluice_host::pipeline::Pipeline) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, pipeline_toml).unwrap_or_else(|e| panic!("writing pipeline: {e}"));
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let pipeline = sluice_host::pipeline::Pipeline::build(
+        &loaded,
+        &runtime(),
+        state_store(),
+        &sluice_host::pipeline::wasm_files_only,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (dir, pipeline)
+}
+
 /// Runs the pipeline file text `pipeline_toml` in a thread until its
 /// counters satisfy `done`, then stops it cleanly (which flushes the sinks
 /// and commits source offsets). Returns the outcome and final counters.
@@ -95,17 +112,7 @@ pub fn run_pipeline_until(
     sluice_host::metrics::PipelineSnapshot,
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let file = dir.path().join("pipeline.toml");
-    std::fs::write(&file, pipeline_toml).unwrap_or_else(|e| panic!("writing pipeline: {e}"));
-    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
-    let pipeline = sluice_host::pipeline::Pipeline::build(
-        &loaded,
-        &runtime(),
-        state_store(),
-        &sluice_host::pipeline::wasm_files_only,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let (_dir, pipeline) = build_pipeline(pipeline_toml);
     let metrics = pipeline.metrics();
     let stop = Arc::new(AtomicBool::new(false));
     let handle = {
@@ -126,6 +133,27 @@ pub fn run_pipeline_until(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
+    let outcome = handle
+        .join()
+        .unwrap_or_else(|_| panic!("pipeline thread panicked"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    (outcome, metrics.snapshot())
+}
+
+/// Runs the pipeline file text `pipeline_toml` (with a bounded source) to
+/// its end. Fails the test if that takes longer than `timeout`.
+pub fn run_pipeline_to_end(
+    pipeline_toml: &str,
+    timeout: std::time::Duration,
+) -> (
+    sluice_host::dataflow::RunOutcome,
+    sluice_host::metrics::PipelineSnapshot,
+) {
+    use std::sync::atomic::AtomicBool;
+    let (_dir, pipeline) = build_pipeline(pipeline_toml);
+    let metrics = pipeline.metrics();
+    let handle = std::thread::spawn(move || pipeline.run(Arc::new(AtomicBool::new(false))));
+    wait_until("the pipeline to end", timeout, || handle.is_finished());
     let outcome = handle
         .join()
         .unwrap_or_else(|_| panic!("pipeline thread panicked"))

@@ -4,7 +4,8 @@
  * dashes allowed between them; all but the last four digits become `*`) in
  * every string of a JSON value. Same behaviour, byte for byte, as
  * plugins/pii-redact (Rust): compact output, keys in input order (a repeated
- * key keeps its first position and its last value), numbers as written.
+ * key keeps its first position and its last value), numbers as written (an
+ * exponent normalised as serde_json does).
  */
 #include <string.h>
 
@@ -150,7 +151,8 @@ static void write_value(redactor *r, size_t token) {
     sluice_buf_push_byte(&r->out, ']');
     break;
   }
-  default: /* numbers and literals, exactly as written */
+  case SLUICE_JSON_NUMBER: sluice_json_write_number(&r->out, r->json, token); break;
+  default: /* true, false, null */
     sluice_buf_push(&r->out, r->json->text + tok->start, tok->end - tok->start);
   }
 }

@@ -64,13 +64,14 @@ impl Transform for CurrencyConvert {
         if event.event_type != "bid" {
             return Ok(());
         }
+        let price = self.convert(event.price)?;
         self.buffer.clear();
         serde_json::to_writer(
             &mut self.buffer,
             &ConvertedBid {
                 auction: event.auction,
                 bidder: event.bidder,
-                price: self.convert(event.price)?,
+                price,
                 date_time: event.date_time,
                 extra: &event.extra,
             },
