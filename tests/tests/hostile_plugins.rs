@@ -202,3 +202,61 @@ fn python_plugin_is_held_to_the_same_limits() {
 fn javascript_plugin_is_held_to_the_same_limits() {
     interpreted_plugin_is_contained("js", "throw", "Error: hostile plugin threw on purpose");
 }
+
+/// What a plugin emits for each of `commands` (one main output each).
+fn emitted(plugin: &str, limits: PluginLimits, commands: &[&str]) -> Vec<String> {
+    let runtime = runtime();
+    let store = state_store();
+    let mut op = operator(&runtime, &store, "curious", plugin, limits, &[]);
+    let mut out = Collector::default();
+    op.process_batch(batch(commands), &mut out).unwrap();
+    assert!(out.dead_letter.is_empty(), "{:?}", reasons(&out));
+    out.main
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect()
+}
+
+#[test]
+fn python_plugin_gets_no_files_network_or_clock_unless_granted() {
+    let seen = emitted(
+        "python/hostile",
+        PluginLimits::default(),
+        &["read-file", "connect", "clock"],
+    );
+    assert!(seen[0].starts_with("denied: "), "file system: {}", seen[0]);
+    assert!(seen[1].starts_with("denied: "), "network: {}", seen[1]);
+    assert_eq!(seen[2], "0.0", "the clock reads zero without a grant");
+
+    let granted = PluginLimits {
+        grant_clock: true,
+        ..PluginLimits::default()
+    };
+    let seen = emitted("python/hostile", granted, &["clock"]);
+    let now: f64 = seen[0].parse().unwrap();
+    assert!(now > 1.7e9, "a granted clock is the real one: {now}");
+}
+
+#[test]
+fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
+    let seen = emitted("js/hostile", PluginLimits::default(), &["clock"]);
+    assert_eq!(seen[0], "0", "the clock reads zero without a grant");
+    // Built without HTTP: the component cannot even ask for the network (it
+    // imports the file system, but the host preopens no directory).
+    let described = sluice_cli::inspect::describe(&sluice_tests::plugin("js/hostile")).unwrap();
+    assert!(described.contains("wasi:cli/stdout"), "{described}");
+    for missing in ["wasi:http", "wasi:sockets"] {
+        assert!(
+            !described.contains(missing),
+            "imports {missing}: {described}"
+        );
+    }
+    let granted = PluginLimits {
+        grant_clock: true,
+        ..PluginLimits::default()
+    };
+    let now: f64 = emitted("js/hostile", granted, &["clock"])[0]
+        .parse()
+        .unwrap();
+    assert!(now > 1.7e12, "a granted clock is the real one: {now}");
+}

@@ -10,9 +10,9 @@
 //! binary bid with the converted price).
 
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
 use sluice_nexmark::{self as nexmark, Encoding};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
+use std::borrow::Cow;
 
 /// The fields of a Nexmark event that q1 reads (borrowed from the record
 /// unless a string contains escapes).
@@ -89,7 +89,9 @@ impl CurrencyConvert {
         price
             .checked_mul(self.rate_per_mille)
             .map(|scaled| scaled / 1000)
-            .ok_or_else(|| "price * rate_per_mille overflows an unsigned 64-bit integer".to_string())
+            .ok_or_else(|| {
+                "price * rate_per_mille overflows an unsigned 64-bit integer".to_string()
+            })
     }
 
     fn process_binary(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
