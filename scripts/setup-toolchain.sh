@@ -34,6 +34,8 @@ fi
 # cannot download targets, and the tests check that both routes build
 # plugins that behave identically.
 want_apt rustc-web rust-web-src lld-19
+# RocksDB state: linked from Debian's library (see .cargo/config.toml).
+want_apt librocksdb-dev libclang-dev
 # C plugins.
 want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
 

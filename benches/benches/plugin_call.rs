@@ -100,7 +100,7 @@ fn bench_operator(
 
 fn plugin_call(c: &mut Criterion) {
     let runtime = sluice_tests::runtime();
-    let store = sluice_tests::state_store();
+    let store = sluice_tests::state_backend();
     let batches: Vec<Vec<Record>> = BATCH_SIZES.iter().map(|n| payloads(*n)).collect();
     for (mode, label) in [
         (CallMode::Packed, "identity_packed"),

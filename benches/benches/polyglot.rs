@@ -19,9 +19,8 @@
 
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
-use sluice_host::state::{MemoryStateStore, OperatorScope};
+use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
 use sluice_tests::{plugin, run_pipeline_to_end};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -111,10 +110,14 @@ fn main() {
         let loaded = runtime.load(&component).expect("load");
         let load = started.elapsed();
         let started = Instant::now();
+        let scope = OperatorScope::new("bench", "polyglot", "q1");
+        let state = MemoryStateBackend::default()
+            .open(&scope, None)
+            .expect("state");
         let instance = PluginInstance::new(
             loaded,
-            OperatorScope::new("bench", "polyglot", "q1"),
-            Arc::new(MemoryStateStore::default()),
+            scope,
+            state,
             OperatorMetrics::new("q1"),
             PluginLimits {
                 memory_bytes: 256 << 20,

@@ -7,7 +7,6 @@ use sluice_host::dataflow::RunOutcome;
 use sluice_host::metrics::PipelineSnapshot;
 use sluice_host::pipeline::Pipeline;
 use sluice_host::runtime::{PluginRuntime, RuntimeConfig};
-use sluice_host::state::MemoryStateStore;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,12 +29,8 @@ pub struct RunReport {
 pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
     let loaded = LoadedConfig::load(file)?;
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
-    let pipeline = Pipeline::build(
-        &loaded,
-        &runtime,
-        Arc::new(MemoryStateStore::default()),
-        &crate::build::resolve_plugin,
-    )?;
+    let state = sluice_host::pipeline::open_state_backend(&loaded)?;
+    let pipeline = Pipeline::build(&loaded, &runtime, state, &crate::build::resolve_plugin)?;
     let metrics = pipeline.metrics();
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -8,10 +8,9 @@ use sluice_host::dataflow::{Collector, Operator, Source, TransformOperator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
 use sluice_host::runtime::{CallMode, PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
-use sluice_host::state::{MemoryStateStore, OperatorScope};
+use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
 /// What `sluice plugin test` reports at the end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,10 +44,11 @@ pub fn try_plugin(
         call_mode,
         ..PluginLimits::default()
     };
+    let state = MemoryStateBackend::default().open(&scope, None)?;
     let instance = PluginInstance::new(
         component.clone(),
         scope,
-        Arc::new(MemoryStateStore::default()),
+        state,
         metrics.clone(),
         limits,
         config,

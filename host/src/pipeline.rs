@@ -1,5 +1,6 @@
 //! Builds a runnable pipeline from a loaded pipeline file.
 
+use crate::config::StateBackendKind;
 use crate::config::{
     ConfigError, KafkaStart, LoadedConfig, SinkConfig, SourceConfig, ValueFormatName,
 };
@@ -15,7 +16,9 @@ use crate::dataflow::{
 };
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
-use crate::state::{OperatorScope, StateStore};
+use crate::state::{
+    MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +61,24 @@ pub struct Pipeline {
     chain: OperatorChain,
     executor: ExecutorConfig,
     metrics: Arc<PipelineMetrics>,
+    /// Kept open (and, if temporary, on disk) while the pipeline lives.
+    _state: Arc<dyn StateBackend>,
+}
+
+/// Opens the state backend `loaded`'s `[pipeline]` section asks for.
+pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>, PipelineError> {
+    let pipeline = &loaded.config.pipeline;
+    let backend: Arc<dyn StateBackend> = match pipeline.state_backend {
+        StateBackendKind::Memory => Arc::new(MemoryStateBackend::default()),
+        StateBackendKind::Rocksdb => {
+            let opened = match &pipeline.state_dir {
+                Some(dir) => RocksStateBackend::open(&loaded.resolve_path(dir)),
+                None => RocksStateBackend::temporary(),
+            };
+            Arc::new(opened.map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?)
+        }
+    };
+    Ok(backend)
 }
 
 impl Pipeline {
@@ -66,7 +87,7 @@ impl Pipeline {
     pub fn build(
         loaded: &LoadedConfig,
         runtime: &PluginRuntime,
-        state: Arc<dyn StateStore>,
+        state: Arc<dyn StateBackend>,
         resolve_plugin: PluginResolver<'_>,
     ) -> Result<Self, PipelineError> {
         let config = &loaded.config;
@@ -94,10 +115,17 @@ impl Pipeline {
                 grant_clock: operator.grant_clock,
                 call_mode: operator.call_mode,
             };
+            let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
+                ttl: Duration::from_millis(ms),
+                clock: ttl::system_clock(),
+            });
+            let store = state.open(&scope, ttl).map_err(|error| {
+                loaded.error_at(&format!("operators[{index}]"), error.to_string())
+            })?;
             let instance = PluginInstance::new(
                 component,
                 scope,
-                state.clone(),
+                store,
                 operator_metrics.clone(),
                 limits,
                 operator.plugin_config(),
@@ -147,6 +175,7 @@ impl Pipeline {
             chain: OperatorChain::new(operators, sinks, metrics.clone()),
             executor,
             metrics,
+            _state: state,
         })
     }
 

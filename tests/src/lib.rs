@@ -5,7 +5,7 @@
 use sluice_host::dataflow::TransformOperator;
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
-use sluice_host::state::{MemoryStateStore, OperatorScope, StateStore};
+use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,16 +46,16 @@ pub fn runtime() -> PluginRuntime {
     .unwrap_or_else(|error| panic!("creating runtime: {error}"))
 }
 
-/// A fresh in-memory state store.
-pub fn state_store() -> Arc<dyn StateStore> {
-    Arc::new(MemoryStateStore::default())
+/// A fresh in-memory state backend.
+pub fn state_backend() -> Arc<dyn StateBackend> {
+    Arc::new(MemoryStateBackend::default())
 }
 
 /// A transform operator running plugin `name` for `tenant`, with `limits`
 /// and `config`.
 pub fn operator(
     runtime: &PluginRuntime,
-    store: &Arc<dyn StateStore>,
+    state: &Arc<dyn StateBackend>,
     tenant: &str,
     name: &str,
     limits: PluginLimits,
@@ -65,20 +65,16 @@ pub fn operator(
         .load(plugin(name))
         .unwrap_or_else(|error| panic!("loading {name}: {error}"));
     let scope = OperatorScope::new(tenant, "test", name);
+    let store = state
+        .open(&scope, None)
+        .unwrap_or_else(|error| panic!("opening state of {name}: {error}"));
     let metrics = OperatorMetrics::new(name);
     let config = config
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let instance = PluginInstance::new(
-        component,
-        scope,
-        store.clone(),
-        metrics.clone(),
-        limits,
-        config,
-    )
-    .unwrap_or_else(|error| panic!("instantiating {name}: {error}"));
+    let instance = PluginInstance::new(component, scope, store, metrics.clone(), limits, config)
+        .unwrap_or_else(|error| panic!("instantiating {name}: {error}"));
     TransformOperator::new(name, instance, metrics)
 }
 
@@ -89,10 +85,12 @@ fn build_pipeline(pipeline_toml: &str) -> (tempfile::TempDir, sluice_host::pipel
     let file = dir.path().join("pipeline.toml");
     std::fs::write(&file, pipeline_toml).unwrap_or_else(|e| panic!("writing pipeline: {e}"));
     let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let state =
+        sluice_host::pipeline::open_state_backend(&loaded).unwrap_or_else(|e| panic!("{e}"));
     let pipeline = sluice_host::pipeline::Pipeline::build(
         &loaded,
         &runtime(),
-        state_store(),
+        state,
         &sluice_host::pipeline::wasm_files_only,
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -5,7 +5,7 @@ use sluice_host::dataflow::{Collector, Operator, Source};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_host::runtime::PluginLimits;
 use sluice_host::{Record, SourcePosition};
-use sluice_tests::{operator, runtime, state_store};
+use sluice_tests::{operator, runtime, state_backend};
 
 fn reason(record: &Record) -> String {
     String::from_utf8_lossy(
@@ -19,7 +19,7 @@ fn reason(record: &Record) -> String {
 #[test]
 fn validate_dedup_dead_letters_each_bad_record_with_its_reason() {
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     let mut op = operator(
         &runtime,
         &store,

@@ -6,7 +6,7 @@ use sluice_host::dataflow::{Collector, Operator};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_host::runtime::PluginLimits;
 use sluice_host::{Record, SourcePosition};
-use sluice_tests::{operator, runtime, state_store};
+use sluice_tests::{operator, runtime, state_backend};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ fn reasons(out: &Collector) -> Vec<String> {
 /// operator's (faults, re-instantiations).
 fn survives(plugin: &str, bad: &str, limits: PluginLimits) -> (Vec<String>, (u64, u64)) {
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     let mut hostile = operator(&runtime, &store, "evil", plugin, limits, &[]);
     let mut neighbour = operator(
         &runtime,
@@ -206,7 +206,7 @@ fn javascript_plugin_is_held_to_the_same_limits() {
 /// What a plugin emits for each of `commands` (one main output each).
 fn emitted(plugin: &str, limits: PluginLimits, commands: &[&str]) -> Vec<String> {
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     let mut op = operator(&runtime, &store, "curious", plugin, limits, &[]);
     let mut out = Collector::default();
     op.process_batch(batch(commands), &mut out).unwrap();
@@ -259,4 +259,32 @@ fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
         .parse()
         .unwrap();
     assert!(now > 1.7e12, "a granted clock is the real one: {now}");
+}
+
+#[test]
+fn a_faulting_call_leaves_no_state_behind() {
+    let runtime = runtime();
+    let store = state_backend();
+    let mut op = operator(
+        &runtime,
+        &store,
+        "t",
+        "hostile-trap",
+        PluginLimits::default(),
+        &[],
+    );
+    let mut out = Collector::default();
+    // The batch call counts ok-1 and then traps on `trap`; the retry counts
+    // ok-1 again, alone. Only the retry's write may survive.
+    op.process_batch(batch(&["ok-1", "trap", "ok-2"]), &mut out)
+        .unwrap();
+    assert_eq!(out.dead_letter.len(), 1);
+    let mut counts = Collector::default();
+    op.process_batch(
+        batch(&["count:ok-1", "count:ok-2", "count:trap"]),
+        &mut counts,
+    )
+    .unwrap();
+    let counts: Vec<&[u8]> = counts.main.iter().map(|r| r.value.as_ref()).collect();
+    assert_eq!(counts, vec![&b"1"[..], b"1", b"0"]);
 }

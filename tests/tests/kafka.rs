@@ -489,7 +489,7 @@ fn a_permanent_delivery_failure_stops_the_pipeline_naming_the_sink() {
     let pipeline = sluice_host::pipeline::Pipeline::build(
         &loaded,
         &sluice_tests::runtime(),
-        sluice_tests::state_store(),
+        sluice_tests::state_backend(),
         &sluice_host::pipeline::wasm_files_only,
     )
     .unwrap();

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use sluice_host::dataflow::{Collector, Operator};
 use sluice_host::runtime::{CallMode, PluginLimits};
 use sluice_host::{Header, Record, SourcePosition};
-use sluice_tests::{operator, runtime, state_store};
+use sluice_tests::{operator, runtime, state_backend};
 
 fn sample(n: i64) -> Vec<Record> {
     (0..n)
@@ -29,7 +29,7 @@ fn sample(n: i64) -> Vec<Record> {
 #[test]
 fn identity_returns_every_record_unchanged_on_both_paths() {
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     for mode in [CallMode::Packed, CallMode::Typed] {
         let limits = PluginLimits {
             call_mode: mode,
@@ -50,7 +50,7 @@ fn run_q1(encoding: sluice_nexmark::Encoding) -> Vec<(Vec<Record>, Vec<Record>)>
     use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Profile};
     use sluice_host::dataflow::Source;
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     let config = match encoding {
         sluice_nexmark::Encoding::Json => "json",
         sluice_nexmark::Encoding::Binary => "binary",
@@ -116,7 +116,7 @@ fn currency_convert_computes_q1_for_every_bid() {
 #[test]
 fn plugin_state_is_scoped_per_tenant() {
     let runtime = runtime();
-    let store = state_store();
+    let store = state_backend();
     let config = [("required", "event_id:string")];
     let mut tenant_a = operator(
         &runtime,

@@ -97,6 +97,31 @@ pub struct PipelineSection {
     /// Watermark lag behind the highest event time seen, ms.
     #[serde(default)]
     pub max_out_of_orderness_ms: u64,
+    /// Where operator state lives: `rocksdb` (default) or `memory`.
+    #[serde(default)]
+    pub state_backend: StateBackendKind,
+    /// RocksDB directory; by default a temporary directory removed when the
+    /// run ends (state lasts one run until checkpoints restore it).
+    pub state_dir: Option<PathBuf>,
+    /// Number of key groups keyed state is split into (fixed for the life
+    /// of the state; bounds parallelism).
+    #[serde(default = "default_max_parallelism")]
+    pub max_parallelism: u16,
+}
+
+/// `[pipeline] state_backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackendKind {
+    /// RocksDB: state larger than memory, column family per operator.
+    #[default]
+    Rocksdb,
+    /// In memory: for tests and small jobs.
+    Memory,
+}
+
+fn default_max_parallelism() -> u16 {
+    crate::state::key_group::DEFAULT_MAX_PARALLELISM
 }
 
 /// `[source]`.
@@ -237,6 +262,9 @@ pub struct OperatorConfig {
     /// Let the plugin read the real clock.
     #[serde(default)]
     pub grant_clock: bool,
+    /// Time-to-live of the operator's state after its last write, ms
+    /// (processing time); absent keeps state until it is deleted.
+    pub state_ttl_ms: Option<u64>,
 }
 
 impl OperatorConfig {

@@ -3,7 +3,7 @@
 use super::{Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, into_dead_letter};
-use crate::runtime::{BatchResult, EmitRoute, PluginInstance};
+use crate::runtime::{BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance};
 use std::sync::Arc;
 
 /// Runs a transform plugin on every batch.
@@ -21,6 +21,19 @@ pub struct TransformOperator {
 }
 
 impl TransformOperator {
+    /// A failing state backend is neither the plugin's fault nor the
+    /// record's: the operator stops (and with it the pipeline) instead of
+    /// dead-lettering records.
+    fn stop_on_state_failure(&self, fault: &PluginFault) -> Result<(), DataflowError> {
+        if fault.kind == FaultKind::State {
+            return Err(DataflowError::Operator {
+                name: self.name.clone(),
+                message: fault.message.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// Wraps a plugin instance as the operator `name`. `metrics` must be the
     /// counters the instance reports plugin counters to.
     pub fn new(
@@ -100,6 +113,7 @@ impl Operator for TransformOperator {
             }
             Err(fault) => fault,
         };
+        self.stop_on_state_failure(&fault)?;
         add(&self.metrics.traps, 1);
         tracing::warn!(operator = %self.name, plugin = %self.plugin_label, %fault,
             records = batch.len(), "plugin faulted on a batch; retrying record by record");
@@ -108,6 +122,7 @@ impl Operator for TransformOperator {
             match self.instance.call_batch(std::slice::from_ref(record)) {
                 Ok(result) => self.route(std::slice::from_ref(record), result, out),
                 Err(fault) => {
+                    self.stop_on_state_failure(&fault)?;
                     add(&self.metrics.traps, 1);
                     self.dead_letter(record.clone(), &fault.message, out);
                     self.reinstantiate()?;

@@ -9,6 +9,10 @@ pub mod typed {
     wasmtime::component::bindgen!({
         world: "transform",
         path: "../wit",
+        // A failing state backend traps the plugin call (ADR 0006).
+        imports: {
+            "sluice:plugin/state": trappable,
+        },
     });
 }
 

@@ -3,7 +3,7 @@
 use super::bindings::typed::sluice::plugin::{host, state, types};
 use super::plugin_output::{PluginOutput, Stream};
 use crate::metrics::OperatorMetrics;
-use crate::state::{OperatorScope, ScopedState};
+use crate::state::{OperatorScope, ScopedState, StateError};
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::StoreLimits;
@@ -17,6 +17,11 @@ pub struct PluginState {
     pub(crate) limits: StoreLimits,
     /// The plugin's stderr, for fault reasons.
     pub(crate) stderr: PluginOutput,
+    /// A state backend failure during the current call.
+    pub(crate) state_error: Option<StateError>,
+    /// State writes of the current call, applied when it completes
+    /// (`None` deletes).
+    pending_state: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -47,6 +52,8 @@ impl PluginState {
             metrics,
             limits,
             stderr,
+            state_error: None,
+            pending_state: Default::default(),
             wasi: wasi.build(),
             table: ResourceTable::new(),
         }
@@ -107,16 +114,52 @@ impl host::Host for PluginState {
     }
 }
 
+impl PluginState {
+    /// Keeps a state backend failure for the caller of the plugin (which
+    /// stops the pipeline) and turns it into a trap of the current call.
+    fn state_failed(&mut self, error: StateError) -> wasmtime::Error {
+        let trap = wasmtime::Error::msg(error.to_string());
+        self.state_error = Some(error);
+        trap
+    }
+}
+
+impl PluginState {
+    /// Applies the state writes of a call that completed.
+    pub(crate) fn commit_state(&mut self) -> Result<(), StateError> {
+        if self.pending_state.is_empty() {
+            return Ok(());
+        }
+        let writes = std::mem::take(&mut self.pending_state);
+        self.state.write(writes)
+    }
+
+    /// Forgets the state writes of a call that faulted: its records are
+    /// retried (or dead-lettered), so they must not have left state behind.
+    pub(crate) fn discard_state(&mut self) {
+        self.pending_state.clear();
+    }
+}
+
+/// Plugin state calls see the writes of the current call at once, but the
+/// writes reach the store only when the call completes
+/// ([`PluginState::commit_state`]): a call either takes effect entirely or
+/// not at all.
 impl state::Host for PluginState {
-    fn get(&mut self, key: Vec<u8>) -> Option<Vec<u8>> {
-        self.state.get(&key)
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        if let Some(pending) = self.pending_state.get(&key) {
+            return Ok(pending.clone());
+        }
+        self.state.get(&key).map_err(|e| self.state_failed(e))
     }
 
-    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.state.put(&key, &value);
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        self.pending_state.insert(key, Some(value));
+        Ok(())
     }
 
-    fn delete(&mut self, key: Vec<u8>) {
-        self.state.delete(&key);
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        self.pending_state.insert(key, None);
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use super::host_api::PluginState;
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
-use crate::state::{OperatorScope, ScopedState, StateStore};
+use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
 use bytes::Bytes;
 use sluice_wire::{InputRecord, OutputItem, Route};
 use std::sync::Arc;
@@ -79,6 +79,9 @@ pub enum FaultKind {
     Trap,
     /// The plugin returned output that breaks the contract.
     BadOutput,
+    /// The state backend failed (not the plugin's fault, nor the record's:
+    /// the operator must stop).
+    State,
 }
 
 impl std::fmt::Display for PluginFault {
@@ -110,8 +113,8 @@ pub struct PluginInstance {
 }
 
 impl PluginInstance {
-    /// Instantiates `component` for the operator `scope` (its state is
-    /// `state_store` seen through that scope) and calls its `init` with
+    /// Instantiates `component` for the operator `scope`, whose state is
+    /// `state_store` (opened for that scope), and calls its `init` with
     /// `config`.
     pub fn new(
         component: Arc<PluginComponent>,
@@ -132,7 +135,7 @@ impl PluginInstance {
                 });
             }
         };
-        let state = ScopedState::new(state_store, &scope);
+        let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
         let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
         let (store, bindings) = instantiate(
             &component,
@@ -194,7 +197,27 @@ impl PluginInstance {
         } else {
             self.call_typed(records)
         };
+        let state = self.store.data_mut();
+        let result = match result {
+            Ok(result) => state.commit_state().map(|()| result).map_err(|error| {
+                state.state_error = Some(error.clone());
+                PluginFault {
+                    kind: FaultKind::State,
+                    message: error.to_string(),
+                }
+            }),
+            Err(fault) => {
+                state.discard_state();
+                Err(fault)
+            }
+        };
         result.map_err(|mut fault| {
+            if let Some(error) = self.store.data_mut().state_error.take() {
+                return PluginFault {
+                    kind: FaultKind::State,
+                    message: error.to_string(),
+                };
+            }
             // What the plugin printed before it trapped (a panic message,
             // a traceback) says more than the trap itself.
             let printed = self.store.data().stderr.recent();

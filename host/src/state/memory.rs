@@ -1,48 +1,131 @@
-//! An in-memory [`StateStore`]: the default until RocksDB state lands.
+//! In-memory state: for tests and for pipelines that declare
+//! `state_backend = "memory"`.
 
-use super::{StateStore, StateUsage};
+use super::{
+    OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
+    StateWrite,
+};
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A sorted in-memory map behind a mutex.
+/// Keeps every operator's state in a sorted map in memory.
 #[derive(Debug, Default)]
+pub struct MemoryStateBackend {
+    stores: Mutex<BTreeMap<Vec<u8>, Arc<MemoryStateStore>>>,
+}
+
+impl StateBackend for MemoryStateBackend {
+    fn open(
+        &self,
+        scope: &OperatorScope,
+        ttl: Option<StateTtl>,
+    ) -> Result<Arc<dyn StateStore>, StateError> {
+        let mut stores = self
+            .stores
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let store = stores
+            .entry(scope.prefix())
+            .or_insert_with(|| {
+                Arc::new(MemoryStateStore {
+                    entries: Mutex::default(),
+                    ttl,
+                })
+            })
+            .clone();
+        Ok(store)
+    }
+}
+
+/// One operator's in-memory state.
+#[derive(Debug)]
 pub struct MemoryStateStore {
     entries: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+    ttl: Option<StateTtl>,
 }
 
 impl MemoryStateStore {
-    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>> {
-        // A panic while holding the lock cannot leave the map half-updated
-        // (each operation is a single map call), so a poisoned lock is safe.
+    fn entries(&self) -> MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>> {
+        // Each operation is a single map call, so a panic while holding the
+        // lock cannot leave the map half-updated: a poisoned lock is safe.
         self.entries
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    fn stamp(&self, value: &[u8]) -> Vec<u8> {
+        match &self.ttl {
+            Some(ttl) => ttl.wrap(value),
+            None => value.to_vec(),
+        }
+    }
+
+    fn live(&self, stored: Vec<u8>) -> Option<Vec<u8>> {
+        match &self.ttl {
+            Some(ttl) => ttl.unwrap(stored),
+            None => Some(stored),
+        }
+    }
 }
 
 impl StateStore for MemoryStateStore {
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.entries().get(key).cloned()
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let stored = self.entries().get(key).cloned();
+        Ok(stored.and_then(|value| self.live(value)))
     }
 
-    fn put(&self, key: &[u8], value: &[u8]) {
-        self.entries().insert(key.to_vec(), value.to_vec());
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        let stamped = self.stamp(value);
+        self.entries().insert(key.to_vec(), stamped);
+        Ok(())
     }
 
-    fn delete(&self, key: &[u8]) {
+    fn delete(&self, key: &[u8]) -> Result<(), StateError> {
         self.entries().remove(key);
+        Ok(())
     }
 
-    fn usage(&self, prefix: &[u8]) -> StateUsage {
-        let entries = self.entries();
-        let mut usage = StateUsage::default();
-        for (key, value) in entries
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-        {
-            usage.keys += 1;
-            usage.bytes += (key.len() + value.len()) as u64;
+    fn write(&self, writes: Vec<StateWrite>) -> Result<(), StateError> {
+        let mut entries = self.entries();
+        for write in writes {
+            match write {
+                StateWrite::Put(key, value) => {
+                    entries.insert(key, self.stamp(&value));
+                }
+                StateWrite::Delete(key) => {
+                    entries.remove(&key);
+                }
+            }
         }
-        usage
+        Ok(())
+    }
+
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
+        let entries = self.entries();
+        Ok(entries
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .filter_map(|(key, value)| self.live(value.clone()).map(|v| (key.clone(), v)))
+            .collect())
+    }
+
+    fn usage(&self) -> Result<StateUsage, StateError> {
+        let entries = self.entries();
+        Ok(StateUsage {
+            keys: entries.len() as u64,
+            bytes: entries
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum(),
+        })
+    }
+
+    fn compact(&self) -> Result<(), StateError> {
+        if let Some(ttl) = &self.ttl {
+            let now = (ttl.clock)();
+            self.entries()
+                .retain(|_, value| !super::ttl::is_expired(value, now));
+        }
+        Ok(())
     }
 }

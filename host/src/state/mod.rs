@@ -1,35 +1,91 @@
-//! Keyed state reached by plugins through the `sluice:plugin/state` interface.
+//! Operator state: RocksDB (or memory) behind one small interface.
 //!
-//! Every key is prefixed with a [`OperatorScope`] (tenant, pipeline, operator)
-//! before it reaches the store, so plugins and pipelines are isolated from
-//! one another. The store is a trait so that the in-memory store used now can
-//! be replaced by RocksDB without touching plugins or operators.
+//! * A [`StateBackend`] is where a host process keeps state: one RocksDB
+//!   instance ([`RocksStateBackend`]) or memory ([`MemoryStateBackend`]).
+//! * Each operator opens its own [`StateStore`] from it, identified by its
+//!   [`OperatorScope`] (tenant, pipeline, operator): in RocksDB, a column
+//!   family. Operators and tenants therefore never share keys.
+//! * Keyed state is stored under keys that start with their key group
+//!   ([`key_group`]), so that it can later be split and moved.
+//! * A store may have a time-to-live ([`ttl`]): expired values are not
+//!   visible and are dropped by compaction.
+//!
+//! Errors of the backend (I/O, corruption, a full disk) are [`StateError`]s.
+//! They are never a record's fault: an operator whose state fails stops the
+//! pipeline (to be restarted from its last checkpoint) rather than
+//! dead-lettering records. ADR 0006 explains why the plugin-facing WIT
+//! `state` interface stays infallible.
 
+pub mod key_group;
 mod memory;
+mod rocks;
+pub mod ttl;
 
-pub use memory::MemoryStateStore;
+pub use memory::MemoryStateBackend;
+pub use rocks::RocksStateBackend;
+pub use ttl::{ProcessingClock, StateTtl};
 
 use std::sync::Arc;
 
-/// A byte-keyed store shared by every operator of a host process.
-pub trait StateStore: Send + Sync {
-    /// The value under `key`.
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
-    /// Stores `value` under `key`.
-    fn put(&self, key: &[u8], value: &[u8]);
-    /// Removes `key`.
-    fn delete(&self, key: &[u8]);
-    /// Number of keys whose full key starts with `prefix`, and their total
-    /// size in bytes (keys and values).
-    fn usage(&self, prefix: &[u8]) -> StateUsage;
+/// A failure of the state backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("state of operator `{operator}`: {message}")]
+pub struct StateError {
+    /// The operator whose state failed.
+    pub operator: String,
+    /// What went wrong.
+    pub message: String,
 }
 
-/// Size of the state under one prefix.
+/// Where a host process keeps operator state.
+pub trait StateBackend: Send + Sync {
+    /// Opens (creating it if needed) the state of the operator `scope`,
+    /// with an optional time-to-live.
+    fn open(
+        &self,
+        scope: &OperatorScope,
+        ttl: Option<StateTtl>,
+    ) -> Result<Arc<dyn StateStore>, StateError>;
+}
+
+/// A key and its value, as [`StateStore::scan`] returns them.
+pub type StateEntry = (Vec<u8>, Vec<u8>);
+
+/// One write of a [`StateStore::write`] batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateWrite {
+    /// Store a value.
+    Put(Vec<u8>, Vec<u8>),
+    /// Remove a key.
+    Delete(Vec<u8>),
+}
+
+/// The state of one operator: a sorted map of byte keys to byte values.
+pub trait StateStore: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError>;
+    /// Stores `value` under `key`.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError>;
+    /// Removes `key`.
+    fn delete(&self, key: &[u8]) -> Result<(), StateError>;
+    /// Applies `writes` atomically, in order.
+    fn write(&self, writes: Vec<StateWrite>) -> Result<(), StateError>;
+    /// Every live entry whose key starts with `prefix`, in key order.
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError>;
+    /// How much state there is (estimated for RocksDB).
+    fn usage(&self) -> Result<StateUsage, StateError>;
+    /// Drops expired values and reclaims their space now (compaction does
+    /// it in the background anyway).
+    fn compact(&self) -> Result<(), StateError>;
+}
+
+/// Size of an operator's state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StateUsage {
-    /// Number of keys.
+    /// Number of keys (an estimate for RocksDB).
     pub keys: u64,
-    /// Bytes of keys plus values.
+    /// Bytes of keys plus values (for RocksDB: live data in SST files plus
+    /// memtables).
     pub bytes: u64,
 }
 
@@ -71,72 +127,175 @@ impl OperatorScope {
     }
 }
 
-/// A store seen through one scope: what a plugin instance gets.
+/// An operator's store as its plugin sees it through the WIT `state`
+/// interface: each plugin key is stored under its own key group.
 #[derive(Clone)]
 pub struct ScopedState {
     store: Arc<dyn StateStore>,
-    prefix: Vec<u8>,
+    max_parallelism: u16,
 }
 
 impl ScopedState {
-    /// Scopes `store` to `scope`.
-    pub fn new(store: Arc<dyn StateStore>, scope: &OperatorScope) -> Self {
+    /// The plugin view of `store`.
+    pub fn new(store: Arc<dyn StateStore>, max_parallelism: u16) -> Self {
         ScopedState {
             store,
-            prefix: scope.prefix(),
+            max_parallelism,
         }
     }
 
     fn full_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
-        full.extend_from_slice(&self.prefix);
-        full.extend_from_slice(key);
-        full
+        key_group::prefixed(key_group::key_group(key, self.max_parallelism), key)
     }
 
-    /// The value under `key` in this scope.
-    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+    /// The value under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         self.store.get(&self.full_key(key))
     }
 
-    /// Stores `value` under `key` in this scope.
-    pub fn put(&self, key: &[u8], value: &[u8]) {
-        self.store.put(&self.full_key(key), value);
+    /// Stores `value` under `key`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.store.put(&self.full_key(key), value)
     }
 
-    /// Removes `key` from this scope.
-    pub fn delete(&self, key: &[u8]) {
-        self.store.delete(&self.full_key(key));
+    /// Removes `key`.
+    pub fn delete(&self, key: &[u8]) -> Result<(), StateError> {
+        self.store.delete(&self.full_key(key))
     }
 
-    /// Size of this scope's state.
-    pub fn usage(&self) -> StateUsage {
-        self.store.usage(&self.prefix)
+    /// Applies plugin-key writes (`None` deletes) atomically.
+    pub fn write(
+        &self,
+        writes: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    ) -> Result<(), StateError> {
+        let writes = writes
+            .into_iter()
+            .map(|(key, value)| {
+                let key = self.full_key(&key);
+                match value {
+                    Some(value) => StateWrite::Put(key, value),
+                    None => StateWrite::Delete(key),
+                }
+            })
+            .collect();
+        self.store.write(writes)
+    }
+
+    /// Size of the state.
+    pub fn usage(&self) -> Result<StateUsage, StateError> {
+        self.store.usage()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::Duration;
 
     fn scope(tenant: &str, pipeline: &str, operator: &str) -> OperatorScope {
         OperatorScope::new(tenant, pipeline, operator)
     }
 
+    fn backends() -> Vec<(&'static str, Box<dyn StateBackend>)> {
+        vec![
+            ("memory", Box::new(MemoryStateBackend::default())),
+            (
+                "rocksdb",
+                Box::new(RocksStateBackend::temporary().expect("temporary RocksDB")),
+            ),
+        ]
+    }
+
     #[test]
     fn scopes_do_not_see_each_other() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStateStore::default());
-        let a = ScopedState::new(store.clone(), &scope("t1", "p", "op"));
-        let b = ScopedState::new(store.clone(), &scope("t2", "p", "op"));
-        // "ab" + "c" must not collide with "a" + "bc".
-        let c = ScopedState::new(store.clone(), &scope("t1", "p", "opx"));
-        a.put(b"k", b"1");
-        assert_eq!(a.get(b"k"), Some(b"1".to_vec()));
-        assert_eq!(b.get(b"k"), None);
-        assert_eq!(c.get(b"k"), None);
-        assert_eq!(a.usage().keys, 1);
-        assert_eq!(b.usage().keys, 0);
-        a.delete(b"k");
-        assert_eq!(a.get(b"k"), None);
+        for (name, backend) in backends() {
+            let open = |s: OperatorScope| ScopedState::new(backend.open(&s, None).unwrap(), 128);
+            let a = open(scope("t1", "p", "op"));
+            let b = open(scope("t2", "p", "op"));
+            // "ab" + "c" must not collide with "a" + "bc".
+            let c = open(scope("t1", "p", "opx"));
+            let d = open(scope("t1", "p/op", ""));
+            a.put(b"k", b"1").unwrap();
+            assert_eq!(a.get(b"k").unwrap(), Some(b"1".to_vec()), "{name}");
+            for other in [&b, &c, &d] {
+                assert_eq!(other.get(b"k").unwrap(), None, "{name}");
+            }
+            assert_eq!(a.usage().unwrap().keys, 1, "{name}");
+            assert_eq!(b.usage().unwrap().keys, 0, "{name}");
+            a.delete(b"k").unwrap();
+            assert_eq!(a.get(b"k").unwrap(), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn scan_and_batches_see_keys_in_order() {
+        for (name, backend) in backends() {
+            let store = backend.open(&scope("t", "p", "op"), None).unwrap();
+            store
+                .write(vec![
+                    StateWrite::Put(b"a/2".to_vec(), b"2".to_vec()),
+                    StateWrite::Put(b"a/1".to_vec(), b"1".to_vec()),
+                    StateWrite::Put(b"b/1".to_vec(), b"x".to_vec()),
+                    StateWrite::Delete(b"a/2".to_vec()),
+                ])
+                .unwrap();
+            let keys: Vec<Vec<u8>> = store
+                .scan(b"a/")
+                .unwrap()
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            assert_eq!(keys, vec![b"a/1".to_vec()], "{name}");
+        }
+    }
+
+    #[test]
+    fn expired_state_is_invisible_and_then_gone() {
+        for (name, backend) in backends() {
+            let now = Arc::new(AtomicI64::new(1_000));
+            let clock: ProcessingClock = {
+                let now = now.clone();
+                Arc::new(move || now.load(Ordering::Relaxed))
+            };
+            let ttl = StateTtl {
+                ttl: Duration::from_millis(100),
+                clock,
+            };
+            let store = backend.open(&scope("t", "p", "ttl"), Some(ttl)).unwrap();
+            for i in 0..1000u32 {
+                // Incompressible values, so that sizes on disk mean something.
+                let value: Vec<u8> = (0..8u32)
+                    .flat_map(|j| {
+                        xxhash_rust::xxh3::xxh3_128(&(i * 8 + j).to_be_bytes()).to_be_bytes()
+                    })
+                    .collect();
+                store.put(&i.to_be_bytes(), &value).unwrap();
+            }
+            store.compact().unwrap();
+            let before = store.usage().unwrap();
+            assert!(before.bytes > 100_000, "{name}: {before:?}");
+            now.store(1_050, Ordering::Relaxed);
+            store.put(b"fresh", b"1").unwrap();
+            assert!(store.get(&7u32.to_be_bytes()).unwrap().is_some(), "{name}");
+            now.store(1_100, Ordering::Relaxed);
+            assert_eq!(
+                store.get(&7u32.to_be_bytes()).unwrap(),
+                None,
+                "{name}: expired"
+            );
+            assert_eq!(store.get(b"fresh").unwrap(), Some(b"1".to_vec()), "{name}");
+            assert_eq!(
+                store.scan(b"").unwrap().len(),
+                1,
+                "{name}: scan skips expired"
+            );
+            store.compact().unwrap();
+            let after = store.usage().unwrap();
+            assert!(
+                after.bytes < before.bytes / 10 && after.keys <= 1,
+                "{name}: {before:?} -> {after:?}"
+            );
+        }
     }
 }

@@ -1,0 +1,253 @@
+//! RocksDB state: one database per host process, one column family per
+//! operator.
+//!
+//! The write-ahead log is off: state is made durable by checkpoints, not by
+//! each write. A column family with a TTL gets a compaction filter that drops
+//! expired values.
+
+use super::{
+    OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
+    StateWrite,
+};
+use rocksdb::{
+    BoundColumnFamily, ColumnFamilyDescriptor, DBWithThreadMode, Direction, IteratorMode,
+    MultiThreaded, Options, WriteBatch, WriteOptions, compaction_filter::Decision,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type Db = DBWithThreadMode<MultiThreaded>;
+
+/// A RocksDB instance holding every operator's state.
+pub struct RocksStateBackend {
+    db: Arc<Db>,
+    path: PathBuf,
+    /// A directory removed when the backend is dropped.
+    _temporary: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for RocksStateBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStateBackend")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn backend_error(path: &Path, error: impl std::fmt::Display) -> StateError {
+    StateError {
+        operator: "*".into(),
+        message: format!("RocksDB at {}: {error}", path.display()),
+    }
+}
+
+impl RocksStateBackend {
+    /// Opens (or creates) the database in `dir`, with its existing column
+    /// families.
+    pub fn open(dir: &Path) -> Result<Self, StateError> {
+        std::fs::create_dir_all(dir).map_err(|e| backend_error(dir, e))?;
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.increase_parallelism(2);
+        let existing = Db::list_cf(&options, dir).unwrap_or_default();
+        let descriptors = existing
+            .into_iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let db = Db::open_cf_descriptors(&options, dir, descriptors)
+            .map_err(|e| backend_error(dir, e))?;
+        Ok(RocksStateBackend {
+            db: Arc::new(db),
+            path: dir.to_path_buf(),
+            _temporary: None,
+        })
+    }
+
+    /// A database in a fresh temporary directory, deleted when the backend
+    /// is dropped: state that lives as long as one run.
+    pub fn temporary() -> Result<Self, StateError> {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-state-")
+            .tempdir()
+            .map_err(|e| backend_error(Path::new("<temp>"), e))?;
+        let mut backend = Self::open(dir.path())?;
+        backend._temporary = Some(dir);
+        Ok(backend)
+    }
+
+    /// Where the database lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The column family name of an operator: its scope's names, each escaped
+/// so that no two scopes can collide.
+fn column_family_name(scope: &OperatorScope) -> String {
+    let escape = |part: &str| part.replace('%', "%25").replace('/', "%2F");
+    format!(
+        "{}/{}/{}",
+        escape(&scope.tenant),
+        escape(&scope.pipeline),
+        escape(&scope.operator)
+    )
+}
+
+impl StateBackend for RocksStateBackend {
+    fn open(
+        &self,
+        scope: &OperatorScope,
+        ttl: Option<StateTtl>,
+    ) -> Result<Arc<dyn StateStore>, StateError> {
+        let name = column_family_name(scope);
+        let error = |e: rocksdb::Error| StateError {
+            operator: scope.operator.clone(),
+            message: format!("RocksDB column family `{name}`: {e}"),
+        };
+        if let Some(ttl) = &ttl {
+            // A column family keeps the options it was created with; a TTL
+            // store needs its compaction filter, so it is always recreated.
+            if self.db.cf_handle(&name).is_some() {
+                self.db.drop_cf(&name).map_err(error)?;
+            }
+            let mut options = Options::default();
+            let clock = ttl.clock.clone();
+            options.set_compaction_filter("sluice-ttl", move |_level, _key, value| {
+                if super::ttl::is_expired(value, clock()) {
+                    Decision::Remove
+                } else {
+                    Decision::Keep
+                }
+            });
+            self.db.create_cf(&name, &options).map_err(error)?;
+        } else if self.db.cf_handle(&name).is_none() {
+            self.db
+                .create_cf(&name, &Options::default())
+                .map_err(error)?;
+        }
+        let mut write_options = WriteOptions::default();
+        write_options.disable_wal(true);
+        Ok(Arc::new(RocksStateStore {
+            db: self.db.clone(),
+            name,
+            operator: scope.operator.clone(),
+            ttl,
+            write_options,
+        }))
+    }
+}
+
+/// One operator's column family.
+pub struct RocksStateStore {
+    db: Arc<Db>,
+    name: String,
+    operator: String,
+    ttl: Option<StateTtl>,
+    write_options: WriteOptions,
+}
+
+impl RocksStateStore {
+    fn error(&self, error: impl std::fmt::Display) -> StateError {
+        StateError {
+            operator: self.operator.clone(),
+            message: format!("RocksDB: {error}"),
+        }
+    }
+
+    fn cf(&self) -> Result<Arc<BoundColumnFamily<'_>>, StateError> {
+        self.db
+            .cf_handle(&self.name)
+            .ok_or_else(|| self.error(format!("column family `{}` is gone", self.name)))
+    }
+
+    fn stamp(&self, value: &[u8]) -> Vec<u8> {
+        match &self.ttl {
+            Some(ttl) => ttl.wrap(value),
+            None => value.to_vec(),
+        }
+    }
+
+    fn live(&self, stored: Vec<u8>) -> Option<Vec<u8>> {
+        match &self.ttl {
+            Some(ttl) => ttl.unwrap(stored),
+            None => Some(stored),
+        }
+    }
+}
+
+impl StateStore for RocksStateStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let stored = self
+            .db
+            .get_cf(&self.cf()?, key)
+            .map_err(|e| self.error(e))?;
+        Ok(stored.and_then(|value| self.live(value)))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.db
+            .put_cf_opt(&self.cf()?, key, self.stamp(value), &self.write_options)
+            .map_err(|e| self.error(e))
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<(), StateError> {
+        self.db
+            .delete_cf_opt(&self.cf()?, key, &self.write_options)
+            .map_err(|e| self.error(e))
+    }
+
+    fn write(&self, writes: Vec<StateWrite>) -> Result<(), StateError> {
+        let cf = self.cf()?;
+        let mut batch = WriteBatch::default();
+        for write in writes {
+            match write {
+                StateWrite::Put(key, value) => batch.put_cf(&cf, key, self.stamp(&value)),
+                StateWrite::Delete(key) => batch.delete_cf(&cf, key),
+            }
+        }
+        self.db
+            .write_opt(batch, &self.write_options)
+            .map_err(|e| self.error(e))
+    }
+
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
+        let cf = self.cf()?;
+        let mut entries = Vec::new();
+        for item in self
+            .db
+            .iterator_cf(&cf, IteratorMode::From(prefix, Direction::Forward))
+        {
+            let (key, value) = item.map_err(|e| self.error(e))?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if let Some(value) = self.live(value.into_vec()) {
+                entries.push((key.into_vec(), value));
+            }
+        }
+        Ok(entries)
+    }
+
+    fn usage(&self) -> Result<StateUsage, StateError> {
+        let cf = self.cf()?;
+        let property = |name: &str| -> Result<u64, StateError> {
+            Ok(self
+                .db
+                .property_int_value_cf(&cf, name)
+                .map_err(|e| self.error(e))?
+                .unwrap_or(0))
+        };
+        Ok(StateUsage {
+            keys: property("rocksdb.estimate-num-keys")?,
+            bytes: property("rocksdb.estimate-live-data-size")?
+                + property("rocksdb.cur-size-all-mem-tables")?,
+        })
+    }
+
+    fn compact(&self) -> Result<(), StateError> {
+        let cf = self.cf()?;
+        self.db.flush_cf(&cf).map_err(|e| self.error(e))?;
+        self.db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+        Ok(())
+    }
+}
