@@ -169,8 +169,11 @@ fn interpreted_plugin_is_contained(language: &str, throw_command: &str, thrown: 
     // limit) or surfaces in the language as an out-of-memory error that
     // the SDK turns into the record's reason; either way only the bad
     // records are lost and the operator goes on.
+    // A generous deadline, so that the memory limit is what stops it even
+    // on a loaded machine.
     let memory = PluginLimits {
         memory_bytes: 96 << 20,
+        deadline: Duration::from_secs(10),
         ..PluginLimits::default()
     };
     let (reasons, _) = survives(&plugin, "alloc", memory);
