@@ -24,5 +24,6 @@ pub mod pipeline;
 pub mod record;
 pub mod runtime;
 pub mod state;
+pub mod time;
 
 pub use record::{Header, Record, SourcePosition};

@@ -28,6 +28,14 @@ pub struct OperatorMetrics {
     pub busy_ns: AtomicU64,
     /// Counters the plugin reported through `host.counter-add`.
     pub plugin_counters: Mutex<BTreeMap<String, u64>>,
+    /// The operator's current event-time watermark (ms; `i64::MIN` before
+    /// the first).
+    pub watermark: AtomicI64,
+    /// Size of the operator's state, bytes (as last measured).
+    pub state_bytes: AtomicU64,
+    /// Keys in the operator's state (as last measured; an estimate for
+    /// RocksDB).
+    pub state_keys: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -35,6 +43,7 @@ impl OperatorMetrics {
     pub fn new(name: impl Into<String>) -> Arc<Self> {
         Arc::new(OperatorMetrics {
             name: name.into(),
+            watermark: AtomicI64::new(i64::MIN),
             ..OperatorMetrics::default()
         })
     }
@@ -58,6 +67,9 @@ impl OperatorMetrics {
             traps: load(&self.traps),
             reinstantiations: load(&self.reinstantiations),
             busy_ns: load(&self.busy_ns),
+            watermark: watermark_value(&self.watermark),
+            state_bytes: load(&self.state_bytes),
+            state_keys: load(&self.state_keys),
             plugin_counters: self
                 .plugin_counters
                 .lock()
@@ -135,6 +147,8 @@ pub struct PipelineMetrics {
     pub barriers: AtomicU64,
     /// Time the source spent blocked on a full channel (backpressure), ns.
     pub source_backpressured_ns: AtomicU64,
+    /// Source splits currently idle (not holding the watermark back).
+    pub idle_splits: AtomicU64,
     /// Per-operator counters, in chain order.
     pub operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     /// Records read and lag per source topic-partition (Kafka sources).
@@ -154,6 +168,7 @@ impl Default for PipelineMetrics {
             watermark: AtomicI64::new(i64::MIN),
             barriers: AtomicU64::new(0),
             source_backpressured_ns: AtomicU64::new(0),
+            idle_splits: AtomicU64::new(0),
             operators: Mutex::new(Vec::new()),
             source_partitions: Arc::default(),
             sink_partitions: Arc::default(),
@@ -172,16 +187,16 @@ impl PipelineMetrics {
 
     /// A consistent-enough copy of every counter.
     pub fn snapshot(&self) -> PipelineSnapshot {
-        let watermark = self.watermark.load(Ordering::Relaxed);
         PipelineSnapshot {
             records_in: load(&self.records_in),
             records_out: load(&self.records_out),
             side_out: load(&self.side_out),
             dead_letters: load(&self.dead_letters),
             batches: load(&self.batches),
-            watermark: (watermark != i64::MIN).then_some(watermark),
+            watermark: watermark_value(&self.watermark),
             barriers: load(&self.barriers),
             source_backpressured_ns: load(&self.source_backpressured_ns),
+            idle_splits: load(&self.idle_splits),
             operators: self
                 .operators
                 .lock()
@@ -193,6 +208,11 @@ impl PipelineMetrics {
             sink_partitions: self.sink_partitions.snapshot(),
         }
     }
+}
+
+fn watermark_value(watermark: &AtomicI64) -> Option<i64> {
+    let value = watermark.load(Ordering::Relaxed);
+    (value != i64::MIN).then_some(value)
 }
 
 fn load(counter: &AtomicU64) -> u64 {
@@ -223,8 +243,22 @@ pub struct OperatorSnapshot {
     pub reinstantiations: u64,
     /// Busy time, ns.
     pub busy_ns: u64,
+    /// Current event-time watermark, ms.
+    pub watermark: Option<i64>,
+    /// State size, bytes.
+    pub state_bytes: u64,
+    /// Keys in state.
+    pub state_keys: u64,
     /// Plugin-reported counters.
     pub plugin_counters: BTreeMap<String, u64>,
+}
+
+impl OperatorSnapshot {
+    /// How far the operator's event time is behind the wall clock (`now_ms`,
+    /// ms since the epoch): Flink's watermark lag.
+    pub fn watermark_lag_ms(&self, now_ms: i64) -> Option<i64> {
+        self.watermark.map(|w| now_ms.saturating_sub(w))
+    }
 }
 
 /// A copy of a pipeline's counters.
@@ -246,6 +280,8 @@ pub struct PipelineSnapshot {
     pub barriers: u64,
     /// Source backpressure time, ns.
     pub source_backpressured_ns: u64,
+    /// Source splits currently idle.
+    pub idle_splits: u64,
     /// Operators in chain order.
     pub operators: Vec<OperatorSnapshot>,
     /// Source topic-partitions: records read and consumer lag.

@@ -19,6 +19,7 @@ use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
 use crate::state::{
     MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
 };
+use crate::time::WatermarkStrategy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -165,7 +166,12 @@ impl Pipeline {
         let executor = ExecutorConfig {
             batch_size: config.pipeline.batch_size,
             channel_capacity: config.pipeline.channel_capacity,
-            max_out_of_orderness: Duration::from_millis(config.pipeline.max_out_of_orderness_ms),
+            watermarks: WatermarkStrategy {
+                max_out_of_orderness: Duration::from_millis(
+                    config.pipeline.max_out_of_orderness_ms,
+                ),
+                idle_timeout: config.pipeline.idle_timeout_ms.map(Duration::from_millis),
+            },
             barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
                 .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
         };
@@ -259,6 +265,7 @@ fn build_source(
                         value_format,
                         properties: k.properties.clone(),
                         poll_timeout: Duration::from_millis(k.poll_timeout_ms),
+                        timestamp_field: k.timestamp_field.clone(),
                     },
                     metrics.source_partitions.clone(),
                 )

@@ -149,7 +149,10 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
     let config = ExecutorConfig {
         batch_size: 100,
         channel_capacity: 2,
-        max_out_of_orderness: Duration::from_millis(5),
+        watermarks: sluice_host::time::WatermarkStrategy {
+            max_out_of_orderness: Duration::from_millis(5),
+            idle_timeout: None,
+        },
         barrier_interval: Some(Duration::from_millis(20)),
     };
     let outcome = run(

@@ -217,6 +217,7 @@ fn read_committed_never_sees_an_aborted_transaction() {
             value_format: ValueFormat::Raw,
             properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
             poll_timeout: Duration::from_millis(200),
+            timestamp_field: None,
         },
         Default::default(),
     )
@@ -267,6 +268,7 @@ fn source_options(
         value_format,
         properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
         poll_timeout: Duration::from_millis(200),
+        timestamp_field: None,
     }
 }
 

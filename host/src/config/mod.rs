@@ -94,9 +94,13 @@ pub struct PipelineSection {
     /// Interval between checkpoint barriers, ms (0 disables them).
     #[serde(default = "default_barrier_interval")]
     pub checkpoint_interval_ms: u64,
-    /// Watermark lag behind the highest event time seen, ms.
+    /// Watermark lag behind the highest event time seen (per split), ms.
     #[serde(default)]
     pub max_out_of_orderness_ms: u64,
+    /// After this long without records a source split (Kafka partition) no
+    /// longer holds the watermark back, ms; absent: a silent split holds it
+    /// back forever.
+    pub idle_timeout_ms: Option<u64>,
     /// Where operator state lives: `rocksdb` (default) or `memory`.
     #[serde(default)]
     pub state_backend: StateBackendKind,
@@ -159,6 +163,10 @@ pub struct KafkaSourceConfig {
     /// Extra librdkafka consumer properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Field of the value (JSON, or Avro decoded) holding the event time in
+    /// ms (`date_time`, `a.b` or a JSON pointer); absent: the Kafka record
+    /// timestamp.
+    pub timestamp_field: Option<String>,
     /// Longest wait for records in one poll, ms.
     #[serde(default = "default_poll_timeout_ms")]
     pub poll_timeout_ms: u64,

@@ -61,6 +61,10 @@ impl OperatorChain {
                 for index in 0..self.operators.len() {
                     let mut out = Collector::default();
                     self.operators[index].on_watermark(watermark, &mut out)?;
+                    self.operators[index]
+                        .metrics()
+                        .watermark
+                        .store(watermark, Ordering::Relaxed);
                     self.route(index, out)?;
                 }
                 self.metrics.watermark.store(watermark, Ordering::Relaxed);

@@ -4,6 +4,7 @@
 
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::metrics::{PipelineMetrics, add};
+use crate::time::{SplitWatermarks, WatermarkStrategy};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +21,8 @@ pub struct ExecutorConfig {
     pub batch_size: usize,
     /// Batches the source may run ahead of the chain.
     pub channel_capacity: usize,
-    /// Watermark = highest event time seen minus this bound.
-    pub max_out_of_orderness: Duration,
+    /// How watermarks are derived from the records' event times.
+    pub watermarks: WatermarkStrategy,
     /// Interval between checkpoint barriers; `None` injects none (except the
     /// final one when the run ends).
     pub barrier_interval: Option<Duration>,
@@ -32,7 +33,7 @@ impl Default for ExecutorConfig {
         ExecutorConfig {
             batch_size: 256,
             channel_capacity: 16,
-            max_out_of_orderness: Duration::ZERO,
+            watermarks: WatermarkStrategy::default(),
             barrier_interval: Some(Duration::from_secs(10)),
         }
     }
@@ -130,8 +131,7 @@ struct SourceReader<'a> {
 
 impl SourceReader<'_> {
     fn run(&mut self, stop: &AtomicBool) -> Result<RunOutcome, DataflowError> {
-        let out_of_orderness = self.config.max_out_of_orderness.as_millis() as i64;
-        let mut max_event_time: Option<i64> = None;
+        let mut watermarks = SplitWatermarks::new(self.config.watermarks);
         let mut last_watermark = i64::MIN;
         let mut next_barrier = self
             .config
@@ -145,16 +145,16 @@ impl SourceReader<'_> {
                 outcome = RunOutcome::Completed;
                 break;
             };
+            let now = Instant::now();
+            if let Some(splits) = self.source.splits() {
+                watermarks.set_splits(&splits, now);
+            }
             add(&self.metrics.batches, 1);
             add(
                 &self.metrics.records_in,
                 (batch.records.len() + batch.dead_letters.len()) as u64,
             );
-            for record in &batch.records {
-                if let Some(time) = record.event_time {
-                    max_event_time = Some(max_event_time.map_or(time, |max| max.max(time)));
-                }
-            }
+            watermarks.on_records(&batch.records, now);
             if !batch.dead_letters.is_empty()
                 && !self.send(StreamElement::DeadLetters(batch.dead_letters))
             {
@@ -163,15 +163,18 @@ impl SourceReader<'_> {
             if !batch.records.is_empty() && !self.send(StreamElement::Records(batch.records)) {
                 return Ok(RunOutcome::Stopped);
             }
-            if let Some(max) = max_event_time {
-                let watermark = max.saturating_sub(out_of_orderness);
-                if watermark > last_watermark {
-                    last_watermark = watermark;
-                    if !self.send(StreamElement::Watermark(watermark)) {
-                        return Ok(RunOutcome::Stopped);
-                    }
+            // Checked after every read (sources return at least every poll
+            // timeout, also without records), so idleness is noticed even
+            // when nothing arrives.
+            if let Some(watermark) = watermarks.advance(now) {
+                last_watermark = watermark;
+                if !self.send(StreamElement::Watermark(watermark)) {
+                    return Ok(RunOutcome::Stopped);
                 }
             }
+            self.metrics
+                .idle_splits
+                .store(watermarks.idle_splits() as u64, Ordering::Relaxed);
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due
             {

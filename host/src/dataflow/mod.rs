@@ -137,6 +137,13 @@ pub trait Source: Send {
     /// input. May block (for pacing or I/O).
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError>;
 
+    /// The splits (e.g. Kafka partitions) the source reads now, if it knows
+    /// them: a split that has produced no record yet then still holds the
+    /// watermark back. `None` (the default): splits are learnt from records.
+    fn splits(&self) -> Option<Vec<crate::time::SplitId>> {
+        None
+    }
+
     /// Called just before barrier `checkpoint_id` is injected: the source
     /// remembers its position (e.g. Kafka offsets) as of that barrier.
     fn snapshot_position(&mut self, _checkpoint_id: u64) -> Result<(), DataflowError> {

@@ -2,6 +2,7 @@
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{Record, SourcePosition, into_dead_letter};
+use crate::time::timestamps::{event_time_from, json_pointer};
 use bytes::Bytes;
 use serde_json::Value;
 use std::io::BufRead;
@@ -106,15 +107,7 @@ impl FileSource {
         }
         if let Some(pointer) = &self.timestamp_pointer {
             let field = self.options.timestamp_field.as_deref().unwrap_or_default();
-            match document.pointer(pointer) {
-                Some(Value::Number(n)) if n.as_i64().is_some() => record.event_time = n.as_i64(),
-                Some(other) => {
-                    return Err(format!(
-                        "timestamp field `{field}` is not an integer (found {other})"
-                    ));
-                }
-                None => return Err(format!("timestamp field `{field}` is missing")),
-            }
+            record.event_time = Some(event_time_from(&document, pointer, field)?);
         }
         Ok(record)
     }
@@ -205,18 +198,6 @@ impl Source for FileSource {
             return Ok(None);
         }
         Ok(Some(batch))
-    }
-}
-
-/// `a.b` or `a` or `/a/b` as a JSON pointer.
-pub(crate) fn json_pointer(field: &str) -> String {
-    if field.starts_with('/') {
-        field.to_string()
-    } else {
-        field
-            .split('.')
-            .map(|part| format!("/{}", part.replace('~', "~0").replace('/', "~1")))
-            .collect()
     }
 }
 

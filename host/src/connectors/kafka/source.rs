@@ -4,6 +4,8 @@ use super::{ValueFormat, client_config};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, into_dead_letter};
+use crate::time::SplitId;
+use crate::time::timestamps::{event_time_from, json_pointer};
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -44,6 +46,9 @@ pub struct KafkaSourceOptions {
     pub properties: BTreeMap<String, String>,
     /// Longest wait for records in one `next_batch`.
     pub poll_timeout: Duration,
+    /// Field of the (JSON or Avro) value holding the event time, ms; absent:
+    /// the Kafka record timestamp is the event time.
+    pub timestamp_field: Option<String>,
 }
 
 /// Partitions revoked during a poll, reported by the rebalance callback
@@ -291,6 +296,7 @@ impl KafkaSource {
 fn to_record(
     topics: &mut HashMap<String, Arc<str>>,
     format: &ValueFormat,
+    timestamp_field: Option<&str>,
     message: &BorrowedMessage<'_>,
 ) -> (Record, Option<String>) {
     {
@@ -324,6 +330,20 @@ fn to_record(
         match format.decode(&raw) {
             Ok(value) => {
                 record.value = value;
+                if let Some(field) = timestamp_field {
+                    let time = serde_json::from_slice::<serde_json::Value>(&record.value)
+                        .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
+                        .and_then(|document| {
+                            event_time_from(&document, &json_pointer(field), field)
+                        });
+                    match time {
+                        Ok(time) => record.event_time = Some(time),
+                        Err(reason) => {
+                            record.value = raw;
+                            return (record, Some(reason));
+                        }
+                    }
+                }
                 (record, None)
             }
             Err(reason) => (record, Some(reason)),
@@ -334,6 +354,19 @@ fn to_record(
 impl Source for KafkaSource {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The partitions assigned to this member: a partition that has sent
+    /// nothing yet still holds the watermark back (until it is idle).
+    fn splits(&self) -> Option<Vec<SplitId>> {
+        let assignment = self.consumer.assignment().ok()?;
+        Some(
+            assignment
+                .elements()
+                .iter()
+                .map(|e| (Arc::from(e.topic()), e.partition()))
+                .collect(),
+        )
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
@@ -370,7 +403,12 @@ impl Source for KafkaSource {
             );
             *read_per_partition.entry(key.clone()).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
-            match to_record(&mut self.topics, &self.options.value_format, &message) {
+            match to_record(
+                &mut self.topics,
+                &self.options.value_format,
+                self.options.timestamp_field.as_deref(),
+                &message,
+            ) {
                 (record, None) => batch.records.push(record),
                 (record, Some(reason)) => {
                     batch

@@ -1,0 +1,75 @@
+//! Event time on a real Kafka source: per-partition watermarks and idle
+//! partitions.
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use sluice_tests::kafka::{bootstrap, create_topic, unique_topic};
+use sluice_tests::run_pipeline_until;
+use std::time::Duration;
+
+/// Writes `count` records with event times 1_000, 2_000, ... to partition
+/// `partition` of `topic`.
+fn produce_to_partition(topic: &str, partition: i32, count: i64) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    for i in 1..=count {
+        let value = format!("{{\"n\":{i}}}");
+        producer
+            .send(
+                BaseRecord::<(), _>::to(topic)
+                    .partition(partition)
+                    .payload(&value)
+                    .timestamp(i * 1_000),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+fn pipeline(topic: &str, idle_timeout: &str) -> String {
+    format!(
+        "[pipeline]\nname = \"idle\"\nbatch_size = 50\nmax_out_of_orderness_ms = 500\n{idle_timeout}\n\n\
+         [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{}\"\nstart = \"earliest\"\npoll_timeout_ms = 100\nproperties = {{ \"session.timeout.ms\" = \"6000\" }}\n\n\
+         [sink]\nblackhole = {{}}\n",
+        bootstrap(),
+        unique_topic("idle-group"),
+    )
+}
+
+/// One partition of two carries all the data; the other is silent. With an
+/// idle timeout the silent partition stops holding the watermark back after
+/// the timeout; without one the watermark never moves (the failure mode the
+/// setting exists for).
+#[test]
+fn a_silent_partition_holds_the_watermark_back_until_idle() {
+    let topic = unique_topic("idle");
+    create_topic(&topic, 2);
+    produce_to_partition(&topic, 0, 100);
+
+    let (_, snapshot) = run_pipeline_until(
+        &pipeline(&topic, "idle_timeout_ms = 1000"),
+        Duration::from_secs(60),
+        |s| s.watermark.is_some(),
+    );
+    // Highest event time 100_000 minus the 500 ms bound.
+    assert_eq!(snapshot.watermark, Some(99_500), "{snapshot:?}");
+    // The silent partition is idle (by now the drained one may be too).
+    assert!(snapshot.idle_splits >= 1, "{snapshot:?}");
+
+    // Without the setting: everything is read, the source polls on (each
+    // poll returns within 100 ms), and the watermark stays where it was.
+    let read_all_at = std::cell::Cell::new(None);
+    let (_, snapshot) = run_pipeline_until(&pipeline(&topic, ""), Duration::from_secs(60), |s| {
+        if s.records_in < 100 {
+            return false;
+        }
+        let batches = read_all_at.get().unwrap_or(s.batches);
+        read_all_at.set(Some(batches));
+        // Twenty more empty polls: ~2 s, twice the idle timeout above.
+        s.batches >= batches + 20
+    });
+    assert_eq!(snapshot.records_in, 100);
+    assert_eq!(snapshot.watermark, None, "{snapshot:?}");
+}
