@@ -25,5 +25,6 @@ pub mod record;
 pub mod runtime;
 pub mod state;
 pub mod time;
+pub mod window;
 
 pub use record::{Header, Record, SourcePosition};

@@ -20,6 +20,7 @@ use crate::state::{
     MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
 };
 use crate::time::WatermarkStrategy;
+use crate::window::{BuiltinAggregate, LateOutput, WindowOperator, WindowOperatorOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,25 +98,12 @@ impl Pipeline {
 
         let mut operators: Vec<Box<dyn Operator>> = Vec::new();
         for (index, operator) in config.operators.iter().enumerate() {
-            let field = format!("operators[{index}].plugin");
-            let path = resolve_plugin(&loaded.resolve_path(&operator.plugin))
-                .map_err(|message| loaded.error_at(&field, message))?;
-            let component = runtime
-                .load(path)
-                .map_err(|error| loaded.error_at(&field, error.to_string()))?;
             let scope = OperatorScope::new(
                 &config.pipeline.tenant,
                 &config.pipeline.name,
                 &operator.name,
             );
             let operator_metrics = OperatorMetrics::new(&operator.name);
-            let limits = PluginLimits {
-                deadline: Duration::from_millis(operator.deadline_ms),
-                memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
-                    .unwrap_or(usize::MAX),
-                grant_clock: operator.grant_clock,
-                call_mode: operator.call_mode,
-            };
             let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
                 ttl: Duration::from_millis(ms),
                 clock: ttl::system_clock(),
@@ -123,6 +111,32 @@ impl Pipeline {
             let store = state.open(&scope, ttl).map_err(|error| {
                 loaded.error_at(&format!("operators[{index}]"), error.to_string())
             })?;
+            if let Some(window) = &operator.window {
+                operators.push(Box::new(build_window_operator(
+                    loaded,
+                    index,
+                    window,
+                    store,
+                    operator_metrics,
+                )?));
+                continue;
+            }
+            let field = format!("operators[{index}].plugin");
+            let Some(plugin) = &operator.plugin else {
+                return Err(loaded.error_at(&field, "missing").into());
+            };
+            let path = resolve_plugin(&loaded.resolve_path(plugin))
+                .map_err(|message| loaded.error_at(&field, message))?;
+            let component = runtime
+                .load(path)
+                .map_err(|error| loaded.error_at(&field, error.to_string()))?;
+            let limits = PluginLimits {
+                deadline: Duration::from_millis(operator.deadline_ms),
+                memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
+                    .unwrap_or(usize::MAX),
+                grant_clock: operator.grant_clock,
+                call_mode: operator.call_mode,
+            };
             let instance = PluginInstance::new(
                 component,
                 scope,
@@ -194,6 +208,56 @@ impl Pipeline {
     pub fn run(self, stop: Arc<AtomicBool>) -> Result<RunOutcome, DataflowError> {
         crate::dataflow::run(self.source, self.chain, self.executor, self.metrics, stop)
     }
+}
+
+/// A window operator with a built-in aggregate, from `operators[index]`.
+fn build_window_operator(
+    loaded: &LoadedConfig,
+    index: usize,
+    window: &crate::config::WindowConfig,
+    store: Arc<dyn crate::state::StateStore>,
+    metrics: Arc<OperatorMetrics>,
+) -> Result<WindowOperator, PipelineError> {
+    let operator = &loaded.config.operators[index];
+    let at = |field: &str| format!("operators[{index}].{field}");
+    let spec = window
+        .spec()
+        .map_err(|message| loaded.error_at(&at("window"), message))?;
+    let Some(aggregate) = &operator.aggregate else {
+        return Err(loaded
+            .error_at(&at("window"), "a window operator needs an `aggregate`")
+            .into());
+    };
+    let aggregator = BuiltinAggregate::new(aggregate.function, aggregate.field.as_deref())
+        .map_err(|message| loaded.error_at(&at("aggregate"), message))?;
+    let late_output = match operator.late_output.as_deref() {
+        None | Some("dead_letter") => LateOutput::DeadLetter,
+        Some(name) if loaded.config.side_outputs.contains_key(name) => {
+            LateOutput::Side(name.to_string())
+        }
+        Some(name) => {
+            return Err(loaded
+                .error_at(
+                    &at("late_output"),
+                    format!("`{name}` is neither `dead_letter` nor a side output of this pipeline"),
+                )
+                .into());
+        }
+    };
+    let options = WindowOperatorOptions {
+        name: operator.name.clone(),
+        spec,
+        allowed_lateness: i64::try_from(operator.allowed_lateness_ms).unwrap_or(i64::MAX),
+        key_field: operator.key_field.clone(),
+        late_output,
+        max_parallelism: loaded.config.pipeline.max_parallelism,
+    };
+    Ok(WindowOperator::new(
+        options,
+        Box::new(aggregator),
+        store,
+        metrics,
+    ))
 }
 
 fn build_source(

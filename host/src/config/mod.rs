@@ -128,6 +128,64 @@ fn default_max_parallelism() -> u16 {
     crate::state::key_group::DEFAULT_MAX_PARALLELISM
 }
 
+/// `window` of an operator.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowConfig {
+    /// Tumbling windows of this length, ms.
+    pub tumbling_ms: Option<u64>,
+    /// Sliding windows of this length, ms (with `slide_ms`).
+    pub sliding_ms: Option<u64>,
+    /// Distance between sliding window starts, ms.
+    pub slide_ms: Option<u64>,
+    /// Session windows closed by this much inactivity, ms.
+    pub session_gap_ms: Option<u64>,
+}
+
+impl WindowConfig {
+    /// The window kind, or what is wrong with the table.
+    pub fn spec(&self) -> Result<crate::window::WindowSpec, String> {
+        use crate::window::WindowSpec;
+        let positive = |value: u64, name: &str| -> Result<i64, String> {
+            match i64::try_from(value) {
+                Ok(ms) if ms > 0 => Ok(ms),
+                _ => Err(format!(
+                    "`{name}` must be a positive number of milliseconds"
+                )),
+            }
+        };
+        match (self.tumbling_ms, self.sliding_ms, self.slide_ms, self.session_gap_ms) {
+            (Some(size), None, None, None) => Ok(WindowSpec::Tumbling {
+                size: positive(size, "tumbling_ms")?,
+            }),
+            (None, Some(size), Some(slide), None) => {
+                let (size, slide) = (positive(size, "sliding_ms")?, positive(slide, "slide_ms")?);
+                if slide > size {
+                    return Err("`slide_ms` must not exceed `sliding_ms`".into());
+                }
+                Ok(WindowSpec::Sliding { size, slide })
+            }
+            (None, None, None, Some(gap)) => Ok(WindowSpec::Session {
+                gap: positive(gap, "session_gap_ms")?,
+            }),
+            _ => Err(
+                "set exactly one of `tumbling_ms`, `sliding_ms` with `slide_ms`, or `session_gap_ms`"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// `aggregate` of a window operator.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AggregateConfig {
+    /// `count`, `sum`, `min`, `max` or `avg`.
+    pub function: crate::window::BuiltinFunction,
+    /// The numeric field (`price`, `a.b`, a JSON pointer); not for `count`.
+    pub field: Option<String>,
+}
+
 /// `[source]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
@@ -253,8 +311,24 @@ pub struct FileSourceConfig {
 pub struct OperatorConfig {
     /// Operator name, unique in the pipeline.
     pub name: String,
-    /// A component `.wasm` file, or a plugin crate directory to build.
-    pub plugin: PathBuf,
+    /// A component `.wasm` file, or a plugin directory to build (a transform
+    /// operator; absent for a window operator with a built-in aggregate).
+    pub plugin: Option<PathBuf>,
+    /// Makes this a window operator: `{ tumbling_ms = .. }`,
+    /// `{ sliding_ms = .., slide_ms = .. }` or `{ session_gap_ms = .. }`.
+    pub window: Option<WindowConfig>,
+    /// A window operator's built-in aggregate: `{ function = "count" }`, or
+    /// `sum`, `min`, `max`, `avg` with a numeric `field`.
+    pub aggregate: Option<AggregateConfig>,
+    /// A window operator's key: a field of the value (`user`, `a.b`, a JSON
+    /// pointer); absent: the record key.
+    pub key_field: Option<String>,
+    /// How long after a window fired late records still update it, ms.
+    #[serde(default)]
+    pub allowed_lateness_ms: u64,
+    /// Where records later than the allowed lateness go: `dead_letter`
+    /// (default) or the name of a side output.
+    pub late_output: Option<String>,
     /// Values handed to the plugin's `init` (as strings).
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
@@ -531,15 +605,55 @@ impl LoadedConfig {
                     format!("duplicate operator name `{}`", operator.name),
                 ));
             }
-            let plugin = self.resolve_path(&operator.plugin);
-            if !plugin.exists() {
-                return Err(self.error_at(
-                    &format!("operators[{index}].plugin"),
-                    format!(
-                        "no such plugin file or crate directory: {}",
-                        plugin.display()
-                    ),
-                ));
+            match (&operator.plugin, &operator.window, &operator.aggregate) {
+                (Some(plugin), None, None) => {
+                    let plugin = self.resolve_path(plugin);
+                    if !plugin.exists() {
+                        return Err(self.error_at(
+                            &format!("operators[{index}].plugin"),
+                            format!(
+                                "no such plugin file or crate directory: {}",
+                                plugin.display()
+                            ),
+                        ));
+                    }
+                }
+                (None, Some(window), Some(aggregate)) => {
+                    window.spec().map_err(|message| {
+                        self.error_at(&format!("operators[{index}].window"), message)
+                    })?;
+                    crate::window::BuiltinAggregate::new(
+                        aggregate.function,
+                        aggregate.field.as_deref(),
+                    )
+                    .map_err(|message| {
+                        self.error_at(&format!("operators[{index}].aggregate"), message)
+                    })?;
+                }
+                (_, Some(_), None) => {
+                    return Err(self.error_at(
+                        &format!("operators[{index}].window"),
+                        "a window operator needs an `aggregate` (plugin aggregates are not supported yet)",
+                    ));
+                }
+                (Some(_), Some(_), Some(_)) => {
+                    return Err(self.error_at(
+                        &format!("operators[{index}].plugin"),
+                        "a window operator with a built-in aggregate takes no plugin",
+                    ));
+                }
+                (_, None, Some(_)) => {
+                    return Err(self.error_at(
+                        &format!("operators[{index}].aggregate"),
+                        "`aggregate` needs a `window`",
+                    ));
+                }
+                (None, None, None) => {
+                    return Err(self.error_at(
+                        &format!("operators[{index}]"),
+                        "an operator needs a `plugin` (transform) or a `window` with an `aggregate`",
+                    ));
+                }
             }
             if operator.deadline_ms == 0 {
                 return Err(self.error_at(

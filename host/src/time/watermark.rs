@@ -2,7 +2,8 @@
 //!
 //! Each split (a Kafka partition; a file or generator is one split) keeps
 //! the highest event time it has produced. Its watermark is that minus the
-//! out-of-orderness bound; the source's watermark is the minimum over its
+//! out-of-orderness bound, minus one (as Flink's bounded out-of-orderness:
+//! a record exactly `bound` late is still on time); the source's watermark is the minimum over its
 //! splits, so a slow partition holds the whole stream back, as it must.
 //!
 //! A split that produces nothing for `idle_timeout` is marked idle and no
@@ -112,7 +113,13 @@ impl SplitWatermarks {
         let mut combined: Option<i64> = None;
         for state in self.splits.values().filter(|s| !s.idle) {
             // An active split without records yet holds everything back.
-            let split = state.max_event_time?.saturating_sub(bound);
+            // `- 1`: a record exactly `bound` behind the highest event time
+            // is still on time (the watermark promises nothing at or
+            // before it is still to come).
+            let split = state
+                .max_event_time?
+                .saturating_sub(bound)
+                .saturating_sub(1);
             combined = Some(combined.map_or(split, |c| c.min(split)));
         }
         let watermark = combined?;
@@ -156,9 +163,9 @@ mod tests {
             idle_timeout: None,
         });
         marks.on_records(&[record(0, 100, &topic), record(1, 50, &topic)], now);
-        assert_eq!(marks.advance(now), Some(40));
+        assert_eq!(marks.advance(now), Some(39));
         marks.on_records(&[record(1, 200, &topic)], now);
-        assert_eq!(marks.advance(now), Some(90));
+        assert_eq!(marks.advance(now), Some(89));
         // Never backwards, and only emitted when it moves.
         marks.on_records(&[record(0, 95, &topic)], now);
         assert_eq!(marks.advance(now), None);
@@ -181,14 +188,14 @@ mod tests {
             match idle_timeout {
                 None => assert_eq!(marks.advance(later), None, "frozen without a timeout"),
                 Some(_) => {
-                    assert_eq!(marks.advance(later), Some(2_000));
+                    assert_eq!(marks.advance(later), Some(1_999));
                     assert_eq!(marks.idle_splits(), 1);
                     // The split wakes up with older data: it counts again, but
                     // the watermark does not go back.
                     marks.on_records(&[record(1, 1_500, &topic)], later);
                     assert_eq!(marks.advance(later), None);
                     marks.on_records(&[record(1, 2_500, &topic), record(0, 3_000, &topic)], later);
-                    assert_eq!(marks.advance(later), Some(2_500));
+                    assert_eq!(marks.advance(later), Some(2_499));
                 }
             }
         }

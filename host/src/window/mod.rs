@@ -1,0 +1,138 @@
+//! Event-time windows: tumbling, sliding (hopping) and session windows,
+//! aggregated per key, fired by the watermark, with allowed lateness.
+//!
+//! * [`WindowSpec`] assigns a record's event time to windows.
+//! * [`aggregate`]: how a window's records become its result — built-in
+//!   count / sum / min / max / avg over a field, or a plugin's
+//!   create / add / merge / finish over an accumulator the host stores.
+//! * [`WindowOperator`] keeps one accumulator per key and window in the
+//!   operator's state (RocksDB), fires a window when the watermark passes its
+//!   end, keeps it `allowed_lateness` longer so that each late record within
+//!   it re-fires an updated result (marked `update: true` with a sequence
+//!   number), and sends records later than that to the late output with
+//!   `late_arrival = true`.
+//!
+//! Times are milliseconds since the Unix epoch. A window `[start, end)`
+//! holds event times `start <= t < end`; its results carry event time
+//! `end - 1` (Flink's `maxTimestamp`).
+
+pub mod aggregate;
+mod fields;
+mod operator;
+
+pub use aggregate::{Aggregator, BuiltinAggregate, BuiltinFunction};
+pub use operator::{LateOutput, WindowOperator, WindowOperatorOptions, WindowResult};
+
+/// A window `[start, end)` of event time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Window {
+    /// First event time in the window.
+    pub start: i64,
+    /// One past the last event time in the window.
+    pub end: i64,
+}
+
+impl Window {
+    /// The latest event time in the window: the watermark must pass it for
+    /// the window to fire.
+    pub fn max_timestamp(&self) -> i64 {
+        self.end - 1
+    }
+
+    /// Whether two windows overlap or touch (sessions merge then).
+    fn intersects(&self, other: &Window) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// The smallest window covering both.
+    fn cover(&self, other: &Window) -> Window {
+        Window {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
+
+/// How event time is cut into windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSpec {
+    /// Fixed-size, non-overlapping windows aligned to the epoch.
+    Tumbling {
+        /// Window length, ms.
+        size: i64,
+    },
+    /// Fixed-size windows starting every `slide` ms (a record is in
+    /// `size / slide` windows).
+    Sliding {
+        /// Window length, ms.
+        size: i64,
+        /// Distance between window starts, ms.
+        slide: i64,
+    },
+    /// Per key, activity separated by gaps of at least `gap` ms.
+    Session {
+        /// Inactivity that closes a session, ms.
+        gap: i64,
+    },
+}
+
+impl WindowSpec {
+    /// The windows a record with event time `t` belongs to (for sessions:
+    /// its own `[t, t + gap)`, merged later with the key's other sessions).
+    pub fn assign(&self, t: i64) -> Vec<Window> {
+        match *self {
+            WindowSpec::Tumbling { size } => {
+                let start = t - t.rem_euclid(size);
+                vec![Window {
+                    start,
+                    end: start + size,
+                }]
+            }
+            WindowSpec::Sliding { size, slide } => {
+                let last_start = t - t.rem_euclid(slide);
+                let mut windows = Vec::with_capacity((size / slide) as usize + 1);
+                let mut start = last_start;
+                while start > t - size {
+                    windows.push(Window {
+                        start,
+                        end: start + size,
+                    });
+                    start -= slide;
+                }
+                windows
+            }
+            WindowSpec::Session { gap } => vec![Window {
+                start: t,
+                end: t + gap,
+            }],
+        }
+    }
+
+    /// Whether windows of this kind merge (sessions).
+    pub fn is_merging(&self) -> bool {
+        matches!(self, WindowSpec::Session { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tumbling_and_sliding_assignment() {
+        let tumbling = WindowSpec::Tumbling { size: 10 };
+        assert_eq!(tumbling.assign(25), vec![Window { start: 20, end: 30 }]);
+        assert_eq!(tumbling.assign(-1), vec![Window { start: -10, end: 0 }]);
+        let sliding = WindowSpec::Sliding { size: 10, slide: 5 };
+        assert_eq!(
+            sliding.assign(12),
+            vec![Window { start: 10, end: 20 }, Window { start: 5, end: 15 }]
+        );
+        for t in -20..40 {
+            for w in sliding.assign(t) {
+                assert!(w.start <= t && t < w.end);
+            }
+            assert_eq!(sliding.assign(t).len(), 2);
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! Event-time windows against a reference model.
+//!
+//! The model below is deliberately naive: it keeps every value of every
+//! window in a list and recomputes results from scratch, walking the input
+//! in arrival order with the watermark the source would emit (highest event
+//! time seen minus the bound, minus one). Property tests then check the
+//! window operator against it:
+//!
+//! * inputs shuffled within the out-of-orderness bound give exactly the
+//!   results of the sorted input: every window once, no updates, nothing late;
+//! * inputs with records later than that give exactly the model's late
+//!   records and its re-fired updates (with their sequence numbers).
+
+use proptest::prelude::*;
+use serde_json::json;
+use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::metrics::OperatorMetrics;
+use sluice_host::record::dead_letter_headers;
+use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
+use sluice_host::window::{
+    BuiltinAggregate, BuiltinFunction, LateOutput, Window, WindowOperator, WindowOperatorOptions,
+    WindowResult, WindowSpec,
+};
+use sluice_host::{Record, SourcePosition};
+use std::collections::BTreeMap;
+
+/// One input event: key, event time, value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Event {
+    key: u8,
+    time: i64,
+    value: i64,
+}
+
+fn record(event: &Event, offset: i64) -> Record {
+    let mut record = Record::from_value(
+        json!({"k": format!("k{}", event.key), "v": event.value}).to_string(),
+        SourcePosition {
+            topic: "events".into(),
+            partition: 0,
+            offset,
+        },
+    );
+    record.event_time = Some(event.time);
+    record
+}
+
+/// What a run produced: every result in emission order, and the offsets of
+/// the records sent to the late output.
+#[derive(Debug, Default, PartialEq)]
+struct Outcome {
+    results: Vec<WindowResult>,
+    late: Vec<i64>,
+}
+
+/// Runs the window operator over `events` in arrival order, one record per
+/// batch, each followed by the watermark the source would emit; a final
+/// watermark ends the input.
+fn run_operator(
+    events: &[Event],
+    spec: WindowSpec,
+    bound: i64,
+    lateness: i64,
+    backend: &dyn StateBackend,
+) -> Outcome {
+    let store = backend
+        .open(&OperatorScope::new("t", "p", "window"), None)
+        .unwrap();
+    let mut options = WindowOperatorOptions::new("window", spec);
+    options.allowed_lateness = lateness;
+    options.key_field = Some("k".into());
+    options.late_output = LateOutput::DeadLetter;
+    let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
+    let mut operator = WindowOperator::new(
+        options,
+        Box::new(aggregate),
+        store,
+        OperatorMetrics::new("window"),
+    );
+    let mut out = Collector::default();
+    let mut max_seen = i64::MIN;
+    for (offset, event) in events.iter().enumerate() {
+        operator
+            .process_batch(vec![record(event, offset as i64)], &mut out)
+            .unwrap();
+        max_seen = max_seen.max(event.time);
+        operator
+            .on_watermark(max_seen - bound - 1, &mut out)
+            .unwrap();
+    }
+    operator.on_watermark(i64::MAX, &mut out).unwrap();
+    let late = out
+        .dead_letter
+        .iter()
+        .map(|r| {
+            let reason = r.header(dead_letter_headers::REASON).unwrap();
+            assert!(reason.starts_with(b"late arrival"), "{r:?}");
+            assert_eq!(
+                r.header("late_arrival").map(|v| v.as_ref()),
+                Some(&b"true"[..])
+            );
+            r.source.offset
+        })
+        .collect();
+    let results = out
+        .main
+        .iter()
+        .map(|r| serde_json::from_slice(&r.value).unwrap())
+        .collect();
+    Outcome { results, late }
+}
+
+/// A model result: the sum of a window's values.
+fn result(key: u8, window: Window, values: &[i64], seq: u64) -> WindowResult {
+    WindowResult {
+        key: format!("k{key}"),
+        window_start: window.start,
+        window_end: window.end,
+        result: json!(values.iter().sum::<i64>()),
+        update: seq > 0,
+        seq,
+    }
+}
+
+/// The reference model (tumbling and sliding windows).
+fn model(events: &[Event], spec: WindowSpec, bound: i64, lateness: i64) -> Outcome {
+    let mut values: BTreeMap<(u8, Window), Vec<i64>> = BTreeMap::new();
+    let mut fired: BTreeMap<(u8, Window), u64> = BTreeMap::new();
+    let mut outcome = Outcome::default();
+    let mut watermark = i64::MIN;
+    let mut max_seen = i64::MIN;
+    for (offset, event) in events.iter().enumerate() {
+        let windows = spec.assign(event.time);
+        // Windows in start order, as the operator updates them.
+        let mut open: Vec<Window> = windows
+            .into_iter()
+            .filter(|w| w.end - 1 + lateness > watermark)
+            .collect();
+        open.sort();
+        if open.is_empty() {
+            outcome.late.push(offset as i64);
+        }
+        for window in open {
+            let id = (event.key, window);
+            values.entry(id).or_default().push(event.value);
+            if window.end - 1 <= watermark {
+                // Already past its end: every record re-fires it.
+                let seq = fired.get(&id).copied().unwrap_or(0);
+                outcome
+                    .results
+                    .push(result(event.key, window, &values[&id], seq));
+                fired.insert(id, seq + 1);
+            }
+        }
+        max_seen = max_seen.max(event.time);
+        let next = (max_seen - bound - 1).max(watermark);
+        advance(&mut values, &mut fired, &mut outcome, next, lateness);
+        watermark = next;
+    }
+    advance(&mut values, &mut fired, &mut outcome, i64::MAX, lateness);
+    outcome
+}
+
+/// The model's watermark step: fire every window whose end it passed, in
+/// end order (then key, then start, as the operator's timers), and forget
+/// windows past their lateness.
+fn advance(
+    values: &mut BTreeMap<(u8, Window), Vec<i64>>,
+    fired: &mut BTreeMap<(u8, Window), u64>,
+    outcome: &mut Outcome,
+    watermark: i64,
+    lateness: i64,
+) {
+    let mut due: Vec<(i64, String, Window, u8)> = values
+        .keys()
+        .filter(|(key, window)| {
+            window.end - 1 <= watermark && !fired.contains_key(&(*key, *window))
+        })
+        .map(|(key, window)| (window.end - 1, format!("k{key}"), *window, *key))
+        .collect();
+    due.sort();
+    for (_, _, window, key) in due {
+        outcome
+            .results
+            .push(result(key, window, &values[&(key, window)], 0));
+        fired.insert((key, window), 1);
+    }
+    let expired: Vec<(u8, Window)> = values
+        .keys()
+        .filter(|(_, window)| (window.end - 1).saturating_add(lateness) <= watermark)
+        .copied()
+        .collect();
+    for id in expired {
+        values.remove(&id);
+        fired.remove(&id);
+    }
+}
+
+/// The last result per key and window: what a consumer keeping the highest
+/// `seq` ends up with.
+fn latest(results: &[WindowResult]) -> BTreeMap<(String, i64, i64), serde_json::Value> {
+    let mut latest = BTreeMap::new();
+    for r in results {
+        latest.insert(
+            (r.key.clone(), r.window_start, r.window_end),
+            r.result.clone(),
+        );
+    }
+    latest
+}
+
+fn specs() -> impl Strategy<Value = WindowSpec> {
+    prop_oneof![
+        (1i64..50).prop_map(|size| WindowSpec::Tumbling { size }),
+        (1i64..10, 1i64..5).prop_map(|(slides, slide)| WindowSpec::Sliding {
+            size: slide * slides,
+            slide
+        }),
+    ]
+}
+
+/// Events with increasing times, then delayed by up to `bound` each: an
+/// arrival order within the out-of-orderness bound.
+fn within_bound(bound: i64) -> impl Strategy<Value = Vec<Event>> {
+    prop::collection::vec((0u8..4, 0i64..20, -50i64..50, 0i64..=bound), 1..60).prop_map(|items| {
+        let mut time = 0;
+        let mut events: Vec<(i64, Event)> = items
+            .into_iter()
+            .map(|(key, step, value, delay)| {
+                time += step;
+                (time + delay, Event { key, time, value })
+            })
+            .collect();
+        events.sort_by_key(|(arrival, _)| *arrival);
+        events.into_iter().map(|(_, e)| e).collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn shuffles_within_the_bound_give_the_results_of_sorted_input(
+        spec in specs(),
+        (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
+    ) {
+        let backend = MemoryStateBackend::default();
+        let outcome = run_operator(&events, spec, bound, 0, &backend);
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.time);
+        let expected = model(&sorted, spec, 0, 0);
+        prop_assert!(outcome.late.is_empty(), "late: {:?}", outcome.late);
+        prop_assert!(outcome.results.iter().all(|r| !r.update));
+        prop_assert_eq!(latest(&outcome.results), latest(&expected.results));
+        prop_assert_eq!(outcome.results.len(), expected.results.len());
+    }
+
+    #[test]
+    fn late_records_are_counted_and_re_fire_exactly_as_the_model(
+        spec in specs(),
+        bound in 0i64..10,
+        lateness in 0i64..40,
+        events in prop::collection::vec((0u8..3, 0i64..200, -50i64..50), 1..80),
+    ) {
+        let events: Vec<Event> = events
+            .into_iter()
+            .map(|(key, time, value)| Event { key, time, value })
+            .collect();
+        let backend = MemoryStateBackend::default();
+        let outcome = run_operator(&events, spec, bound, lateness, &backend);
+        let expected = model(&events, spec, bound, lateness);
+        prop_assert_eq!(&outcome.late, &expected.late);
+        prop_assert_eq!(&outcome.results, &expected.results);
+    }
+}
+
+#[test]
+fn allowed_lateness_re_fires_updates_and_later_records_are_late() {
+    let spec = WindowSpec::Tumbling { size: 10 };
+    let e = |key, time, value| Event { key, time, value };
+    // Window [0, 10) fires when 25 arrives (watermark 14 with bound 10);
+    // 5 arrives within the 10 ms lateness (re-fire, seq 1); 3 arrives after
+    // 40 pushed the watermark to 29, past 9 + 10: late.
+    let events = [
+        e(0, 1, 1),
+        e(0, 2, 2),
+        e(0, 25, 5),
+        e(0, 5, 10),
+        e(0, 40, 1),
+        e(0, 3, 100),
+    ];
+    let backend = RocksStateBackend::temporary().unwrap();
+    let outcome = run_operator(&events, spec, 10, 10, &backend);
+    assert_eq!(outcome, model(&events, spec, 10, 10));
+    let first: Vec<(i64, serde_json::Value, bool, u64)> = outcome
+        .results
+        .iter()
+        .filter(|r| r.window_start == 0)
+        .map(|r| (r.window_end, r.result.clone(), r.update, r.seq))
+        .collect();
+    assert_eq!(
+        first,
+        vec![(10, json!(3), false, 0), (10, json!(13), true, 1)]
+    );
+    assert_eq!(outcome.late, vec![5]);
+}
+
+#[test]
+fn sessions_merge_and_fire_after_the_gap() {
+    let spec = WindowSpec::Session { gap: 10 };
+    let e = |key, time, value| Event { key, time, value };
+    // Key 0: 1, 5 and 12 form one session [1, 22); 40 starts another. Key 1
+    // arrives out of order (8 then 2): one session [2, 18).
+    let events = [
+        e(0, 1, 1),
+        e(1, 8, 10),
+        e(0, 12, 3),
+        e(1, 2, 20),
+        e(0, 5, 2),
+        e(0, 40, 7),
+    ];
+    for backend in [
+        Box::new(MemoryStateBackend::default()) as Box<dyn StateBackend>,
+        Box::new(RocksStateBackend::temporary().unwrap()),
+    ] {
+        let outcome = run_operator(&events, spec, 20, 0, backend.as_ref());
+        let got: Vec<(String, i64, i64, serde_json::Value)> = outcome
+            .results
+            .iter()
+            .map(|r| {
+                (
+                    r.key.clone(),
+                    r.window_start,
+                    r.window_end,
+                    r.result.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("k1".into(), 2, 18, json!(30)),
+                ("k0".into(), 1, 22, json!(6)),
+                ("k0".into(), 40, 50, json!(7)),
+            ]
+        );
+        assert!(outcome.late.is_empty());
+    }
+}
