@@ -13,6 +13,7 @@ pub fn describe(path: &Path) -> Result<String> {
     let world = match component.world {
         PluginWorld::Transform => "sluice:plugin/transform",
         PluginWorld::FastTransform => "sluice:plugin/fast-transform",
+        PluginWorld::Aggregate => "sluice:plugin/aggregate",
     };
     writeln!(text, "plugin:      {}", component.name)?;
     writeln!(text, "file:        {}", component.path.display())?;

@@ -4,7 +4,7 @@
 use crate::bindings::sluice::plugin::types as wit;
 use crate::emit::{Emitter, Target};
 use crate::{Config, Record, Transform};
-use sluice_wire::{Bytes, Header, InputRecord, OutputItem};
+use sluice_wire::{InputRecord, OutputItem};
 use std::any::Any;
 use std::cell::RefCell;
 
@@ -84,24 +84,7 @@ pub fn process_typed<T: Transform>(batch: Vec<wit::InputRecord>) -> Vec<wit::Rec
             .iter()
             .enumerate()
             .map(|(index, typed)| {
-                let record = Record {
-                    inner: InputRecord {
-                        key: typed.key.as_deref().map(Bytes::new),
-                        value: Bytes::new(&typed.value),
-                        headers: typed
-                            .headers
-                            .iter()
-                            .map(|h| Header {
-                                key: &h.key,
-                                value: Bytes::new(&h.value),
-                            })
-                            .collect(),
-                        event_time: typed.event_time,
-                        topic: Bytes::new(typed.source.topic.as_bytes()),
-                        partition: typed.source.partition,
-                        offset: typed.source.offset,
-                    },
-                };
+                let record = Record::from_typed(typed);
                 let mut emits = Vec::new();
                 let mut emitter = Emitter {
                     input_index: index as u32,

@@ -49,15 +49,23 @@
 //! * Keep state with [`state`] (stored by the host, scoped to your operator).
 //! * Log with [`host::log`]; count with [`host::counter_add`].
 
+#[cfg(feature = "aggregate")]
+pub mod aggregate;
 mod config;
+#[cfg(not(feature = "aggregate"))]
 mod emit;
 #[doc(hidden)]
+#[cfg(not(feature = "aggregate"))]
 pub mod glue;
 pub mod host;
 mod record;
+#[cfg(not(feature = "aggregate"))]
 pub mod state;
 
+#[cfg(feature = "aggregate")]
+pub use aggregate::Aggregate;
 pub use config::Config;
+#[cfg(not(feature = "aggregate"))]
 pub use emit::{Emitter, Output};
 pub use record::Record;
 
@@ -66,6 +74,7 @@ pub use serde_json;
 
 /// Bindings generated from the `sluice:plugin` WIT package.
 #[doc(hidden)]
+#[cfg(not(feature = "aggregate"))]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "fast-transform",
@@ -76,9 +85,23 @@ pub mod bindings {
     });
 }
 
+/// Bindings for the `aggregate` world (feature `aggregate`).
+#[doc(hidden)]
+#[cfg(feature = "aggregate")]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "aggregate",
+        path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_world",
+        default_bindings_module: "sluice_sdk::bindings",
+    });
+}
+
 /// The version of the `sluice:plugin` WIT package this SDK builds against.
 pub const WIT_PACKAGE_VERSION: &str = "0.1.0";
 
+#[cfg(not(feature = "aggregate"))]
 /// A record-at-a-time transform.
 ///
 /// One value of your type lives in each plugin instance: the host creates it
@@ -96,6 +119,7 @@ pub trait Transform: Sized + 'static {
     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String>;
 }
 
+#[cfg(not(feature = "aggregate"))]
 /// Exports a [`Transform`] implementation as the plugin's component exports.
 ///
 /// Use it once per plugin crate (a `cdylib`), at the top level.

@@ -11,6 +11,30 @@ pub struct Record<'a> {
 }
 
 impl<'a> Record<'a> {
+    /// A view of a record the host sent through a typed interface.
+    pub(crate) fn from_typed(
+        typed: &'a crate::bindings::sluice::plugin::types::InputRecord,
+    ) -> Self {
+        Record {
+            inner: InputRecord {
+                key: typed.key.as_deref().map(Bytes::new),
+                value: Bytes::new(&typed.value),
+                headers: typed
+                    .headers
+                    .iter()
+                    .map(|h| sluice_wire::Header {
+                        key: &h.key,
+                        value: Bytes::new(&h.value),
+                    })
+                    .collect(),
+                event_time: typed.event_time,
+                topic: Bytes::new(typed.source.topic.as_bytes()),
+                partition: typed.source.partition,
+                offset: typed.source.offset,
+            },
+        }
+    }
+
     /// The record key, if any.
     pub fn key(&self) -> Option<&'a [u8]> {
         self.inner.key.map(|k| &**k)

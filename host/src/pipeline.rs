@@ -15,12 +15,15 @@ use crate::dataflow::{
     TransformOperator,
 };
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
+use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
 use crate::state::{
     MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
 };
 use crate::time::WatermarkStrategy;
-use crate::window::{BuiltinAggregate, LateOutput, WindowOperator, WindowOperatorOptions};
+use crate::window::{
+    Aggregator, BuiltinAggregate, LateOutput, WindowOperator, WindowOperatorOptions,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,31 +114,53 @@ impl Pipeline {
             let store = state.open(&scope, ttl).map_err(|error| {
                 loaded.error_at(&format!("operators[{index}]"), error.to_string())
             })?;
-            if let Some(window) = &operator.window {
-                operators.push(Box::new(build_window_operator(
-                    loaded,
-                    index,
-                    window,
-                    store,
-                    operator_metrics,
-                )?));
-                continue;
-            }
             let field = format!("operators[{index}].plugin");
-            let Some(plugin) = &operator.plugin else {
-                return Err(loaded.error_at(&field, "missing").into());
+            let component = match &operator.plugin {
+                Some(plugin) => {
+                    let path = resolve_plugin(&loaded.resolve_path(plugin))
+                        .map_err(|message| loaded.error_at(&field, message))?;
+                    Some(
+                        runtime
+                            .load(path)
+                            .map_err(|error| loaded.error_at(&field, error.to_string()))?,
+                    )
+                }
+                None => None,
             };
-            let path = resolve_plugin(&loaded.resolve_path(plugin))
-                .map_err(|message| loaded.error_at(&field, message))?;
-            let component = runtime
-                .load(path)
-                .map_err(|error| loaded.error_at(&field, error.to_string()))?;
             let limits = PluginLimits {
                 deadline: Duration::from_millis(operator.deadline_ms),
                 memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
                     .unwrap_or(usize::MAX),
                 grant_clock: operator.grant_clock,
                 call_mode: operator.call_mode,
+            };
+            if let Some(window) = &operator.window {
+                let aggregator: Box<dyn Aggregator> = match component {
+                    Some(component) => Box::new(
+                        PluginAggregator::new(
+                            component,
+                            scope.clone(),
+                            store.clone(),
+                            operator_metrics.clone(),
+                            limits,
+                            operator.plugin_config(),
+                        )
+                        .map_err(|error| loaded.error_at(&field, error.to_string()))?,
+                    ),
+                    None => Box::new(builtin_aggregate(loaded, index)?),
+                };
+                operators.push(Box::new(build_window_operator(
+                    loaded,
+                    index,
+                    window,
+                    aggregator,
+                    store,
+                    operator_metrics,
+                )?));
+                continue;
+            }
+            let Some(component) = component else {
+                return Err(loaded.error_at(&field, "missing").into());
             };
             let instance = PluginInstance::new(
                 component,
@@ -210,11 +235,29 @@ impl Pipeline {
     }
 }
 
-/// A window operator with a built-in aggregate, from `operators[index]`.
+/// The built-in aggregate of `operators[index]`.
+fn builtin_aggregate(
+    loaded: &LoadedConfig,
+    index: usize,
+) -> Result<BuiltinAggregate, PipelineError> {
+    let at = format!("operators[{index}].aggregate");
+    let Some(aggregate) = &loaded.config.operators[index].aggregate else {
+        return Err(loaded
+            .error_at(&at, "a window operator needs an `aggregate` or a `plugin`")
+            .into());
+    };
+    Ok(
+        BuiltinAggregate::new(aggregate.function, aggregate.field.as_deref())
+            .map_err(|message| loaded.error_at(&at, message))?,
+    )
+}
+
+/// The window operator of `operators[index]`, computing `aggregator`.
 fn build_window_operator(
     loaded: &LoadedConfig,
     index: usize,
     window: &crate::config::WindowConfig,
+    aggregator: Box<dyn Aggregator>,
     store: Arc<dyn crate::state::StateStore>,
     metrics: Arc<OperatorMetrics>,
 ) -> Result<WindowOperator, PipelineError> {
@@ -223,13 +266,6 @@ fn build_window_operator(
     let spec = window
         .spec()
         .map_err(|message| loaded.error_at(&at("window"), message))?;
-    let Some(aggregate) = &operator.aggregate else {
-        return Err(loaded
-            .error_at(&at("window"), "a window operator needs an `aggregate`")
-            .into());
-    };
-    let aggregator = BuiltinAggregate::new(aggregate.function, aggregate.field.as_deref())
-        .map_err(|message| loaded.error_at(&at("aggregate"), message))?;
     let late_output = match operator.late_output.as_deref() {
         None | Some("dead_letter") => LateOutput::DeadLetter,
         Some(name) if loaded.config.side_outputs.contains_key(name) => {
@@ -252,12 +288,7 @@ fn build_window_operator(
         late_output,
         max_parallelism: loaded.config.pipeline.max_parallelism,
     };
-    Ok(WindowOperator::new(
-        options,
-        Box::new(aggregator),
-        store,
-        metrics,
-    ))
+    Ok(WindowOperator::new(options, aggregator, store, metrics))
 }
 
 fn build_source(

@@ -311,8 +311,9 @@ pub struct FileSourceConfig {
 pub struct OperatorConfig {
     /// Operator name, unique in the pipeline.
     pub name: String,
-    /// A component `.wasm` file, or a plugin directory to build (a transform
-    /// operator; absent for a window operator with a built-in aggregate).
+    /// A component `.wasm` file, or a plugin directory to build: a transform,
+    /// or for a window operator an aggregate (absent with a built-in
+    /// `aggregate`).
     pub plugin: Option<PathBuf>,
     /// Makes this a window operator: `{ tumbling_ms = .. }`,
     /// `{ sliding_ms = .., slide_ms = .. }` or `{ session_gap_ms = .. }`.
@@ -630,10 +631,25 @@ impl LoadedConfig {
                         self.error_at(&format!("operators[{index}].aggregate"), message)
                     })?;
                 }
-                (_, Some(_), None) => {
+                (Some(plugin), Some(window), None) => {
+                    window.spec().map_err(|message| {
+                        self.error_at(&format!("operators[{index}].window"), message)
+                    })?;
+                    let plugin = self.resolve_path(plugin);
+                    if !plugin.exists() {
+                        return Err(self.error_at(
+                            &format!("operators[{index}].plugin"),
+                            format!(
+                                "no such aggregate plugin file or directory: {}",
+                                plugin.display()
+                            ),
+                        ));
+                    }
+                }
+                (None, Some(_), None) => {
                     return Err(self.error_at(
                         &format!("operators[{index}].window"),
-                        "a window operator needs an `aggregate` (plugin aggregates are not supported yet)",
+                        "a window operator needs an `aggregate` (built-in) or a `plugin` (aggregate world)",
                     ));
                 }
                 (Some(_), Some(_), Some(_)) => {

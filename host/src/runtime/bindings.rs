@@ -1,8 +1,8 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Two worlds: `transform` (typed, any language) and `fast-transform` (adds
-//! the packed batch export, offered by the Rust SDK). The imports are the
-//! same for both; `fast` reuses the `typed` import traits.
+//! Three worlds: `transform` (typed, any language), `fast-transform` (adds
+//! the packed batch export, offered by the Rust SDK) and `aggregate` (window
+//! aggregates). They share import traits with `typed`.
 
 /// Bindings for the `transform` world.
 pub mod typed {
@@ -26,6 +26,18 @@ pub mod fast {
             "sluice:plugin/host": super::typed::sluice::plugin::host,
             "sluice:plugin/state": super::typed::sluice::plugin::state,
             "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+        },
+    });
+}
+
+/// Bindings for the `aggregate` world (window aggregates).
+pub mod aggregate {
+    wasmtime::component::bindgen!({
+        world: "aggregate",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
         },
     });
 }

@@ -1,7 +1,7 @@
 //! A loaded plugin: compiled, version-checked and linked, ready to
 //! instantiate any number of times.
 
-use super::bindings::{fast, typed};
+use super::bindings::{aggregate, fast, typed};
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
 use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
@@ -17,14 +17,19 @@ pub enum PluginWorld {
     Transform,
     /// `sluice:plugin/fast-transform`: typed and packed batches.
     FastTransform,
+    /// `sluice:plugin/aggregate`: a window aggregate.
+    Aggregate,
 }
 
 /// The pre-linked instantiation recipe and where to find the exports.
 pub(crate) struct Pre {
     pub(crate) instance_pre: InstancePre<PluginState>,
-    pub(crate) transformer: typed::TransformIndices,
+    /// Present for transform plugins.
+    pub(crate) transformer: Option<typed::TransformIndices>,
     /// Present for `fast-transform` plugins.
     pub(crate) packed: Option<fast::FastTransformIndices>,
+    /// Present for aggregate plugins.
+    pub(crate) aggregator: Option<aggregate::AggregateIndices>,
 }
 
 /// A plugin ready to instantiate.
@@ -96,16 +101,17 @@ pub(crate) fn load(
         let wanted = format!("sluice:plugin/{interface}@{WIT_PACKAGE_VERSION}");
         exports.contains(&wanted)
     };
-    if !has_export("transformer") {
+    let world = if has_export("transformer") && has_export("packed-transformer") {
+        PluginWorld::FastTransform
+    } else if has_export("transformer") {
+        PluginWorld::Transform
+    } else if has_export("aggregator") {
+        PluginWorld::Aggregate
+    } else {
         return Err(RuntimeError::NotATransform {
             path,
             exports: exports.join(", "),
         });
-    }
-    let world = if has_export("packed-transformer") {
-        PluginWorld::FastTransform
-    } else {
-        PluginWorld::Transform
     };
 
     let link_error = |error: wasmtime::Error| RuntimeError::Link {
@@ -117,17 +123,28 @@ pub(crate) fn load(
         .linker
         .instantiate_pre(&component)
         .map_err(link_error)?;
-    let transformer = typed::TransformIndices::new(&instance_pre).map_err(link_error)?;
-    let packed = match world {
-        PluginWorld::Transform => None,
-        PluginWorld::FastTransform => {
-            Some(fast::FastTransformIndices::new(&instance_pre).map_err(link_error)?)
-        }
+    let (transformer, packed, aggregator) = match world {
+        PluginWorld::Transform => (
+            Some(typed::TransformIndices::new(&instance_pre).map_err(link_error)?),
+            None,
+            None,
+        ),
+        PluginWorld::FastTransform => (
+            Some(typed::TransformIndices::new(&instance_pre).map_err(link_error)?),
+            Some(fast::FastTransformIndices::new(&instance_pre).map_err(link_error)?),
+            None,
+        ),
+        PluginWorld::Aggregate => (
+            None,
+            None,
+            Some(aggregate::AggregateIndices::new(&instance_pre).map_err(link_error)?),
+        ),
     };
     let pre = Pre {
         instance_pre,
         transformer,
         packed,
+        aggregator,
     };
 
     let name = path

@@ -312,15 +312,16 @@ impl PluginInstance {
     }
 }
 
-fn instantiate(
+/// A store for one instance of `component`, with its memory limit, CPU
+/// deadline and host state.
+pub(crate) fn new_store(
     component: &PluginComponent,
     scope: &OperatorScope,
     state: &ScopedState,
     metrics: &Arc<OperatorMetrics>,
     limits: &PluginLimits,
-    config: &[(String, String)],
     deadline_ticks: u64,
-) -> Result<(Store<PluginState>, Bindings), RuntimeError> {
+) -> Store<PluginState> {
     let store_limits = StoreLimitsBuilder::new()
         .memory_size(limits.memory_bytes)
         .trap_on_grow_failure(true)
@@ -336,6 +337,19 @@ fn instantiate(
     store.limiter(|state| &mut state.limits);
     store.epoch_deadline_trap();
     store.set_epoch_deadline(deadline_ticks);
+    store
+}
+
+fn instantiate(
+    component: &PluginComponent,
+    scope: &OperatorScope,
+    state: &ScopedState,
+    metrics: &Arc<OperatorMetrics>,
+    limits: &PluginLimits,
+    config: &[(String, String)],
+    deadline_ticks: u64,
+) -> Result<(Store<PluginState>, Bindings), RuntimeError> {
+    let mut store = new_store(component, scope, state, metrics, limits, deadline_ticks);
     let instantiate_error = |error: wasmtime::Error| RuntimeError::Instantiate {
         plugin: component.label(),
         message: format!("{error:#}"),
@@ -345,9 +359,14 @@ fn instantiate(
         .instance_pre
         .instantiate(&mut store)
         .map_err(instantiate_error)?;
+    let Some(transformer) = &pre.transformer else {
+        return Err(RuntimeError::Instantiate {
+            plugin: component.label(),
+            message: "not a transform plugin (it implements the aggregate world: use it as a window operator's plugin)".into(),
+        });
+    };
     let bindings = Bindings {
-        typed: pre
-            .transformer
+        typed: transformer
             .load(&mut store, &instance)
             .map_err(instantiate_error)?,
         fast: match &pre.packed {
@@ -371,7 +390,7 @@ fn instantiate(
     }
 }
 
-fn to_wit_record(record: &Record) -> wit::InputRecord {
+pub(crate) fn to_wit_record(record: &Record) -> wit::InputRecord {
     wit::InputRecord {
         key: record.key.as_ref().map(|k| k.to_vec()),
         value: record.value.to_vec(),
@@ -450,7 +469,7 @@ fn bad_output(message: String) -> PluginFault {
 }
 
 /// Describes a failed call in one line and says what kind of fault it was.
-fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginFault {
+pub(crate) fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginFault {
     if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
         return PluginFault {
             kind: FaultKind::Deadline,

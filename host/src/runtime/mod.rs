@@ -8,6 +8,7 @@
 //! per operator, each with its own [`PluginLimits`] and state scope, so that
 //! tenants and pipelines share nothing but the engine.
 
+mod aggregate;
 mod bindings;
 mod cache;
 mod component;
@@ -15,6 +16,7 @@ mod host_api;
 mod instance;
 mod plugin_output;
 
+pub use aggregate::PluginAggregator;
 pub use cache::{CacheOutcome, ComponentCache};
 pub use component::{PluginComponent, PluginWorld};
 pub use instance::{
@@ -66,8 +68,10 @@ pub enum RuntimeError {
         /// Version the host implements.
         host_version: String,
     },
-    /// The component does not export a transform.
-    #[error("{path} does not export sluice:plugin/transformer (its exports: {exports})")]
+    /// The component exports neither a transform nor an aggregate.
+    #[error(
+        "{path} exports neither sluice:plugin/transformer nor sluice:plugin/aggregator (its exports: {exports})"
+    )]
     NotATransform {
         /// The plugin file.
         path: PathBuf,

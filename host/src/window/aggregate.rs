@@ -12,21 +12,31 @@ use crate::record::Record;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A failure no record is to blame for (e.g. a plugin that faults while
+/// merging): the window operator stops.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AggregateError(pub String);
+
 /// Computes window results from records, through an accumulator.
 pub trait Aggregator: Send {
     /// A new, empty accumulator.
-    fn create(&mut self) -> Vec<u8>;
+    fn create(&mut self) -> Result<Vec<u8>, AggregateError>;
 
     /// Adds `records` (all of one key and window) to `accumulator`.
     /// Returns the records that could not be added, by index, with the
     /// reason: they go to the dead-letter output and do not count.
-    fn add(&mut self, accumulator: &mut Vec<u8>, records: &[&Record]) -> Vec<(usize, String)>;
+    fn add(
+        &mut self,
+        accumulator: &mut Vec<u8>,
+        records: &[&Record],
+    ) -> Result<Vec<(usize, String)>, AggregateError>;
 
     /// Combines two accumulators (of windows that merge).
-    fn merge(&mut self, a: &[u8], b: &[u8]) -> Vec<u8>;
+    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError>;
 
     /// The window's result.
-    fn finish(&mut self, accumulator: &[u8]) -> Value;
+    fn finish(&mut self, accumulator: &[u8]) -> Result<Value, AggregateError>;
 }
 
 /// The built-in functions.
@@ -175,11 +185,15 @@ impl BuiltinAggregate {
 }
 
 impl Aggregator for BuiltinAggregate {
-    fn create(&mut self) -> Vec<u8> {
-        Accumulator::default().encode()
+    fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
+        Ok(Accumulator::default().encode())
     }
 
-    fn add(&mut self, accumulator: &mut Vec<u8>, records: &[&Record]) -> Vec<(usize, String)> {
+    fn add(
+        &mut self,
+        accumulator: &mut Vec<u8>,
+        records: &[&Record],
+    ) -> Result<Vec<(usize, String)>, AggregateError> {
         let mut acc = Accumulator::decode(accumulator);
         let mut rejected = Vec::new();
         for (index, record) in records.iter().enumerate() {
@@ -190,18 +204,18 @@ impl Aggregator for BuiltinAggregate {
             }
         }
         *accumulator = acc.encode();
-        rejected
+        Ok(rejected)
     }
 
-    fn merge(&mut self, a: &[u8], b: &[u8]) -> Vec<u8> {
-        Accumulator::decode(a)
+    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
+        Ok(Accumulator::decode(a)
             .merge(&Accumulator::decode(b))
-            .encode()
+            .encode())
     }
 
-    fn finish(&mut self, accumulator: &[u8]) -> Value {
+    fn finish(&mut self, accumulator: &[u8]) -> Result<Value, AggregateError> {
         let acc = Accumulator::decode(accumulator);
-        match self.function {
+        Ok(match self.function {
             BuiltinFunction::Count => Value::from(acc.count),
             BuiltinFunction::Sum => acc.sum(),
             BuiltinFunction::Min => acc.min.map_or(Value::Null, Number::json),
@@ -210,6 +224,6 @@ impl Aggregator for BuiltinAggregate {
             BuiltinFunction::Avg => {
                 Value::from((acc.int_sum as f64 + acc.float_sum) / acc.count as f64)
             }
-        }
+        })
     }
 }

@@ -20,7 +20,7 @@ pub mod aggregate;
 mod fields;
 mod operator;
 
-pub use aggregate::{Aggregator, BuiltinAggregate, BuiltinFunction};
+pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};
 pub use operator::{LateOutput, WindowOperator, WindowOperatorOptions, WindowResult};
 
 /// A window `[start, end)` of event time.

@@ -1,7 +1,7 @@
 //! The window operator: per key and window, an accumulator in state; fired
 //! by the watermark; allowed lateness; late output.
 
-use super::aggregate::Aggregator;
+use super::aggregate::{AggregateError, Aggregator};
 use super::fields::{FieldPath, extract};
 use super::{Window, WindowSpec};
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
@@ -145,6 +145,13 @@ impl WindowOperator {
         }
     }
 
+    fn aggregate_error(&self, error: AggregateError) -> DataflowError {
+        DataflowError::Operator {
+            name: self.options.name.clone(),
+            message: error.0,
+        }
+    }
+
     fn state_error(&self, error: StateError) -> DataflowError {
         DataflowError::Operator {
             name: self.options.name.clone(),
@@ -194,8 +201,12 @@ impl WindowOperator {
             }
             self.cleanup_timers
                 .insert((self.cleanup_time(&window), key.to_vec(), window));
+            let accumulator = self
+                .aggregator
+                .create()
+                .map_err(|e| self.aggregate_error(e))?;
             let state = WindowState {
-                accumulator: self.aggregator.create(),
+                accumulator,
                 emitted: 0,
                 dirty: true,
             };
@@ -227,18 +238,24 @@ impl WindowOperator {
     }
 
     /// Emits the current result of `key`'s `window`.
-    fn fire(&mut self, key: &[u8], window: Window, out: &mut Collector) {
+    fn fire(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
         let Some(state) = self.windows.get_mut(&(key.to_vec(), window)) else {
-            return;
+            return Ok(());
         };
         let seq = state.emitted;
         state.emitted += 1;
         state.dirty = true;
+        let finished = self.aggregator.finish(&state.accumulator);
         let result = WindowResult {
             key: String::from_utf8_lossy(key).into_owned(),
             window_start: window.start,
             window_end: window.end,
-            result: self.aggregator.finish(&state.accumulator),
+            result: finished.map_err(|e| self.aggregate_error(e))?,
             update: seq > 0,
             seq,
         };
@@ -259,6 +276,7 @@ impl WindowOperator {
         };
         add(&self.metrics.records_out, 1);
         out.main.push(record);
+        Ok(())
     }
 
     fn dead_letter(&self, record: Record, reason: &str, out: &mut Collector) {
@@ -311,7 +329,10 @@ impl WindowOperator {
         for chunk in chunks {
             let state = self.state_mut(key, window)?;
             let mut accumulator = std::mem::take(&mut state.accumulator);
-            let failed = self.aggregator.add(&mut accumulator, chunk);
+            let failed = self
+                .aggregator
+                .add(&mut accumulator, chunk)
+                .map_err(|e| self.aggregate_error(e))?;
             let state = self.state_mut(key, window)?;
             state.accumulator = accumulator;
             state.dirty = true;
@@ -320,7 +341,7 @@ impl WindowOperator {
                 rejected.entry(indices[offset + index]).or_insert(reason);
             }
             if already_fired && !all_failed {
-                self.fire(key, window, out);
+                self.fire(key, window, out)?;
             }
             offset += chunk.len();
         }
@@ -367,7 +388,10 @@ impl WindowOperator {
                 emitted = emitted.max(state.emitted);
                 accumulator = Some(match accumulator {
                     None => state.accumulator,
-                    Some(acc) => self.aggregator.merge(&acc, &state.accumulator),
+                    Some(acc) => self
+                        .aggregator
+                        .merge(&acc, &state.accumulator)
+                        .map_err(|e| self.aggregate_error(e))?,
                 });
             }
         }
@@ -499,7 +523,7 @@ impl Operator for WindowOperator {
                 break;
             }
             self.fire_timers.pop_first();
-            self.fire(&key, window, out);
+            self.fire(&key, window, out)?;
         }
         while let Some((time, key, window)) = self.cleanup_timers.first().cloned() {
             if time > watermark {

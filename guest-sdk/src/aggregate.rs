@@ -1,0 +1,165 @@
+//! Aggregate plugins: the accumulator of an event-time window (feature
+//! `aggregate`).
+//!
+//! Implement [`Aggregate`] and export it with [`crate::export_aggregate!`].
+//! The host keeps one accumulator per key and window in its state store; the
+//! SDK encodes your accumulator type with postcard between calls.
+//!
+//! ```ignore
+//! use sluice_sdk::{Aggregate, Config, Record, export_aggregate};
+//!
+//! struct Count;
+//!
+//! impl Aggregate for Count {
+//!     type Accumulator = u64;
+//!     fn init(_config: &Config) -> Result<Self, String> { Ok(Count) }
+//!     fn add(&mut self, acc: &mut u64, _record: &Record<'_>) -> Result<(), String> {
+//!         *acc += 1;
+//!         Ok(())
+//!     }
+//!     fn merge(&mut self, a: u64, b: u64) -> u64 { a + b }
+//!     fn finish(&mut self, acc: u64) -> serde_json::Value { acc.into() }
+//! }
+//!
+//! export_aggregate!(Count);
+//! ```
+
+use crate::bindings::sluice::plugin::types as wit;
+use crate::{Config, Record};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::any::Any;
+use std::cell::RefCell;
+
+/// A window aggregate computed over an accumulator the host stores.
+pub trait Aggregate: Sized + 'static {
+    /// What is kept per key and window between calls.
+    type Accumulator: Serialize + DeserializeOwned + Default + Clone;
+
+    /// Builds the aggregate from the operator's `config` table.
+    fn init(config: &Config) -> Result<Self, String>;
+
+    /// Adds one record; `Err(reason)` dead-letters the record (it does not
+    /// count) and leaves the accumulator as it was before this record.
+    fn add(
+        &mut self,
+        accumulator: &mut Self::Accumulator,
+        record: &Record<'_>,
+    ) -> Result<(), String>;
+
+    /// Combines the accumulators of two windows that merge (sessions).
+    fn merge(&mut self, a: Self::Accumulator, b: Self::Accumulator) -> Self::Accumulator;
+
+    /// The window's result.
+    fn finish(&mut self, accumulator: Self::Accumulator) -> serde_json::Value;
+}
+
+thread_local! {
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+fn with_instance<A: Aggregate, R>(f: impl FnOnce(&mut A) -> R) -> R {
+    INSTANCE.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        match slot.as_mut().and_then(|b| b.downcast_mut::<A>()) {
+            Some(aggregate) => f(aggregate),
+            // The host always calls `init` first; reaching this is a host bug.
+            None => panic!("sluice-sdk: aggregate called before init"),
+        }
+    })
+}
+
+fn decode<A: Aggregate>(bytes: &[u8]) -> A::Accumulator {
+    if bytes.is_empty() {
+        return A::Accumulator::default();
+    }
+    // The host only hands back bytes this plugin produced.
+    postcard::from_bytes(bytes).unwrap_or_default()
+}
+
+fn encode<A: Aggregate>(accumulator: &A::Accumulator) -> Vec<u8> {
+    postcard::to_allocvec(accumulator).unwrap_or_default()
+}
+
+#[doc(hidden)]
+pub fn init<A: Aggregate>(config: Vec<(String, String)>) -> Result<(), String> {
+    let aggregate = A::init(&Config::from_pairs(config))?;
+    INSTANCE.with(|slot| *slot.borrow_mut() = Some(Box::new(aggregate)));
+    Ok(())
+}
+
+#[doc(hidden)]
+pub fn create<A: Aggregate>() -> Vec<u8> {
+    encode::<A>(&A::Accumulator::default())
+}
+
+#[doc(hidden)]
+pub fn add<A: Aggregate>(
+    accumulator: Vec<u8>,
+    records: Vec<wit::InputRecord>,
+) -> (Vec<u8>, Vec<(u32, String)>) {
+    with_instance::<A, _>(|aggregate| {
+        let mut acc = decode::<A>(&accumulator);
+        let mut rejected = Vec::new();
+        for (index, typed) in records.iter().enumerate() {
+            let record = Record::from_typed(typed);
+            let before = acc.clone();
+            if let Err(reason) = aggregate.add(&mut acc, &record) {
+                acc = before;
+                rejected.push((index as u32, reason));
+            }
+        }
+        (encode::<A>(&acc), rejected)
+    })
+}
+
+#[doc(hidden)]
+pub fn merge<A: Aggregate>(a: Vec<u8>, b: Vec<u8>) -> Vec<u8> {
+    with_instance::<A, _>(|aggregate| {
+        encode::<A>(&aggregate.merge(decode::<A>(&a), decode::<A>(&b)))
+    })
+}
+
+#[doc(hidden)]
+pub fn finish<A: Aggregate>(accumulator: Vec<u8>) -> Vec<u8> {
+    with_instance::<A, _>(|aggregate| {
+        serde_json::to_vec(&aggregate.finish(decode::<A>(&accumulator))).unwrap_or_default()
+    })
+}
+
+/// Exports an [`Aggregate`] implementation as the plugin's component
+/// exports (the `aggregate` world). Use it once per plugin crate.
+#[macro_export]
+macro_rules! export_aggregate {
+    ($aggregate:ty) => {
+        struct SluiceExports;
+
+        impl $crate::bindings::exports::sluice::plugin::aggregator::Guest for SluiceExports {
+            fn init(config: ::std::vec::Vec<(::std::string::String, ::std::string::String)>) -> ::std::result::Result<(), ::std::string::String> {
+                $crate::aggregate::init::<$aggregate>(config)
+            }
+
+            fn create() -> ::std::vec::Vec<u8> {
+                $crate::aggregate::create::<$aggregate>()
+            }
+
+            fn add(
+                accumulator: ::std::vec::Vec<u8>,
+                records: ::std::vec::Vec<$crate::bindings::sluice::plugin::types::InputRecord>,
+            ) -> $crate::bindings::exports::sluice::plugin::aggregator::Added {
+                let (accumulator, rejected) = $crate::aggregate::add::<$aggregate>(accumulator, records);
+                $crate::bindings::exports::sluice::plugin::aggregator::Added { accumulator, rejected }
+            }
+
+            fn merge(a: ::std::vec::Vec<u8>, b: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::aggregate::merge::<$aggregate>(a, b)
+            }
+
+            fn finish(accumulator: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::aggregate::finish::<$aggregate>(accumulator)
+            }
+        }
+
+        $crate::bindings::export_world!(SluiceExports with_types_in $crate::bindings);
+    };
+}

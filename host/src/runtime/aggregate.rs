@@ -1,0 +1,228 @@
+//! A plugin implementing the `aggregate` world, as a window operator's
+//! [`Aggregator`].
+//!
+//! The same limits as transforms apply (CPU deadline per call, memory
+//! limit). A call that faults poisons the instance, which is re-created:
+//! an `add` that faults is retried record by record, and only the records
+//! that fault alone are rejected (dead-lettered) with the fault as reason.
+//! A fault in `create`, `merge` or `finish` — where no record is to blame —
+//! is retried once on a fresh instance and otherwise stops the operator.
+
+use super::bindings::aggregate::Aggregate;
+use super::component::PluginComponent;
+use super::host_api::PluginState;
+use super::instance::{classify, new_store, to_wit_record};
+use super::{PluginLimits, RuntimeError};
+use crate::metrics::{OperatorMetrics, add};
+use crate::record::Record;
+use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
+use crate::window::aggregate::{AggregateError, Aggregator};
+use std::sync::Arc;
+use wasmtime::Store;
+
+/// An aggregate plugin instance.
+pub struct PluginAggregator {
+    component: Arc<PluginComponent>,
+    scope: OperatorScope,
+    state: ScopedState,
+    metrics: Arc<OperatorMetrics>,
+    limits: PluginLimits,
+    config: Vec<(String, String)>,
+    deadline_ticks: u64,
+    store: Store<PluginState>,
+    bindings: Aggregate,
+}
+
+impl PluginAggregator {
+    /// Instantiates `component` (an `aggregate` plugin) for the operator
+    /// `scope` and calls its `init` with `config`.
+    pub fn new(
+        component: Arc<PluginComponent>,
+        scope: OperatorScope,
+        state_store: Arc<dyn StateStore>,
+        metrics: Arc<OperatorMetrics>,
+        limits: PluginLimits,
+        config: Vec<(String, String)>,
+    ) -> Result<Self, RuntimeError> {
+        let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
+        let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
+        let (store, bindings) = instantiate(
+            &component,
+            &scope,
+            &state,
+            &metrics,
+            &limits,
+            &config,
+            deadline_ticks,
+        )?;
+        Ok(PluginAggregator {
+            component,
+            scope,
+            state,
+            metrics,
+            limits,
+            config,
+            deadline_ticks,
+            store,
+            bindings,
+        })
+    }
+
+    fn reinstantiate(&mut self) -> Result<(), AggregateError> {
+        add(&self.metrics.reinstantiations, 1);
+        let (store, bindings) = instantiate(
+            &self.component,
+            &self.scope,
+            &self.state,
+            &self.metrics,
+            &self.limits,
+            &self.config,
+            self.deadline_ticks,
+        )
+        .map_err(|error| AggregateError(error.to_string()))?;
+        self.store = store;
+        self.bindings = bindings;
+        Ok(())
+    }
+
+    /// Runs `call` within the deadline; on a fault, re-creates the instance
+    /// and returns the fault's description.
+    fn call<T>(
+        &mut self,
+        call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
+    ) -> Result<T, String> {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        match call(&self.bindings, &mut self.store) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                add(&self.metrics.traps, 1);
+                let fault = classify(error, &self.limits);
+                tracing::warn!(plugin = %self.component.label(), %fault, "aggregate plugin faulted");
+                self.reinstantiate().map_err(|e| e.0)?;
+                Err(fault.message)
+            }
+        }
+    }
+
+    /// [`Self::call`] for calls no record is to blame for: retried once.
+    fn call_retrying<T>(
+        &mut self,
+        what: &str,
+        call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
+    ) -> Result<T, AggregateError> {
+        match self.call(&call) {
+            Ok(value) => Ok(value),
+            Err(_) => self.call(&call).map_err(|message| {
+                AggregateError(format!(
+                    "aggregate plugin {} failed in `{what}`: {message}",
+                    self.component.label()
+                ))
+            }),
+        }
+    }
+}
+
+impl Aggregator for PluginAggregator {
+    fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
+        self.call_retrying("create", |b, store| {
+            b.sluice_plugin_aggregator().call_create(store)
+        })
+    }
+
+    fn add(
+        &mut self,
+        accumulator: &mut Vec<u8>,
+        records: &[&Record],
+    ) -> Result<Vec<(usize, String)>, AggregateError> {
+        let inputs: Vec<_> = records.iter().map(|r| to_wit_record(r)).collect();
+        let batch = self.call(|b, store| {
+            b.sluice_plugin_aggregator()
+                .call_add(store, accumulator, &inputs)
+        });
+        if let Ok(added) = batch {
+            *accumulator = added.accumulator;
+            return Ok(added
+                .rejected
+                .into_iter()
+                .map(|(index, reason)| (index as usize, reason))
+                .collect());
+        }
+        // Record by record: only the records that fault alone are rejected.
+        let mut rejected = Vec::new();
+        for (index, input) in inputs.iter().enumerate() {
+            let one = std::slice::from_ref(input);
+            match self.call(|b, store| {
+                b.sluice_plugin_aggregator()
+                    .call_add(store, accumulator, one)
+            }) {
+                Ok(added) => {
+                    *accumulator = added.accumulator;
+                    if let Some((_, reason)) = added.rejected.into_iter().next() {
+                        rejected.push((index, reason));
+                    }
+                }
+                Err(fault) => rejected.push((index, fault)),
+            }
+        }
+        Ok(rejected)
+    }
+
+    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
+        self.call_retrying("merge", |bindings, store| {
+            bindings.sluice_plugin_aggregator().call_merge(store, a, b)
+        })
+    }
+
+    fn finish(&mut self, accumulator: &[u8]) -> Result<serde_json::Value, AggregateError> {
+        let bytes = self.call_retrying("finish", |b, store| {
+            b.sluice_plugin_aggregator().call_finish(store, accumulator)
+        })?;
+        serde_json::from_slice(&bytes).map_err(|error| {
+            AggregateError(format!(
+                "aggregate plugin {} returned a result that is not JSON: {error}",
+                self.component.label()
+            ))
+        })
+    }
+}
+
+fn instantiate(
+    component: &PluginComponent,
+    scope: &OperatorScope,
+    state: &ScopedState,
+    metrics: &Arc<OperatorMetrics>,
+    limits: &PluginLimits,
+    config: &[(String, String)],
+    deadline_ticks: u64,
+) -> Result<(Store<PluginState>, Aggregate), RuntimeError> {
+    let mut store = new_store(component, scope, state, metrics, limits, deadline_ticks);
+    let error = |message: String| RuntimeError::Instantiate {
+        plugin: component.label(),
+        message,
+    };
+    let Some(indices) = &component.pre.aggregator else {
+        return Err(error(
+            "not an aggregate plugin (it implements a transform world: use it as an operator's plugin)".into(),
+        ));
+    };
+    let instance = component
+        .pre
+        .instance_pre
+        .instantiate(&mut store)
+        .map_err(|e| error(format!("{e:#}")))?;
+    let bindings = indices
+        .load(&mut store, &instance)
+        .map_err(|e| error(format!("{e:#}")))?;
+    let init_error = |message: String| RuntimeError::Init {
+        plugin: component.label(),
+        message,
+    };
+    match bindings
+        .sluice_plugin_aggregator()
+        .call_init(&mut store, config)
+    {
+        Ok(Ok(())) => Ok((store, bindings)),
+        Ok(Err(message)) => Err(init_error(message)),
+        Err(fault) => Err(init_error(classify(fault, limits).message)),
+    }
+}
