@@ -148,6 +148,16 @@ pub fn summary(report: &RunReport) -> String {
             op.reinstantiations,
             op.busy_ns as f64 / 1e9 / seconds * 100.0
         );
+        if op.state_peak_bytes > 0 || op.watermark.is_some() {
+            let _ = writeln!(
+                text,
+                "    state {} bytes ({} keys), peak {} bytes; watermark {}",
+                op.state_bytes,
+                op.state_keys,
+                op.state_peak_bytes,
+                op.watermark.map_or("none".to_string(), |w| w.to_string())
+            );
+        }
         for (name, value) in &op.plugin_counters {
             let _ = writeln!(text, "    {name} = {value}");
         }

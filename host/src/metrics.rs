@@ -33,12 +33,21 @@ pub struct OperatorMetrics {
     pub watermark: AtomicI64,
     /// Size of the operator's state, bytes (as last measured).
     pub state_bytes: AtomicU64,
+    /// The largest state size measured, bytes.
+    pub state_peak_bytes: AtomicU64,
     /// Keys in the operator's state (as last measured; an estimate for
     /// RocksDB).
     pub state_keys: AtomicU64,
 }
 
 impl OperatorMetrics {
+    /// Records a measurement of the operator's state.
+    pub fn set_state_usage(&self, bytes: u64, keys: u64) {
+        self.state_bytes.store(bytes, Ordering::Relaxed);
+        self.state_peak_bytes.fetch_max(bytes, Ordering::Relaxed);
+        self.state_keys.store(keys, Ordering::Relaxed);
+    }
+
     /// New zeroed counters for operator `name`.
     pub fn new(name: impl Into<String>) -> Arc<Self> {
         Arc::new(OperatorMetrics {
@@ -69,6 +78,7 @@ impl OperatorMetrics {
             busy_ns: load(&self.busy_ns),
             watermark: watermark_value(&self.watermark),
             state_bytes: load(&self.state_bytes),
+            state_peak_bytes: load(&self.state_peak_bytes),
             state_keys: load(&self.state_keys),
             plugin_counters: self
                 .plugin_counters
@@ -247,6 +257,8 @@ pub struct OperatorSnapshot {
     pub watermark: Option<i64>,
     /// State size, bytes.
     pub state_bytes: u64,
+    /// Largest state size measured, bytes.
+    pub state_peak_bytes: u64,
     /// Keys in state.
     pub state_keys: u64,
     /// Plugin-reported counters.

@@ -12,7 +12,6 @@ use crate::state::{StateError, StateStore, StateWrite};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// Header set on records sent to the late output.
 pub const LATE_ARRIVAL_HEADER: &str = "late_arrival";
@@ -85,7 +84,11 @@ struct WindowState {
     accumulator: Vec<u8>,
     /// Results emitted so far (the next result's `seq`).
     emitted: u64,
+    /// Changed since it was last written to the store.
     dirty: bool,
+    /// Written to the store at least once (so dropping it must delete it
+    /// there too).
+    persisted: bool,
 }
 
 type StateKey = (Vec<u8>, Window);
@@ -209,6 +212,7 @@ impl WindowOperator {
                 accumulator,
                 emitted: 0,
                 dirty: true,
+                persisted: false,
             };
             self.windows.insert(state_key.clone(), state);
         }
@@ -231,9 +235,11 @@ impl WindowOperator {
             .remove(&(window.max_timestamp(), key.to_vec(), window));
         self.cleanup_timers
             .remove(&(self.cleanup_time(&window), key.to_vec(), window));
-        self.store
-            .delete(&store_key(self.options.max_parallelism, key, &window))
-            .map_err(|e| self.state_error(e))?;
+        if state.as_ref().is_some_and(|s| s.persisted) {
+            self.store
+                .delete(&store_key(self.options.max_parallelism, key, &window))
+                .map_err(|e| self.state_error(e))?;
+        }
         Ok(state)
     }
 
@@ -415,6 +421,7 @@ impl WindowOperator {
         let mut writes = Vec::new();
         for ((key, window), state) in self.windows.iter_mut().filter(|(_, s)| s.dirty) {
             state.dirty = false;
+            state.persisted = true;
             let mut value = Vec::with_capacity(8 + state.accumulator.len());
             value.extend_from_slice(&state.emitted.to_le_bytes());
             value.extend_from_slice(&state.accumulator);
@@ -425,10 +432,7 @@ impl WindowOperator {
             self.store.write(writes).map_err(|e| self.state_error(e))?;
         }
         let usage = self.store.usage().map_err(|e| self.state_error(e))?;
-        self.metrics
-            .state_bytes
-            .store(usage.bytes, Ordering::Relaxed);
-        self.metrics.state_keys.store(usage.keys, Ordering::Relaxed);
+        self.metrics.set_state_usage(usage.bytes, usage.keys);
         Ok(())
     }
 }
