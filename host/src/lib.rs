@@ -19,6 +19,7 @@
 pub mod config;
 pub mod connectors;
 pub mod dataflow;
+pub mod join;
 pub mod metrics;
 pub mod pipeline;
 pub mod record;

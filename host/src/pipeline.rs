@@ -14,6 +14,7 @@ use crate::dataflow::{
     DataflowError, ExecutorConfig, Operator, OperatorChain, RunOutcome, Sink, SinkSet, Source,
     TransformOperator,
 };
+use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
@@ -114,6 +115,26 @@ impl Pipeline {
             let store = state.open(&scope, ttl).map_err(|error| {
                 loaded.error_at(&format!("operators[{index}]"), error.to_string())
             })?;
+            if let Some(join) = &operator.join {
+                let (left, right) = join.sides().map_err(|message| {
+                    loaded.error_at(&format!("operators[{index}].join"), message)
+                })?;
+                let options = IntervalJoinOptions {
+                    name: operator.name.clone(),
+                    left,
+                    right,
+                    lower: join.lower_ms,
+                    upper: join.upper_ms,
+                    late_output: late_output(loaded, index)?,
+                    max_parallelism: config.pipeline.max_parallelism,
+                };
+                operators.push(Box::new(IntervalJoinOperator::new(
+                    options,
+                    store,
+                    operator_metrics,
+                )));
+                continue;
+            }
             let field = format!("operators[{index}].plugin");
             let component = match &operator.plugin {
                 Some(plugin) => {
@@ -235,6 +256,22 @@ impl Pipeline {
     }
 }
 
+/// Where `operators[index]` sends late records.
+fn late_output(loaded: &LoadedConfig, index: usize) -> Result<LateOutput, PipelineError> {
+    match loaded.config.operators[index].late_output.as_deref() {
+        None | Some("dead_letter") => Ok(LateOutput::DeadLetter),
+        Some(name) if loaded.config.side_outputs.contains_key(name) => {
+            Ok(LateOutput::Side(name.to_string()))
+        }
+        Some(name) => Err(loaded
+            .error_at(
+                &format!("operators[{index}].late_output"),
+                format!("`{name}` is neither `dead_letter` nor a side output of this pipeline"),
+            )
+            .into()),
+    }
+}
+
 /// The built-in aggregate of `operators[index]`.
 fn builtin_aggregate(
     loaded: &LoadedConfig,
@@ -266,20 +303,7 @@ fn build_window_operator(
     let spec = window
         .spec()
         .map_err(|message| loaded.error_at(&at("window"), message))?;
-    let late_output = match operator.late_output.as_deref() {
-        None | Some("dead_letter") => LateOutput::DeadLetter,
-        Some(name) if loaded.config.side_outputs.contains_key(name) => {
-            LateOutput::Side(name.to_string())
-        }
-        Some(name) => {
-            return Err(loaded
-                .error_at(
-                    &at("late_output"),
-                    format!("`{name}` is neither `dead_letter` nor a side output of this pipeline"),
-                )
-                .into());
-        }
-    };
+    let late_output = late_output(loaded, index)?;
     let options = WindowOperatorOptions {
         name: operator.name.clone(),
         spec,

@@ -176,6 +176,85 @@ impl WindowConfig {
     }
 }
 
+/// `join` of an operator: an interval join. Each side is chosen by topic
+/// (`left_topic`) or by a field value (`left_field` = `left_value`), and has
+/// a key field; right records join left ones with the same key when
+/// `left.time + lower_ms <= right.time <= left.time + upper_ms`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinConfig {
+    /// Left records: those read from this topic (or file).
+    pub left_topic: Option<String>,
+    /// Left records: those whose `left_field` is `left_value`.
+    pub left_field: Option<String>,
+    /// See `left_field`.
+    pub left_value: Option<String>,
+    /// The left side's join key field.
+    pub left_key: String,
+    /// Right records: those read from this topic (or file).
+    pub right_topic: Option<String>,
+    /// Right records: those whose `right_field` is `right_value`.
+    pub right_field: Option<String>,
+    /// See `right_field`.
+    pub right_value: Option<String>,
+    /// The right side's join key field.
+    pub right_key: String,
+    /// Lower bound of `right.time - left.time`, ms.
+    #[serde(default)]
+    pub lower_ms: i64,
+    /// Upper bound of `right.time - left.time`, ms.
+    pub upper_ms: i64,
+}
+
+impl JoinConfig {
+    /// The two sides, or what is wrong with the table.
+    pub fn sides(&self) -> Result<(crate::join::JoinSide, crate::join::JoinSide), String> {
+        use crate::join::{JoinSide, SideSelector};
+        let side = |name: &str,
+                    topic: &Option<String>,
+                    field: &Option<String>,
+                    value: &Option<String>,
+                    key: &str|
+         -> Result<JoinSide, String> {
+            let selector = match (topic, field, value) {
+                (Some(topic), None, None) => SideSelector::Topic(topic.clone()),
+                (None, Some(field), Some(value)) => SideSelector::FieldEquals {
+                    field: field.clone(),
+                    value: value.clone(),
+                },
+                _ => {
+                    return Err(format!(
+                        "set either `{name}_topic` or both `{name}_field` and `{name}_value`"
+                    ));
+                }
+            };
+            Ok(JoinSide {
+                selector,
+                key_field: key.to_string(),
+            })
+        };
+        if self.lower_ms > self.upper_ms {
+            return Err("`lower_ms` must not exceed `upper_ms`".into());
+        }
+        Ok((
+            side(
+                "left",
+                &self.left_topic,
+                &self.left_field,
+                &self.left_value,
+                &self.left_key,
+            )?,
+            side(
+                "right",
+                &self.right_topic,
+                &self.right_field,
+                &self.right_value,
+                &self.right_key,
+            )?,
+        ))
+    }
+}
+
 /// `aggregate` of a window operator.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -321,6 +400,8 @@ pub struct OperatorConfig {
     /// A window operator's built-in aggregate: `{ function = "count" }`, or
     /// `sum`, `min`, `max`, `avg` with a numeric `field`.
     pub aggregate: Option<AggregateConfig>,
+    /// Makes this an interval join of two streams (see [`JoinConfig`]).
+    pub join: Option<JoinConfig>,
     /// A window operator's key: a field of the value (`user`, `a.b`, a JSON
     /// pointer); absent: the record key.
     pub key_field: Option<String>,
@@ -605,6 +686,18 @@ impl LoadedConfig {
                     &format!("operators[{index}].name"),
                     format!("duplicate operator name `{}`", operator.name),
                 ));
+            }
+            if let Some(join) = &operator.join {
+                if operator.plugin.is_some() || operator.window.is_some() {
+                    return Err(self.error_at(
+                        &format!("operators[{index}].join"),
+                        "a join operator takes no `plugin` or `window`",
+                    ));
+                }
+                join.sides().map_err(|message| {
+                    self.error_at(&format!("operators[{index}].join"), message)
+                })?;
+                continue;
             }
             match (&operator.plugin, &operator.window, &operator.aggregate) {
                 (Some(plugin), None, None) => {

@@ -17,11 +17,13 @@
 //! `end - 1` (Flink's `maxTimestamp`).
 
 pub mod aggregate;
-mod fields;
+pub mod fields;
 mod operator;
 
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};
-pub use operator::{LateOutput, WindowOperator, WindowOperatorOptions, WindowResult};
+pub use operator::{
+    LATE_ARRIVAL_HEADER, LateOutput, WindowOperator, WindowOperatorOptions, WindowResult,
+};
 
 /// A window `[start, end)` of event time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

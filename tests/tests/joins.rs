@@ -1,0 +1,162 @@
+//! Interval join against a brute-force join.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::join::{IntervalJoinOperator, IntervalJoinOptions, JoinSide, SideSelector};
+use sluice_host::metrics::OperatorMetrics;
+use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
+use sluice_host::window::LateOutput;
+use sluice_host::{Record, SourcePosition};
+
+/// An order (left) or a payment (right).
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    left: bool,
+    key: u8,
+    time: i64,
+    id: usize,
+}
+
+fn side(value: &str) -> JoinSide {
+    JoinSide {
+        selector: SideSelector::FieldEquals {
+            field: "kind".into(),
+            value: value.into(),
+        },
+        key_field: "customer".into(),
+    }
+}
+
+/// Runs the join over `events` in arrival order, one per batch, each
+/// followed by the source's watermark; returns the joined (left id, right
+/// id) pairs, sorted, and the ids sent to the late output.
+fn run_join(
+    events: &[Event],
+    lower: i64,
+    upper: i64,
+    bound: i64,
+    backend: &dyn StateBackend,
+) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let store = backend
+        .open(&OperatorScope::new("t", "p", "join"), None)
+        .unwrap();
+    let mut join = IntervalJoinOperator::new(
+        IntervalJoinOptions {
+            name: "join".into(),
+            left: side("order"),
+            right: side("payment"),
+            lower,
+            upper,
+            late_output: LateOutput::DeadLetter,
+            max_parallelism: 128,
+        },
+        store,
+        OperatorMetrics::new("join"),
+    );
+    let mut out = Collector::default();
+    let mut max_seen = i64::MIN;
+    for event in events {
+        let kind = if event.left { "order" } else { "payment" };
+        let mut record = Record::from_value(
+            json!({"kind": kind, "customer": event.key, "id": event.id}).to_string(),
+            SourcePosition {
+                topic: "events".into(),
+                partition: 0,
+                offset: event.id as i64,
+            },
+        );
+        record.event_time = Some(event.time);
+        join.process_batch(vec![record], &mut out).unwrap();
+        max_seen = max_seen.max(event.time);
+        join.on_watermark(max_seen - bound - 1, &mut out).unwrap();
+    }
+    join.on_watermark(i64::MAX, &mut out).unwrap();
+    let mut pairs: Vec<(u64, u64)> = out
+        .main
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_slice(&r.value).unwrap();
+            (
+                v["left"]["id"].as_u64().unwrap(),
+                v["right"]["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    let late = out
+        .dead_letter
+        .iter()
+        .map(|r| r.source.offset as u64)
+        .collect();
+    (pairs, late)
+}
+
+/// Every (order, payment) pair with the same customer and the payment
+/// within [order + lower, order + upper].
+fn brute_force(events: &[Event], lower: i64, upper: i64) -> Vec<(u64, u64)> {
+    let mut pairs = Vec::new();
+    for l in events.iter().filter(|e| e.left) {
+        for r in events.iter().filter(|e| !e.left) {
+            if l.key == r.key && l.time + lower <= r.time && r.time <= l.time + upper {
+                pairs.push((l.id as u64, r.id as u64));
+            }
+        }
+    }
+    pairs.sort();
+    pairs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn interval_join_equals_a_brute_force_join(
+        lower in -20i64..10,
+        width in 0i64..30,
+        bound in 0i64..20,
+        items in prop::collection::vec((any::<bool>(), 0u8..4, 0i64..10, 0i64..20), 1..80),
+    ) {
+        let upper = lower + width;
+        // Increasing times, each delayed by at most `bound`: no record is late.
+        let mut time = 0;
+        let mut events: Vec<(i64, Event)> = items
+            .into_iter()
+            .enumerate()
+            .map(|(id, (left, key, step, delay))| {
+                time += step;
+                (time + delay.min(bound), Event { left, key, time, id })
+            })
+            .collect();
+        events.sort_by_key(|(arrival, e)| (*arrival, e.id));
+        let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();
+        let (pairs, late) = run_join(&events, lower, upper, bound, &MemoryStateBackend::default());
+        prop_assert!(late.is_empty(), "late: {late:?}");
+        prop_assert_eq!(pairs, brute_force(&events, lower, upper));
+    }
+}
+
+#[test]
+fn orders_and_payments_within_ten_minutes_on_rocksdb() {
+    let minute = 60_000;
+    let e = |left, key, time, id| Event {
+        left,
+        key,
+        time,
+        id,
+    };
+    let events = [
+        e(true, 1, 0, 0),            // order of customer 1 at 0
+        e(false, 1, 5 * minute, 1),  // paid after 5 minutes: joins
+        e(false, 2, 6 * minute, 2),  // another customer: no order
+        e(true, 2, 7 * minute, 3),   // order after the payment: no join
+        e(false, 1, 11 * minute, 4), // 11 minutes after order 0: too late to join
+        e(false, 2, 15 * minute, 5), // pays order 3 after 8 minutes: joins
+        e(true, 1, 30 * minute, 6),  // pushes the watermark to 30 min - 1 ms
+        e(false, 1, 20 * minute, 7), // behind the watermark: late output
+    ];
+    let backend = RocksStateBackend::temporary().unwrap();
+    let (pairs, late) = run_join(&events, 0, 10 * minute, 0, &backend);
+    assert_eq!(pairs, vec![(0, 1), (3, 5)]);
+    assert_eq!(late, vec![7]);
+}
