@@ -11,7 +11,9 @@
 //!
 //! The two streams come from one source: each record is assigned to a side
 //! by its topic (two Kafka topics, for instance) or by a field value (one
-//! Nexmark stream of persons and auctions).
+//! Nexmark stream of persons and auctions). Records on neither side are not
+//! inputs of the join: they are counted (`records_on_neither_side`) and not
+//! passed on.
 //!
 //! A joined record's value is `{"left": <left value>, "right": <right
 //! value>}`, its key the join key, its event time the later of the two.
@@ -135,7 +137,7 @@ impl IntervalJoinOperator {
     }
 
     /// The side and key of `record`; `Ok(None)` if it belongs to neither
-    /// side (it is passed on unchanged).
+    /// side.
     fn classify(&self, record: &Record) -> Result<Option<(Side, Vec<u8>)>, String> {
         for (index, (side, options)) in [
             (Side::Left, &self.options.left),
@@ -345,10 +347,11 @@ impl Operator for IntervalJoinOperator {
                 continue;
             };
             match self.classify(&record) {
-                Ok(None) => {
-                    add(&self.metrics.records_out, 1);
-                    out.main.push(record);
-                }
+                // Neither side: not an input of the join (counted, not
+                // passed on).
+                Ok(None) => self
+                    .metrics
+                    .add_plugin_counter("records_on_neither_side", 1),
                 // Behind the watermark: partners it should meet may already
                 // have been dropped, so it is late rather than half-joined.
                 Ok(Some(_)) if time <= self.watermark => self.late(record, out),

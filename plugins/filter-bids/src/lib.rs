@@ -1,7 +1,8 @@
 //! Nexmark q2: bids on selected auctions.
 //!
-//! `SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0`.
-//! Config: `modulus` (default 123).
+//! `SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0`, plus the
+//! bidder (which later queries key sessions by).
+//! Config: `modulus` (default 123; 1 keeps every bid).
 
 use serde::{Deserialize, Serialize};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
@@ -12,6 +13,8 @@ struct Event<'a> {
     #[serde(default)]
     auction: u64,
     #[serde(default)]
+    bidder: u64,
+    #[serde(default)]
     price: u64,
 }
 
@@ -19,6 +22,7 @@ struct Event<'a> {
 struct Selected {
     auction: u64,
     price: u64,
+    bidder: u64,
 }
 
 struct FilterBids {
@@ -40,6 +44,7 @@ impl Transform for FilterBids {
             out.emit_json(&Selected {
                 auction: event.auction,
                 price: event.price,
+                bidder: event.bidder,
             })?;
         }
         Ok(())
