@@ -57,7 +57,61 @@ pub struct Collector {
     pub dead_letter: Vec<Record>,
 }
 
+/// Header set on records sent to a late output.
+pub const LATE_ARRIVAL_HEADER: &str = "late_arrival";
+
+/// Where an event-time operator sends records later than it can accept.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LateOutput {
+    /// The dead-letter output, with a reason.
+    #[default]
+    DeadLetter,
+    /// A named side output.
+    Side(String),
+}
+
 impl Collector {
+    /// Dead-letters `record` for `operator` (and `plugin`, if any) with
+    /// `reason`, counting it in `metrics`.
+    pub fn dead_letter(
+        &mut self,
+        record: Record,
+        reason: &str,
+        operator: &str,
+        plugin: Option<&str>,
+        metrics: &OperatorMetrics,
+    ) {
+        crate::metrics::add(&metrics.dead_letters, 1);
+        self.dead_letter.push(crate::record::into_dead_letter(
+            record, reason, operator, plugin,
+        ));
+    }
+
+    /// Sends a record that arrived too late for `operator` to `late_output`,
+    /// marked `late_arrival = true` (with `reason` on the dead-letter
+    /// output), counting it in `metrics`: late data is never dropped
+    /// silently.
+    pub fn late(
+        &mut self,
+        mut record: Record,
+        reason: &str,
+        late_output: &LateOutput,
+        operator: &str,
+        metrics: &OperatorMetrics,
+    ) {
+        metrics.add_plugin_counter("late_records", 1);
+        record
+            .headers
+            .push(crate::record::Header::new(LATE_ARRIVAL_HEADER, "true"));
+        match late_output {
+            LateOutput::DeadLetter => self.dead_letter(record, reason, operator, None, metrics),
+            LateOutput::Side(name) => {
+                crate::metrics::add(&metrics.side_out, 1);
+                self.side.push((name.clone(), record));
+            }
+        }
+    }
+
     /// Whether nothing was collected.
     pub fn is_empty(&self) -> bool {
         self.main.is_empty() && self.side.is_empty() && self.dead_letter.is_empty()

@@ -2,7 +2,7 @@
 
 use super::{Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
-use crate::record::{Record, into_dead_letter};
+use crate::record::Record;
 use crate::runtime::{BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance};
 use std::sync::Arc;
 
@@ -81,13 +81,13 @@ impl TransformOperator {
     }
 
     fn dead_letter(&self, record: Record, reason: &str, out: &mut Collector) {
-        add(&self.metrics.dead_letters, 1);
-        out.dead_letter.push(into_dead_letter(
+        out.dead_letter(
             record,
             reason,
             &self.name,
             Some(&self.plugin_label),
-        ));
+            &self.metrics,
+        );
     }
 }
 

@@ -18,13 +18,13 @@
 //! A joined record's value is `{"left": <left value>, "right": <right
 //! value>}`, its key the join key, its event time the later of the two.
 
+use crate::dataflow::LateOutput;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
-use crate::record::{Header, Record, SourcePosition, into_dead_letter};
+use crate::record::{Record, SourcePosition};
 use crate::state::key_group;
 use crate::state::{StateError, StateStore, StateWrite};
 use crate::window::fields::{FieldPath, FieldValue, extract};
-use crate::window::{LATE_ARRIVAL_HEADER, LateOutput};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -200,27 +200,19 @@ impl IntervalJoinOperator {
         });
     }
 
-    fn late(&self, mut record: Record, out: &mut Collector) {
-        self.metrics.add_plugin_counter("late_records", 1);
-        record
-            .headers
-            .push(Header::new(LATE_ARRIVAL_HEADER, "true"));
-        match &self.options.late_output {
-            LateOutput::DeadLetter => {
-                add(&self.metrics.dead_letters, 1);
-                let reason = format!(
-                    "late arrival: event time {} can no longer be joined (watermark {})",
-                    record.event_time.unwrap_or_default(),
-                    self.watermark
-                );
-                out.dead_letter
-                    .push(into_dead_letter(record, &reason, &self.options.name, None));
-            }
-            LateOutput::Side(name) => {
-                add(&self.metrics.side_out, 1);
-                out.side.push((name.clone(), record));
-            }
-        }
+    fn late(&self, record: Record, out: &mut Collector) {
+        let reason = format!(
+            "late arrival: event time {} can no longer be joined (watermark {})",
+            record.event_time.unwrap_or_default(),
+            self.watermark
+        );
+        out.late(
+            record,
+            &reason,
+            &self.options.late_output,
+            &self.options.name,
+            &self.metrics,
+        );
     }
 
     fn store_key(&self, side: Side, key: &BufferKey) -> Vec<u8> {
@@ -337,13 +329,13 @@ impl Operator for IntervalJoinOperator {
         add(&self.metrics.records_in, batch.len() as u64);
         for record in batch {
             let Some(time) = record.event_time else {
-                add(&self.metrics.dead_letters, 1);
-                out.dead_letter.push(into_dead_letter(
+                out.dead_letter(
                     record,
                     "record has no event time",
                     &self.options.name,
                     None,
-                ));
+                    &self.metrics,
+                );
                 continue;
             };
             match self.classify(&record) {
@@ -357,13 +349,7 @@ impl Operator for IntervalJoinOperator {
                 Ok(Some(_)) if time <= self.watermark => self.late(record, out),
                 Ok(Some((side, key))) => self.join(side, key, record, out),
                 Err(reason) => {
-                    add(&self.metrics.dead_letters, 1);
-                    out.dead_letter.push(into_dead_letter(
-                        record,
-                        &reason,
-                        &self.options.name,
-                        None,
-                    ));
+                    out.dead_letter(record, &reason, &self.options.name, None, &self.metrics)
                 }
             }
         }

@@ -161,17 +161,11 @@ impl RocksStateStore {
     }
 
     fn stamp(&self, value: &[u8]) -> Vec<u8> {
-        match &self.ttl {
-            Some(ttl) => ttl.wrap(value),
-            None => value.to_vec(),
-        }
+        super::ttl::stamp(self.ttl.as_ref(), value)
     }
 
     fn live(&self, stored: Vec<u8>) -> Option<Vec<u8>> {
-        match &self.ttl {
-            Some(ttl) => ttl.unwrap(stored),
-            None => Some(stored),
-        }
+        super::ttl::live(self.ttl.as_ref(), stored)
     }
 }
 

@@ -64,3 +64,20 @@ pub fn is_expired(stamped: &[u8], now: i64) -> bool {
         None => true,
     }
 }
+
+/// `value` as stored by a store with `ttl` (stamped with its expiry, or as
+/// it is without a TTL).
+pub fn stamp(ttl: Option<&StateTtl>, value: &[u8]) -> Vec<u8> {
+    match ttl {
+        Some(ttl) => ttl.wrap(value),
+        None => value.to_vec(),
+    }
+}
+
+/// The live value of `stored` in a store with `ttl`: `None` if expired.
+pub fn live(ttl: Option<&StateTtl>, stored: Vec<u8>) -> Option<Vec<u8>> {
+    match ttl {
+        Some(ttl) => ttl.unwrap(stored),
+        None => Some(stored),
+    }
+}

@@ -20,10 +20,9 @@ pub mod aggregate;
 pub mod fields;
 mod operator;
 
+pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};
-pub use operator::{
-    LATE_ARRIVAL_HEADER, LateOutput, WindowOperator, WindowOperatorOptions, WindowResult,
-};
+pub use operator::{WindowOperator, WindowOperatorOptions, WindowResult};
 
 /// A window `[start, end)` of event time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

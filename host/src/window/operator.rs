@@ -4,27 +4,14 @@
 use super::aggregate::{AggregateError, Aggregator};
 use super::fields::{FieldPath, extract};
 use super::{Window, WindowSpec};
-use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
+use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{OperatorMetrics, add};
-use crate::record::{Header, Record, SourcePosition, into_dead_letter};
+use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM};
 use crate::state::{StateError, StateStore, StateWrite};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// Header set on records sent to the late output.
-pub const LATE_ARRIVAL_HEADER: &str = "late_arrival";
-
-/// Where records later than the allowed lateness go.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum LateOutput {
-    /// The dead-letter output, with a reason.
-    #[default]
-    DeadLetter,
-    /// A named side output.
-    Side(String),
-}
 
 /// Settings of a [`WindowOperator`].
 #[derive(Debug, Clone)]
@@ -286,32 +273,24 @@ impl WindowOperator {
     }
 
     fn dead_letter(&self, record: Record, reason: &str, out: &mut Collector) {
-        add(&self.metrics.dead_letters, 1);
-        out.dead_letter
-            .push(into_dead_letter(record, reason, &self.options.name, None));
+        out.dead_letter(record, reason, &self.options.name, None, &self.metrics);
     }
 
     /// Sends a record later than the allowed lateness to the late output.
-    fn late(&self, mut record: Record, out: &mut Collector) {
-        self.metrics.add_plugin_counter("late_records", 1);
-        record
-            .headers
-            .push(Header::new(LATE_ARRIVAL_HEADER, "true"));
-        match &self.options.late_output {
-            LateOutput::DeadLetter => {
-                let reason = format!(
-                    "late arrival: event time {} is behind the watermark {} by more than the allowed lateness of {} ms",
-                    record.event_time.unwrap_or_default(),
-                    self.watermark,
-                    self.options.allowed_lateness
-                );
-                self.dead_letter(record, &reason, out);
-            }
-            LateOutput::Side(name) => {
-                add(&self.metrics.side_out, 1);
-                out.side.push((name.clone(), record));
-            }
-        }
+    fn late(&self, record: Record, out: &mut Collector) {
+        let reason = format!(
+            "late arrival: event time {} is behind the watermark {} by more than the allowed lateness of {} ms",
+            record.event_time.unwrap_or_default(),
+            self.watermark,
+            self.options.allowed_lateness
+        );
+        out.late(
+            record,
+            &reason,
+            &self.options.late_output,
+            &self.options.name,
+            &self.metrics,
+        );
     }
 
     /// Adds records (of one key and window) to the window; a window that
