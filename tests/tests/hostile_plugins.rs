@@ -291,3 +291,17 @@ fn a_faulting_call_leaves_no_state_behind() {
     let counts: Vec<&[u8]> = counts.main.iter().map(|r| r.value.as_ref()).collect();
     assert_eq!(counts, vec![&b"1"[..], b"1", b"0"]);
 }
+
+#[test]
+fn python_stderr_reaches_the_host_and_the_dead_letter_reason() {
+    let (reasons, (faults, _)) =
+        survives("python/hostile", "print-and-abort", PluginLimits::default());
+    assert!(faults >= 1, "abort is a trap");
+    for reason in reasons {
+        assert!(reason.starts_with("plugin trapped: "), "{reason}");
+        assert!(
+            reason.contains("hostile python says goodbye"),
+            "what the plugin printed to stderr is in the reason: {reason}"
+        );
+    }
+}

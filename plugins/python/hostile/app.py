@@ -2,9 +2,12 @@
 and sandbox hold for Python plugins too. By record value: ``loop`` spins
 forever, ``alloc`` allocates without bound, ``raise`` raises; ``read-file``,
 ``connect`` and ``clock`` try the file system, the network and the clock and
-emit what they got; anything else is forwarded."""
+emit what they got; ``print-and-abort`` writes to stderr and aborts (a
+trap); anything else is forwarded."""
 
+import os
 import socket
+import sys
 import time
 
 import sluice
@@ -37,6 +40,9 @@ class Hostile(sluice.Transform):
             except OSError as error:
                 out.emit(f"denied: {type(error).__name__}".encode())
             return
+        if command == b"print-and-abort":
+            print("hostile python says goodbye", file=sys.stderr, flush=True)
+            os.abort()
         if command == b"clock":
             out.emit(repr(time.time()).encode())
             return
