@@ -417,3 +417,56 @@ fn nexmark_q7_highest_bid_plugin_matches_a_model() {
     assert!(best.len() >= 3, "{best:?}");
     assert_eq!(got, best);
 }
+
+#[test]
+fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
+    let store = MemoryStateBackend::default()
+        .open(&OperatorScope::new("t", "p", "window"), None)
+        .unwrap();
+    let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
+    options.key_field = Some("k".into());
+    let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
+    let mut operator = WindowOperator::new(
+        options,
+        Box::new(aggregate),
+        store,
+        OperatorMetrics::new("window"),
+    );
+    let mut out = Collector::default();
+    let position = SourcePosition {
+        topic: "events".into(),
+        partition: 0,
+        offset: 0,
+    };
+    let mut records = Vec::new();
+    for (time, value) in [
+        (1, r#"{"k":"a","v":1}"#),
+        (2, r#"{"k":"a","v":"x"}"#),
+        (15, r#"{"k":"b","v":"y"}"#),
+    ] {
+        let mut record = Record::from_value(value, position.clone());
+        record.event_time = Some(time);
+        records.push(record);
+    }
+    operator.process_batch(records, &mut out).unwrap();
+    operator.on_watermark(i64::MAX, &mut out).unwrap();
+    let results: Vec<WindowResult> = out
+        .main
+        .iter()
+        .map(|r| serde_json::from_slice(&r.value).unwrap())
+        .collect();
+    assert_eq!(
+        results.len(),
+        1,
+        "only key a's window [0, 10) fires: {results:?}"
+    );
+    assert_eq!(results[0].result, json!(1));
+    assert_eq!(out.dead_letter.len(), 2);
+    for dead in &out.dead_letter {
+        let reason = dead.header(dead_letter_headers::REASON).unwrap();
+        assert!(
+            reason.starts_with(b"cannot aggregate: field `v` is not a number"),
+            "{reason:?}"
+        );
+    }
+}

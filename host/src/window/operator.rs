@@ -310,6 +310,8 @@ impl WindowOperator {
         } else {
             vec![records]
         };
+        let created = !self.windows.contains_key(&(key.to_vec(), window));
+        let mut accepted = 0;
         let mut offset = 0;
         for chunk in chunks {
             let state = self.state_mut(key, window)?;
@@ -322,6 +324,7 @@ impl WindowOperator {
             state.accumulator = accumulator;
             state.dirty = true;
             let all_failed = failed.len() == chunk.len();
+            accepted += chunk.len() - failed.len();
             for (index, reason) in failed {
                 rejected.entry(indices[offset + index]).or_insert(reason);
             }
@@ -329,6 +332,10 @@ impl WindowOperator {
                 self.fire(key, window, out)?;
             }
             offset += chunk.len();
+        }
+        if created && accepted == 0 {
+            // Every record was rejected: the window never had any content.
+            self.drop_window(key, window)?;
         }
         Ok(())
     }
