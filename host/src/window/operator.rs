@@ -10,7 +10,7 @@ use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM};
 use crate::state::{StateError, StateStore, StateWrite};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Settings of a [`WindowOperator`].
@@ -78,8 +78,6 @@ struct WindowState {
     persisted: bool,
 }
 
-type StateKey = (Vec<u8>, Window);
-
 /// A window's key in the store: key group (so that key-group ranges are key
 /// ranges), key length, key, window start and end.
 fn store_key(max_parallelism: u16, key: &[u8], window: &Window) -> Vec<u8> {
@@ -103,9 +101,9 @@ pub struct WindowOperator {
     metrics: Arc<OperatorMetrics>,
     topic: Arc<str>,
     watermark: i64,
-    /// Window states, kept in memory and written to the store at each
-    /// checkpoint barrier (a write-back cache over RocksDB).
-    windows: BTreeMap<StateKey, WindowState>,
+    /// Window states per key, kept in memory and written to the store at
+    /// each checkpoint barrier (a write-back cache over RocksDB).
+    windows: HashMap<Vec<u8>, BTreeMap<Window, WindowState>>,
     /// Windows not fired yet, by the time the watermark must pass.
     fire_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Windows with state, by the time their state is dropped.
@@ -129,7 +127,7 @@ impl WindowOperator {
             store,
             metrics,
             watermark: i64::MIN,
-            windows: BTreeMap::new(),
+            windows: HashMap::new(),
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
         }
@@ -181,8 +179,11 @@ impl WindowOperator {
 
     /// The state of `key`'s `window`, created if new.
     fn state_mut(&mut self, key: &[u8], window: Window) -> Result<&mut WindowState, DataflowError> {
-        let state_key = (key.to_vec(), window);
-        if !self.windows.contains_key(&state_key) {
+        let exists = self
+            .windows
+            .get(key)
+            .is_some_and(|windows| windows.contains_key(&window));
+        if !exists {
             // A window already behind the watermark is fired by its records
             // as they come (see `add_to_window`), not by a timer.
             if window.max_timestamp() > self.watermark {
@@ -201,12 +202,17 @@ impl WindowOperator {
                 dirty: true,
                 persisted: false,
             };
-            self.windows.insert(state_key.clone(), state);
+            self.windows
+                .entry(key.to_vec())
+                .or_default()
+                .insert(window, state);
         }
+        let name = &self.options.name;
         self.windows
-            .get_mut(&state_key)
+            .get_mut(key)
+            .and_then(|windows| windows.get_mut(&window))
             .ok_or_else(|| DataflowError::Operator {
-                name: self.options.name.clone(),
+                name: name.clone(),
                 message: "window state vanished".into(),
             })
     }
@@ -217,7 +223,16 @@ impl WindowOperator {
         key: &[u8],
         window: Window,
     ) -> Result<Option<WindowState>, DataflowError> {
-        let state = self.windows.remove(&(key.to_vec(), window));
+        let state = match self.windows.get_mut(key) {
+            Some(windows) => {
+                let state = windows.remove(&window);
+                if windows.is_empty() {
+                    self.windows.remove(key);
+                }
+                state
+            }
+            None => None,
+        };
         self.fire_timers
             .remove(&(window.max_timestamp(), key.to_vec(), window));
         self.cleanup_timers
@@ -237,7 +252,7 @@ impl WindowOperator {
         window: Window,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        let Some(state) = self.windows.get_mut(&(key.to_vec(), window)) else {
+        let Some(state) = self.windows.get_mut(key).and_then(|w| w.get_mut(&window)) else {
             return Ok(());
         };
         let seq = state.emitted;
@@ -310,7 +325,10 @@ impl WindowOperator {
         } else {
             vec![records]
         };
-        let created = !self.windows.contains_key(&(key.to_vec(), window));
+        let created = !self
+            .windows
+            .get(key)
+            .is_some_and(|windows| windows.contains_key(&window));
         let mut accepted = 0;
         let mut offset = 0;
         for chunk in chunks {
@@ -354,19 +372,15 @@ impl WindowOperator {
         let mut merged = self.options.spec.assign(time)[0];
         let touching: Vec<Window> = self
             .windows
-            .range(
-                (
-                    key.to_vec(),
-                    Window {
-                        start: i64::MIN,
-                        end: i64::MIN,
-                    },
-                )..,
-            )
-            .take_while(|((k, _), _)| k.as_slice() == key)
-            .map(|((_, w), _)| *w)
-            .filter(|w| w.intersects(&merged))
-            .collect();
+            .get(key)
+            .map(|windows| {
+                windows
+                    .keys()
+                    .filter(|w| w.intersects(&merged))
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
         for window in &touching {
             merged = merged.cover(window);
         }
@@ -405,7 +419,12 @@ impl WindowOperator {
     /// Writes changed window states to the store.
     fn flush(&mut self) -> Result<(), DataflowError> {
         let mut writes = Vec::new();
-        for ((key, window), state) in self.windows.iter_mut().filter(|(_, s)| s.dirty) {
+        let dirty = self
+            .windows
+            .iter_mut()
+            .flat_map(|(key, windows)| windows.iter_mut().map(move |(w, s)| (key, w, s)))
+            .filter(|(_, _, s)| s.dirty);
+        for (key, window, state) in dirty {
             state.dirty = false;
             state.persisted = true;
             let mut value = Vec::with_capacity(8 + state.accumulator.len());
@@ -469,7 +488,7 @@ impl Operator for WindowOperator {
         } else {
             // Group by key and window, keeping record order within a group,
             // so that each window's accumulator is updated once per batch.
-            let mut groups: BTreeMap<(Vec<u8>, Window), Vec<usize>> = BTreeMap::new();
+            let mut groups: BTreeMap<(&[u8], Window), Vec<usize>> = BTreeMap::new();
             for (index, record) in batch.iter().enumerate() {
                 let (Some(key), Some(time)) = (&keys[index], record.event_time) else {
                     continue;
@@ -478,7 +497,10 @@ impl Operator for WindowOperator {
                 for window in self.options.spec.assign(time) {
                     if !self.is_late(&window) {
                         on_time = true;
-                        groups.entry((key.clone(), window)).or_default().push(index);
+                        groups
+                            .entry((key.as_slice(), window))
+                            .or_default()
+                            .push(index);
                     }
                 }
                 if !on_time {
@@ -487,7 +509,7 @@ impl Operator for WindowOperator {
             }
             for ((key, window), indices) in groups {
                 let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
-                self.add_to_window(&key, window, &records, &mut rejected, &indices, out)?;
+                self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
             }
         }
 
