@@ -159,6 +159,8 @@ pub struct PipelineMetrics {
     pub source_backpressured_ns: AtomicU64,
     /// Source splits currently idle (not holding the watermark back).
     pub idle_splits: AtomicU64,
+    /// Time the key-by exchange spent blocked on full worker channels, ns.
+    pub exchange_backpressured_ns: AtomicU64,
     /// Per-operator counters, in chain order.
     pub operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     /// Records read and lag per source topic-partition (Kafka sources).
@@ -179,6 +181,7 @@ impl Default for PipelineMetrics {
             barriers: AtomicU64::new(0),
             source_backpressured_ns: AtomicU64::new(0),
             idle_splits: AtomicU64::new(0),
+            exchange_backpressured_ns: AtomicU64::new(0),
             operators: Mutex::new(Vec::new()),
             source_partitions: Arc::default(),
             sink_partitions: Arc::default(),
@@ -207,6 +210,7 @@ impl PipelineMetrics {
             barriers: load(&self.barriers),
             source_backpressured_ns: load(&self.source_backpressured_ns),
             idle_splits: load(&self.idle_splits),
+            exchange_backpressured_ns: load(&self.exchange_backpressured_ns),
             operators: self
                 .operators
                 .lock()
@@ -294,6 +298,8 @@ pub struct PipelineSnapshot {
     pub source_backpressured_ns: u64,
     /// Source splits currently idle.
     pub idle_splits: u64,
+    /// Key-by exchange backpressure time, ns.
+    pub exchange_backpressured_ns: u64,
     /// Operators in chain order.
     pub operators: Vec<OperatorSnapshot>,
     /// Source topic-partitions: records read and consumer lag.

@@ -11,8 +11,8 @@ use crate::connectors::kafka::{
     KafkaSink, KafkaSinkOptions, KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat,
 };
 use crate::dataflow::{
-    DataflowError, ExecutorConfig, Operator, OperatorChain, RunOutcome, Sink, SinkSet, Source,
-    TransformOperator,
+    DataflowError, ExecutorConfig, Operator, OperatorChain, ParallelChains, RunOutcome, Sink,
+    SinkSet, Source, Topology, TransformOperator,
 };
 use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
@@ -64,7 +64,7 @@ pub struct Pipeline {
     /// Pipeline name.
     pub name: String,
     source: Box<dyn Source>,
-    chain: OperatorChain,
+    topology: Topology,
     executor: ExecutorConfig,
     metrics: Arc<PipelineMetrics>,
     /// Kept open (and, if temporary, on disk) while the pipeline lives.
@@ -100,103 +100,48 @@ impl Pipeline {
         let metrics = Arc::new(PipelineMetrics::default());
         let source = build_source(loaded, &metrics)?;
 
-        let mut operators: Vec<Box<dyn Operator>> = Vec::new();
-        for (index, operator) in config.operators.iter().enumerate() {
-            let scope = OperatorScope::new(
-                &config.pipeline.tenant,
-                &config.pipeline.name,
-                &operator.name,
-            );
-            let operator_metrics = OperatorMetrics::new(&operator.name);
-            let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
-                ttl: Duration::from_millis(ms),
-                clock: ttl::system_clock(),
-            });
-            let store = state.open(&scope, ttl).map_err(|error| {
-                loaded.error_at(&format!("operators[{index}]"), error.to_string())
-            })?;
-            if let Some(join) = &operator.join {
-                let (left, right) = join.sides().map_err(|message| {
-                    loaded.error_at(&format!("operators[{index}].join"), message)
-                })?;
-                let options = IntervalJoinOptions {
-                    name: operator.name.clone(),
-                    left,
-                    right,
-                    lower: join.lower_ms,
-                    upper: join.upper_ms,
-                    late_output: late_output(loaded, index)?,
-                    max_parallelism: config.pipeline.max_parallelism,
-                };
-                operators.push(Box::new(IntervalJoinOperator::new(
-                    options,
-                    store,
-                    operator_metrics,
-                )));
-                continue;
-            }
-            let field = format!("operators[{index}].plugin");
-            let component = match &operator.plugin {
-                Some(plugin) => {
-                    let path = resolve_plugin(&loaded.resolve_path(plugin))
-                        .map_err(|message| loaded.error_at(&field, message))?;
-                    Some(
-                        runtime
-                            .load(path)
-                            .map_err(|error| loaded.error_at(&field, error.to_string()))?,
-                    )
+        let build = |index: usize, worker: Option<usize>| {
+            build_operator(loaded, index, runtime, &state, resolve_plugin, worker)
+        };
+        let count = config.operators.len();
+        let keyed_from = config
+            .operators
+            .iter()
+            .position(|op| op.window.is_some() || op.join.is_some());
+        let workers = config.pipeline.workers.max(1);
+        let keyed_count = config
+            .operators
+            .iter()
+            .filter(|op| op.window.is_some() || op.join.is_some())
+            .count();
+        if workers > 1 && keyed_count > 1 {
+            return Err(loaded
+                .error_at(
+                    "pipeline.workers",
+                    "several workers support one keyed stage (window or join) per pipeline; a key-by exchange between keyed stages is not built yet",
+                )
+                .into());
+        }
+        let mut head: Vec<Box<dyn Operator>> = Vec::new();
+        let mut keyed: Vec<Vec<Box<dyn Operator>>> = Vec::new();
+        match keyed_from {
+            Some(first_keyed) if workers > 1 => {
+                for index in 0..first_keyed {
+                    head.push(build(index, None)?);
                 }
-                None => None,
-            };
-            let limits = PluginLimits {
-                deadline: Duration::from_millis(operator.deadline_ms),
-                memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
-                    .unwrap_or(usize::MAX),
-                grant_clock: operator.grant_clock,
-                call_mode: operator.call_mode,
-            };
-            if let Some(window) = &operator.window {
-                let aggregator: Box<dyn Aggregator> = match component {
-                    Some(component) => Box::new(
-                        PluginAggregator::new(
-                            component,
-                            scope.clone(),
-                            store.clone(),
-                            operator_metrics.clone(),
-                            limits,
-                            operator.plugin_config(),
-                        )
-                        .map_err(|error| loaded.error_at(&field, error.to_string()))?,
-                    ),
-                    None => Box::new(builtin_aggregate(loaded, index)?),
-                };
-                operators.push(Box::new(build_window_operator(
-                    loaded,
-                    index,
-                    window,
-                    aggregator,
-                    store,
-                    operator_metrics,
-                )?));
-                continue;
+                for worker in 0..workers {
+                    let mut chain = Vec::new();
+                    for index in first_keyed..count {
+                        chain.push(build(index, Some(worker))?);
+                    }
+                    keyed.push(chain);
+                }
             }
-            let Some(component) = component else {
-                return Err(loaded.error_at(&field, "missing").into());
-            };
-            let instance = PluginInstance::new(
-                component,
-                scope,
-                store,
-                operator_metrics.clone(),
-                limits,
-                operator.plugin_config(),
-            )
-            .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
-            operators.push(Box::new(TransformOperator::new(
-                &operator.name,
-                instance,
-                operator_metrics,
-            )));
+            _ => {
+                for index in 0..count {
+                    head.push(build(index, None)?);
+                }
+            }
         }
 
         let mut side = BTreeMap::new();
@@ -235,10 +180,26 @@ impl Pipeline {
             barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
                 .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
         };
+        let topology = if keyed.is_empty() {
+            Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))
+        } else {
+            let partitioner = keyed[0][0].partitioner().ok_or_else(|| {
+                loaded.error_at("pipeline.workers", "the first keyed operator has no key")
+            })?;
+            Topology::Parallel(ParallelChains {
+                head,
+                workers: keyed,
+                partitioner,
+                max_parallelism: config.pipeline.max_parallelism,
+                sinks,
+                side_outputs: config.side_outputs.keys().cloned().collect(),
+                channel_capacity: config.pipeline.channel_capacity,
+            })
+        };
         Ok(Pipeline {
             name: config.pipeline.name.clone(),
             source,
-            chain: OperatorChain::new(operators, sinks, metrics.clone()),
+            topology,
             executor,
             metrics,
             _state: state,
@@ -252,8 +213,124 @@ impl Pipeline {
 
     /// Runs until the input ends or `stop` is set.
     pub fn run(self, stop: Arc<AtomicBool>) -> Result<RunOutcome, DataflowError> {
-        crate::dataflow::run(self.source, self.chain, self.executor, self.metrics, stop)
+        crate::dataflow::run(
+            self.source,
+            self.topology,
+            self.executor,
+            self.metrics,
+            stop,
+        )
     }
+}
+
+/// Builds `operators[index]` (for `worker`, when keyed operators run in
+/// several workers: each gets its own instance and counters).
+fn build_operator(
+    loaded: &LoadedConfig,
+    index: usize,
+    runtime: &PluginRuntime,
+    state: &Arc<dyn StateBackend>,
+    resolve_plugin: PluginResolver<'_>,
+    worker: Option<usize>,
+) -> Result<Box<dyn Operator>, PipelineError> {
+    let config = &loaded.config;
+    let operator = &config.operators[index];
+    let scope = OperatorScope::new(
+        &config.pipeline.tenant,
+        &config.pipeline.name,
+        &operator.name,
+    );
+    let operator_metrics = OperatorMetrics::new(match worker {
+        Some(worker) => format!("{}#{worker}", operator.name),
+        None => operator.name.clone(),
+    });
+    let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
+        ttl: Duration::from_millis(ms),
+        clock: ttl::system_clock(),
+    });
+    let store = state
+        .open(&scope, ttl)
+        .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
+    if let Some(join) = &operator.join {
+        let (left, right) = join
+            .sides()
+            .map_err(|message| loaded.error_at(&format!("operators[{index}].join"), message))?;
+        let options = IntervalJoinOptions {
+            name: operator.name.clone(),
+            left,
+            right,
+            lower: join.lower_ms,
+            upper: join.upper_ms,
+            late_output: late_output(loaded, index)?,
+            max_parallelism: config.pipeline.max_parallelism,
+        };
+        return Ok(Box::new(IntervalJoinOperator::new(
+            options,
+            store,
+            operator_metrics,
+        )));
+    }
+    let field = format!("operators[{index}].plugin");
+    let component = match &operator.plugin {
+        Some(plugin) => {
+            let path = resolve_plugin(&loaded.resolve_path(plugin))
+                .map_err(|message| loaded.error_at(&field, message))?;
+            Some(
+                runtime
+                    .load(path)
+                    .map_err(|error| loaded.error_at(&field, error.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    let limits = PluginLimits {
+        deadline: Duration::from_millis(operator.deadline_ms),
+        memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX),
+        grant_clock: operator.grant_clock,
+        call_mode: operator.call_mode,
+    };
+    if let Some(window) = &operator.window {
+        let aggregator: Box<dyn Aggregator> = match component {
+            Some(component) => Box::new(
+                PluginAggregator::new(
+                    component,
+                    scope.clone(),
+                    store.clone(),
+                    operator_metrics.clone(),
+                    limits,
+                    operator.plugin_config(),
+                )
+                .map_err(|error| loaded.error_at(&field, error.to_string()))?,
+            ),
+            None => Box::new(builtin_aggregate(loaded, index)?),
+        };
+        return Ok(Box::new(build_window_operator(
+            loaded,
+            index,
+            window,
+            aggregator,
+            store,
+            operator_metrics,
+        )?));
+    }
+    let Some(component) = component else {
+        return Err(loaded.error_at(&field, "missing").into());
+    };
+    let instance = PluginInstance::new(
+        component,
+        scope,
+        store,
+        operator_metrics.clone(),
+        limits,
+        operator.plugin_config(),
+    )
+    .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
+    Ok(Box::new(TransformOperator::new(
+        &operator.name,
+        instance,
+        operator_metrics,
+    )))
 }
 
 /// Where `operators[index]` sends late records.

@@ -157,7 +157,7 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
     };
     let outcome = run(
         Box::new(source),
-        chain,
+        sluice_host::dataflow::Topology::Chain(chain),
         config,
         metrics.clone(),
         Arc::new(AtomicBool::new(false)),

@@ -44,9 +44,16 @@ fn events(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-fn run(query: &str, dir: &std::path::Path) -> Vec<Value> {
-    let output = dir.join(format!("{query}.jsonl"));
-    let (_, snapshot) = run_pipeline_to_end(&example(query, &output), Duration::from_secs(120));
+/// Runs the example `query` with `workers` worker threads for its keyed
+/// operators.
+fn run(query: &str, dir: &std::path::Path, workers: usize) -> Vec<Value> {
+    let output = dir.join(format!("{query}-{workers}.jsonl"));
+    let text = example(query, &output).replace(
+        "[pipeline]\n",
+        &format!("[pipeline]\nworkers = {workers}\n"),
+    );
+    assert!(text.contains("workers = "));
+    let (_, snapshot) = run_pipeline_to_end(&text, Duration::from_secs(120));
     assert_eq!(snapshot.dead_letters, 0, "{query}: {snapshot:?}");
     std::fs::read_to_string(&output)
         .unwrap()
@@ -86,23 +93,28 @@ fn q5_hot_items_are_the_auctions_with_most_bids_per_sliding_window() {
             .collect();
         expected.insert(end, (max, leaders));
     }
-    let got: BTreeMap<i64, (u64, Vec<u64>)> = run("q5", dir.path())
-        .iter()
-        .map(|r| {
-            let result = &r["result"];
-            let auctions = result["auctions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_u64().unwrap())
-                .collect();
-            (
-                result["window_end"].as_i64().unwrap(),
-                (result["bids"].as_u64().unwrap(), auctions),
-            )
-        })
-        .collect();
-    assert_eq!(got, expected);
+    // q5 has two keyed stages (per auction, then per window): one worker
+    // until a key-by exchange between keyed stages exists.
+    {
+        let workers = 1;
+        let got: BTreeMap<i64, (u64, Vec<u64>)> = run("q5", dir.path(), workers)
+            .iter()
+            .map(|r| {
+                let result = &r["result"];
+                let auctions = result["auctions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_u64().unwrap())
+                    .collect();
+                (
+                    result["window_end"].as_i64().unwrap(),
+                    (result["bids"].as_u64().unwrap(), auctions),
+                )
+            })
+            .collect();
+        assert_eq!(got, expected, "{workers} workers");
+    }
 }
 
 #[test]
@@ -127,18 +139,20 @@ fn q8_new_users_join_persons_with_their_auctions_within_ten_seconds() {
         }
     }
     expected.sort();
-    let mut got: Vec<(u64, u64)> = run("q8", dir.path())
-        .iter()
-        .map(|j| {
-            (
-                j["left"]["id"].as_u64().unwrap(),
-                j["right"]["id"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    got.sort();
-    assert!(!expected.is_empty());
-    assert_eq!(got, expected);
+    for workers in [1, 2] {
+        let mut got: Vec<(u64, u64)> = run("q8", dir.path(), workers)
+            .iter()
+            .map(|j| {
+                (
+                    j["left"]["id"].as_u64().unwrap(),
+                    j["right"]["id"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        assert!(!expected.is_empty());
+        assert_eq!(got, expected, "{workers} workers");
+    }
 }
 
 #[test]
@@ -170,29 +184,51 @@ fn q11_sessions_count_every_bid_once_and_are_separated_by_the_gap() {
         expected.push((bidder, start, last + 10_000, count));
     }
     expected.sort();
-    let mut got: Vec<(u64, i64, i64, u64)> = run("q11", dir.path())
-        .iter()
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().parse().unwrap(),
-                r["window_start"].as_i64().unwrap(),
-                r["window_end"].as_i64().unwrap(),
-                r["result"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    got.sort();
-    assert_eq!(got, expected);
+    for workers in [1, 2] {
+        let mut got: Vec<(u64, i64, i64, u64)> = run("q11", dir.path(), workers)
+            .iter()
+            .map(|r| {
+                (
+                    r["key"].as_str().unwrap().parse().unwrap(),
+                    r["window_start"].as_i64().unwrap(),
+                    r["window_end"].as_i64().unwrap(),
+                    r["result"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "{workers} workers");
+    }
 }
 
 #[test]
 fn q7_example_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let results = run("q7", dir.path());
+    let results = run("q7", dir.path(), 2);
     assert!(results.len() >= 2, "{results:?}");
     assert!(
         results
             .iter()
             .all(|r| r["result"]["price"].as_u64().is_some())
     );
+}
+
+#[test]
+fn several_workers_with_two_keyed_stages_are_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = example("q5", &dir.path().join("q5.jsonl"))
+        .replace("[pipeline]\n", "[pipeline]\nworkers = 2\n");
+    let file = dir.path().join("q5.toml");
+    std::fs::write(&file, text).unwrap();
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
+    let state = sluice_host::pipeline::open_state_backend(&loaded).unwrap();
+    let error = sluice_host::pipeline::Pipeline::build(
+        &loaded,
+        &sluice_tests::runtime(),
+        state,
+        &sluice_host::pipeline::wasm_files_only,
+    )
+    .err()
+    .expect("refused");
+    assert!(error.to_string().contains("pipeline.workers"), "{error}");
 }

@@ -107,6 +107,10 @@ pub struct PipelineSection {
     /// RocksDB directory; by default a temporary directory removed when the
     /// run ends (state lasts one run until checkpoints restore it).
     pub state_dir: Option<PathBuf>,
+    /// Worker threads for the keyed operators (windows, joins) and those
+    /// after them; each owns a range of key groups.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
     /// Number of key groups keyed state is split into (fixed for the life
     /// of the state; bounds parallelism).
     #[serde(default = "default_max_parallelism")]
@@ -122,6 +126,10 @@ pub enum StateBackendKind {
     Rocksdb,
     /// In memory: for tests and small jobs.
     Memory,
+}
+
+fn default_workers() -> usize {
+    1
 }
 
 fn default_max_parallelism() -> u16 {

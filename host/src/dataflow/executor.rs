@@ -39,6 +39,15 @@ impl Default for ExecutorConfig {
     }
 }
 
+/// What runs after the source: one chain, or a chain split at a key-by
+/// into parallel workers.
+pub enum Topology {
+    /// All operators in one thread.
+    Chain(OperatorChain),
+    /// Keyed operators in several workers (see [`super::parallel`]).
+    Parallel(super::ParallelChains),
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunOutcome {
@@ -57,7 +66,7 @@ pub enum RunOutcome {
 /// commits all of it.
 pub fn run(
     mut source: Box<dyn Source>,
-    mut chain: OperatorChain,
+    topology: Topology,
     config: ExecutorConfig,
     metrics: Arc<PipelineMetrics>,
     stop: Arc<AtomicBool>,
@@ -85,31 +94,43 @@ pub fn run(
             message: format!("cannot start source thread: {error}"),
         })?;
 
-    let mut chain_result = Ok(());
-    for element in receiver.iter() {
-        let barrier = match &element {
-            StreamElement::Barrier(barrier) => Some(barrier.id),
-            _ => None,
-        };
-        match chain.handle(element) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(error) => {
-                chain_result = Err(error);
-                break;
+    let chain_result = match topology {
+        Topology::Chain(mut chain) => {
+            let mut chain_result = Ok(());
+            for element in receiver.iter() {
+                let barrier = match &element {
+                    StreamElement::Barrier(barrier) => Some(barrier.id),
+                    _ => None,
+                };
+                match chain.handle(element) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(error) => {
+                        chain_result = Err(error);
+                        break;
+                    }
+                }
+                if let Some(id) = barrier {
+                    // The source may already be gone (stopped); nothing to confirm then.
+                    let _ = ack_sender.send(id);
+                }
             }
+            drop(ack_sender);
+            chain_result
         }
-        if let Some(id) = barrier {
-            // The source may already be gone (stopped); nothing to confirm then.
-            let _ = ack_sender.send(id);
-        }
-    }
+        Topology::Parallel(parallel) => super::parallel::drive(
+            parallel,
+            receiver.clone(),
+            ack_sender,
+            metrics.clone(),
+            &stop,
+        ),
+    };
     if chain_result.is_err() {
         // Unblock and stop the source; its result no longer matters.
         stop.store(true, Ordering::Relaxed);
     }
     drop(receiver);
-    drop(ack_sender);
     let source_result = source_thread.join().map_err(|_| DataflowError::Source {
         name: source_name,
         message: "source thread panicked".into(),

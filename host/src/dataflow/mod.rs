@@ -11,10 +11,12 @@
 
 mod chain;
 mod executor;
+pub mod parallel;
 mod transform;
 
 pub use chain::{OperatorChain, SinkSet};
-pub use executor::{ExecutorConfig, RunOutcome, run};
+pub use executor::{ExecutorConfig, RunOutcome, Topology, run};
+pub use parallel::{ParallelChains, Partitioner};
 pub use transform::TransformOperator;
 
 use crate::metrics::OperatorMetrics;
@@ -161,6 +163,13 @@ pub trait Operator: Send {
         batch: Vec<Record>,
         out: &mut Collector,
     ) -> Result<(), DataflowError>;
+
+    /// For a keyed operator: the key of a record, which decides the worker
+    /// that handles it when the pipeline runs several (`workers`). `None`:
+    /// the operator is not keyed.
+    fn partitioner(&self) -> Option<Partitioner> {
+        None
+    }
 
     /// Called when the watermark advances (event-time operators fire here).
     fn on_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {

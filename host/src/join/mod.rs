@@ -317,6 +317,23 @@ impl Operator for IntervalJoinOperator {
         &self.options.name
     }
 
+    fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
+        // Classifying needs only the options and field paths: a copy of the
+        // operator's, without its buffers.
+        let classifier = IntervalJoinOperator::new(
+            self.options.clone(),
+            self.store.clone(),
+            OperatorMetrics::new(""),
+        );
+        Some(Arc::new(move |record: &Record| {
+            classifier
+                .classify(record)
+                .ok()
+                .flatten()
+                .map(|(_, key)| key)
+        }))
+    }
+
     fn metrics(&self) -> &Arc<OperatorMetrics> {
         &self.metrics
     }

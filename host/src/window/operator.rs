@@ -447,6 +447,24 @@ impl Operator for WindowOperator {
         &self.options.name
     }
 
+    fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
+        let path = self.key_path.clone();
+        Some(Arc::new(move |record: &Record| match &path {
+            None => Some(
+                record
+                    .key
+                    .as_deref()
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default(),
+            ),
+            Some(path) => extract(&record.value, &[path])
+                .ok()?
+                .pop()
+                .flatten()
+                .map(|value| value.key_bytes()),
+        }))
+    }
+
     fn metrics(&self) -> &Arc<OperatorMetrics> {
         &self.metrics
     }
