@@ -94,6 +94,7 @@ impl Sink for ForwardSink {
 }
 
 /// The head chain's main output: the key-by exchange.
+#[derive(Clone)]
 struct ExchangeSink {
     partitioner: Partitioner,
     max_parallelism: u16,
@@ -263,7 +264,7 @@ pub(crate) fn drive(
         workers: worker_inputs.clone(),
         backpressured_ns: backpressured.clone(),
     };
-    let broadcast = exchange_clone(&exchange);
+    let broadcast = exchange.clone();
     drop(worker_inputs);
     let mut head_chain = OperatorChain::new(
         head,
@@ -382,15 +383,6 @@ pub(crate) fn drive(
         let _ = thread.join();
     }
     result
-}
-
-fn exchange_clone(exchange: &ExchangeSink) -> ExchangeSink {
-    ExchangeSink {
-        partitioner: exchange.partitioner.clone(),
-        max_parallelism: exchange.max_parallelism,
-        workers: exchange.workers.clone(),
-        backpressured_ns: exchange.backpressured_ns.clone(),
-    }
 }
 
 fn flush_all(sinks: &mut SinkSet) -> Result<(), DataflowError> {

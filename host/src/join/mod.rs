@@ -139,6 +139,28 @@ impl IntervalJoinOperator {
     /// The side and key of `record`; `Ok(None)` if it belongs to neither
     /// side.
     fn classify(&self, record: &Record) -> Result<Option<(Side, Vec<u8>)>, String> {
+        // Every field either side may need, read from the value in one pass
+        // (and only if a field is needed at all).
+        let mut wanted: Vec<&FieldPath> = Vec::with_capacity(4);
+        let mut slot_of = |path| match wanted.iter().position(|p| *p == path) {
+            Some(slot) => slot,
+            None => {
+                wanted.push(path);
+                wanted.len() - 1
+            }
+        };
+        let mut slots = [(None, 0); 2];
+        for (index, (selector, key)) in self.paths.iter().enumerate() {
+            let selector_slot = selector.as_ref().map(&mut slot_of);
+            slots[index] = (selector_slot, slot_of(key));
+        }
+        let mut fields: Option<Vec<Option<FieldValue>>> = None;
+        let read = |fields: &mut Option<Vec<Option<FieldValue>>>| -> Result<(), String> {
+            if fields.is_none() {
+                *fields = Some(extract(&record.value, &wanted)?);
+            }
+            Ok(())
+        };
         for (index, (side, options)) in [
             (Side::Left, &self.options.left),
             (Side::Right, &self.options.right),
@@ -146,19 +168,23 @@ impl IntervalJoinOperator {
         .into_iter()
         .enumerate()
         {
-            let (selector_path, key_path) = &self.paths[index];
-            let selected = match (&options.selector, selector_path) {
+            let (selector_slot, key_slot) = slots[index];
+            let selected = match (&options.selector, selector_slot) {
                 (SideSelector::Topic(topic), _) => *record.source.topic == **topic,
-                (SideSelector::FieldEquals { value, .. }, Some(path)) => {
-                    let found = extract(&record.value, &[path])?.pop().flatten();
-                    found == Some(FieldValue::Str(value.clone()))
+                (SideSelector::FieldEquals { value, .. }, Some(slot)) => {
+                    read(&mut fields)?;
+                    matches!(
+                        fields.as_ref().and_then(|f| f[slot].as_ref()),
+                        Some(FieldValue::Str(found)) if found == value
+                    )
                 }
                 (SideSelector::FieldEquals { .. }, None) => false,
             };
             if !selected {
                 continue;
             }
-            return match extract(&record.value, &[key_path])?.pop().flatten() {
+            read(&mut fields)?;
+            return match fields.as_ref().and_then(|f| f[key_slot].as_ref()) {
                 Some(key) => Ok(Some((side, key.key_bytes()))),
                 None => Err(format!("join key field `{}` is missing", options.key_field)),
             };

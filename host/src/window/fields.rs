@@ -114,14 +114,18 @@ impl<'de> Visitor<'de> for FieldsVisitor<'_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            match self.names.iter().position(|n| *n == key) {
-                Some(index) => {
-                    let value = map.next_value_seed(FieldSeed)?;
-                    self.found[index] = Some(value);
+            if self.names.contains(&key.as_ref()) {
+                let value = map.next_value_seed(FieldSeed)?;
+                // A field asked for twice is filled twice.
+                let mut slots = (0..self.names.len()).filter(|i| self.names[*i] == key);
+                if let Some(first) = slots.next() {
+                    for other in slots {
+                        self.found[other] = Some(value.clone());
+                    }
+                    self.found[first] = Some(value);
                 }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
             }
         }
         Ok(())
