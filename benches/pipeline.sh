@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end pipeline throughput and peak RSS, printed as a markdown table.
 #
-#   benches/pipeline.sh            # all pipelines in benches/pipelines/
+#   benches/pipeline.sh                    # all pipelines in benches/pipelines/
+#   benches/pipeline.sh benches/pipelines/q5-full.toml   # some of them
 #
 # Each pipeline runs with the release `sluice` binary, once pinned to one core
 # (taskset -c 0: source and operator threads share it) and once on all cores.
@@ -14,21 +15,44 @@ sluice="$target/release/sluice"
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 1; }
 
 # Build the plugins once so that build time is not measured.
-for p in identity currency-convert; do "$sluice" plugin build "plugins/$p" >/dev/null; done
+for p in identity currency-convert filter-bids highest-bid hot-items; do
+  "$sluice" plugin build "plugins/$p" >/dev/null
+done
 
-echo "| pipeline | cores | records | seconds | records/s | peak RSS (MiB) |"
-echo "| --- | --- | --- | --- | --- | --- |"
-for file in benches/pipelines/*.toml; do
-  for cores in 1 2; do
-    if [ "$cores" = 1 ]; then pin=(taskset -c 0); else pin=(); fi
-    log=$(mktemp)
-    "${pin[@]}" /usr/bin/time -v "$sluice" run --quiet "$file" 2>"$log" >/dev/null
-    line=$(grep -E '^completed in' "$log")
-    seconds=$(echo "$line" | sed -E 's/completed in ([0-9.]+) s.*/\1/')
-    records=$(echo "$line" | sed -E 's/.*: ([0-9]+) records in.*/\1/')
-    rate=$(echo "$line" | sed -E 's/.*records in \(([0-9]+)\/s\).*/\1/')
-    rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
-    printf "| %s | %s | %s | %s | %s | %s |\n" "$(basename "$file" .toml)" "$cores" "$records" "$seconds" "$rate" "$((rss_kb / 1024))"
-    rm -f "$log"
+# Pipelines with a keyed operator (window or join) also run with 2 workers:
+# a copy of the file with `workers = 2`, next to it so relative paths hold.
+echo "| pipeline | workers | cores | records | seconds | records/s | peak RSS (MiB) | peak state (KiB) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+if [ $# -gt 0 ]; then files=("$@"); else files=(benches/pipelines/*.toml); fi
+for file in "${files[@]}"; do
+  worker_counts=1
+  if grep -qE '^(window|join) =' "$file"; then worker_counts="1 2"; fi
+  for workers in $worker_counts; do
+    run_file="$file"
+    if [ "$workers" != 1 ]; then
+      run_file="$(dirname "$file")/.workers-$workers-$(basename "$file")"
+      sed "s/^\[pipeline\]$/[pipeline]\nworkers = $workers/" "$file" >"$run_file"
+    fi
+    for cores in 1 2; do
+      # One core cannot show what a second worker gains.
+      if [ "$workers" != 1 ] && [ "$cores" = 1 ]; then continue; fi
+      if [ "$cores" = 1 ]; then pin=(taskset -c 0); else pin=(); fi
+      log=$(mktemp)
+      "${pin[@]}" /usr/bin/time -v "$sluice" run --quiet "$run_file" 2>"$log" >/dev/null
+      line=$(grep -E '^completed in' "$log")
+      seconds=$(echo "$line" | sed -E 's/completed in ([0-9.]+) s.*/\1/')
+      records=$(echo "$line" | sed -E 's/.*: ([0-9]+) records in.*/\1/')
+      rate=$(echo "$line" | sed -E 's/.*records in \(([0-9]+)\/s\).*/\1/')
+      rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
+      # Operators sharing a column family report the same size: the largest
+      # per operator name, summed over the names.
+      state_kib=$(grep -E '^ +operator |peak [0-9]+ bytes' "$log" | awk '
+        /operator / { name = $2; sub(/[#:].*/, "", name) }
+        /peak [0-9]+ bytes/ { for (i = 1; i < NF; i++) if ($i == "peak") { v = $(i + 1); if (v > max[name]) max[name] = v } }
+        END { total = 0; for (n in max) total += max[n]; printf "%d", total / 1024 }')
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n" "$(basename "$file" .toml)" "$workers" "$cores" "$records" "$seconds" "$rate" "$((rss_kb / 1024))" "$state_kib"
+      rm -f "$log"
+    done
+    if [ "$run_file" != "$file" ]; then rm -f "$run_file"; fi
   done
 done

@@ -138,7 +138,7 @@ pub fn summary(report: &RunReport) -> String {
     for op in &s.operators {
         let _ = writeln!(
             text,
-            "  operator {}: in {} out {} side {} dlq {} traps {} restarts {} busy {:.1}%",
+            "  operator {}: in {} out {} side {} dlq {} traps {} restarts {} busy {:.1}% backpressured {:.1}%",
             op.name,
             op.records_in,
             op.records_out,
@@ -146,7 +146,8 @@ pub fn summary(report: &RunReport) -> String {
             op.dead_letters,
             op.traps,
             op.reinstantiations,
-            op.busy_ns as f64 / 1e9 / seconds * 100.0
+            op.busy_ns as f64 / 1e9 / seconds * 100.0,
+            op.backpressured_ns as f64 / 1e9 / seconds * 100.0
         );
         if op.state_peak_bytes > 0 || op.watermark.is_some() {
             let _ = writeln!(

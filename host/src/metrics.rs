@@ -26,6 +26,11 @@ pub struct OperatorMetrics {
     pub reinstantiations: AtomicU64,
     /// Time spent inside the operator, nanoseconds.
     pub busy_ns: AtomicU64,
+    /// Time the operator's thread spent blocked handing output to the next
+    /// thread (a key-by exchange or the sinks) because it was full,
+    /// nanoseconds: downstream backpressure. Operators chained in one thread
+    /// share it, as in Flink.
+    pub backpressured_ns: AtomicU64,
     /// Counters the plugin reported through `host.counter-add`.
     pub plugin_counters: Mutex<BTreeMap<String, u64>>,
     /// The operator's current event-time watermark (ms; `i64::MIN` before
@@ -76,6 +81,7 @@ impl OperatorMetrics {
             traps: load(&self.traps),
             reinstantiations: load(&self.reinstantiations),
             busy_ns: load(&self.busy_ns),
+            backpressured_ns: load(&self.backpressured_ns),
             watermark: watermark_value(&self.watermark),
             state_bytes: load(&self.state_bytes),
             state_peak_bytes: load(&self.state_peak_bytes),
@@ -159,7 +165,8 @@ pub struct PipelineMetrics {
     pub source_backpressured_ns: AtomicU64,
     /// Source splits currently idle (not holding the watermark back).
     pub idle_splits: AtomicU64,
-    /// Time the key-by exchange spent blocked on full worker channels, ns.
+    /// Time the key-by exchanges spent blocked on full worker channels, ns
+    /// (summed over the threads that send into them).
     pub exchange_backpressured_ns: AtomicU64,
     /// Per-operator counters, in chain order.
     pub operators: Mutex<Vec<Arc<OperatorMetrics>>>,
@@ -257,6 +264,8 @@ pub struct OperatorSnapshot {
     pub reinstantiations: u64,
     /// Busy time, ns.
     pub busy_ns: u64,
+    /// Backpressured time (blocked on a full downstream channel), ns.
+    pub backpressured_ns: u64,
     /// Current event-time watermark, ms.
     pub watermark: Option<i64>,
     /// State size, bytes.

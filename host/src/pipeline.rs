@@ -11,8 +11,8 @@ use crate::connectors::kafka::{
     KafkaSink, KafkaSinkOptions, KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat,
 };
 use crate::dataflow::{
-    DataflowError, ExecutorConfig, Operator, OperatorChain, ParallelChains, RunOutcome, Sink,
-    SinkSet, Source, Topology, TransformOperator,
+    DataflowError, ExecutorConfig, KeyedStage, Operator, OperatorChain, ParallelChains, RunOutcome,
+    Sink, SinkSet, Source, Topology, TransformOperator,
 };
 use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
@@ -103,44 +103,44 @@ impl Pipeline {
         let build = |index: usize, worker: Option<usize>| {
             build_operator(loaded, index, runtime, &state, resolve_plugin, worker)
         };
+        // Split before every keyed operator: with several workers, each
+        // keyed stage runs in `workers` threads behind a key-by exchange.
         let count = config.operators.len();
-        let keyed_from = config
-            .operators
-            .iter()
-            .position(|op| op.window.is_some() || op.join.is_some());
         let workers = config.pipeline.workers.max(1);
-        let keyed_count = config
-            .operators
-            .iter()
-            .filter(|op| op.window.is_some() || op.join.is_some())
-            .count();
-        if workers > 1 && keyed_count > 1 {
-            return Err(loaded
-                .error_at(
-                    "pipeline.workers",
-                    "several workers support one keyed stage (window or join) per pipeline; a key-by exchange between keyed stages is not built yet",
-                )
-                .into());
-        }
-        let mut head: Vec<Box<dyn Operator>> = Vec::new();
-        let mut keyed: Vec<Vec<Box<dyn Operator>>> = Vec::new();
-        match keyed_from {
-            Some(first_keyed) if workers > 1 => {
-                for index in 0..first_keyed {
-                    head.push(build(index, None)?);
-                }
-                for worker in 0..workers {
-                    let mut chain = Vec::new();
-                    for index in first_keyed..count {
-                        chain.push(build(index, Some(worker))?);
-                    }
-                    keyed.push(chain);
-                }
-            }
-            _ => {
-                for index in 0..count {
-                    head.push(build(index, None)?);
-                }
+        let keyed: Vec<usize> = (0..count)
+            .filter(|&index| {
+                let op = &config.operators[index];
+                op.window.is_some() || op.join.is_some()
+            })
+            .collect();
+        let head_end = match keyed.first() {
+            Some(&first) if workers > 1 => first,
+            _ => count,
+        };
+        let head = (0..head_end)
+            .map(|index| build(index, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut stages = Vec::new();
+        if head_end < count {
+            for (position, &start) in keyed.iter().enumerate() {
+                let end = keyed.get(position + 1).copied().unwrap_or(count);
+                let workers = (0..workers)
+                    .map(|worker| {
+                        (start..end)
+                            .map(|index| build(index, Some(worker)))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let partitioner = workers[0][0].partitioner().ok_or_else(|| {
+                    loaded.error_at(
+                        &format!("operators[{start}]"),
+                        "a keyed operator has no key to partition by",
+                    )
+                })?;
+                stages.push(KeyedStage {
+                    partitioner,
+                    workers,
+                });
             }
         }
 
@@ -180,16 +180,12 @@ impl Pipeline {
             barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
                 .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
         };
-        let topology = if keyed.is_empty() {
+        let topology = if stages.is_empty() {
             Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))
         } else {
-            let partitioner = keyed[0][0].partitioner().ok_or_else(|| {
-                loaded.error_at("pipeline.workers", "the first keyed operator has no key")
-            })?;
             Topology::Parallel(ParallelChains {
                 head,
-                workers: keyed,
-                partitioner,
+                stages,
                 max_parallelism: config.pipeline.max_parallelism,
                 sinks,
                 side_outputs: config.side_outputs.keys().cloned().collect(),

@@ -4,13 +4,14 @@
 
 use sluice_host::connectors::generator::{GeneratorOptions, GeneratorSource, Profile};
 use sluice_host::dataflow::{
-    CheckpointBarrier, Collector, DataflowError, ExecutorConfig, Operator, OperatorChain,
-    RunOutcome, Sink, SinkSet, Source, SourceBatch, run,
+    CheckpointBarrier, Collector, DataflowError, ExecutorConfig, KeyedStage, Operator,
+    OperatorChain, ParallelChains, Partitioner, RunOutcome, Sink, SinkSet, Source, SourceBatch,
+    run,
 };
 use sluice_host::metrics::{OperatorMetrics, PipelineMetrics};
-use sluice_host::record::Record;
+use sluice_host::record::{Header, Record};
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -247,4 +248,201 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
             _ => {}
         }
     }
+}
+
+/// Tags every record with the number of barriers its operator has seen (its
+/// checkpoint epoch).
+struct EpochTagger {
+    metrics: Arc<OperatorMetrics>,
+    barriers: u64,
+}
+
+impl Operator for EpochTagger {
+    fn name(&self) -> &str {
+        "tagger"
+    }
+    fn metrics(&self) -> &Arc<OperatorMetrics> {
+        &self.metrics
+    }
+    fn process_batch(
+        &mut self,
+        mut batch: Vec<Record>,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        for record in &mut batch {
+            record
+                .headers
+                .push(Header::new("epoch", self.barriers.to_string()));
+        }
+        out.main = batch;
+        Ok(())
+    }
+    fn on_barrier(
+        &mut self,
+        _barrier: &CheckpointBarrier,
+        _out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        self.barriers += 1;
+        Ok(())
+    }
+}
+
+/// A keyed operator (keyed by offset) that checks every record arrives in
+/// the epoch it was tagged with: barriers were aligned across its inputs.
+/// Slow by `work` per batch, to backpressure what is upstream of it.
+struct EpochChecker {
+    metrics: Arc<OperatorMetrics>,
+    barriers: u64,
+    misplaced: Arc<Mutex<Vec<(u64, u64)>>>,
+    work: Duration,
+}
+
+impl Operator for EpochChecker {
+    fn name(&self) -> &str {
+        "checker"
+    }
+    fn metrics(&self) -> &Arc<OperatorMetrics> {
+        &self.metrics
+    }
+    fn partitioner(&self) -> Option<Partitioner> {
+        Some(Arc::new(|record: &Record| {
+            Some(record.source.offset.to_be_bytes().to_vec())
+        }))
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<Record>,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        for record in &batch {
+            let epoch: u64 = std::str::from_utf8(record.header("epoch").unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            if epoch != self.barriers {
+                self.misplaced.lock().unwrap().push((epoch, self.barriers));
+            }
+        }
+        // Stands for real per-batch work.
+        std::thread::sleep(self.work);
+        out.main = batch;
+        Ok(())
+    }
+    fn on_barrier(
+        &mut self,
+        _barrier: &CheckpointBarrier,
+        _out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        self.barriers += 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn two_keyed_stages_on_two_workers_align_barriers_and_report_backpressure() {
+    let misplaced = Arc::new(Mutex::new(Vec::new()));
+    let tagger_metrics = OperatorMetrics::new("tagger");
+    let mut stage_metrics = Vec::new();
+    let mut stages = Vec::new();
+    for (stage, work) in [Duration::ZERO, Duration::from_micros(300)]
+        .into_iter()
+        .enumerate()
+    {
+        let workers: Vec<Vec<Box<dyn Operator>>> = (0..2)
+            .map(|worker| {
+                let metrics = OperatorMetrics::new(format!("checker{stage}#{worker}"));
+                stage_metrics.push((stage, metrics.clone()));
+                vec![Box::new(EpochChecker {
+                    metrics,
+                    barriers: 0,
+                    misplaced: misplaced.clone(),
+                    work,
+                }) as Box<dyn Operator>]
+            })
+            .collect();
+        let partitioner = workers[0][0].partitioner().unwrap();
+        stages.push(KeyedStage {
+            partitioner,
+            workers,
+        });
+    }
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let parallel = ParallelChains {
+        head: vec![Box::new(EpochTagger {
+            metrics: tagger_metrics.clone(),
+            barriers: 0,
+        })],
+        stages,
+        max_parallelism: 128,
+        sinks: SinkSet {
+            main: Box::new(CountingSink(written.clone())),
+            dead_letter: Box::new(CountingSink(Arc::default())),
+            side: BTreeMap::new(),
+        },
+        side_outputs: Vec::new(),
+        channel_capacity: 1,
+    };
+    let metrics = Arc::new(PipelineMetrics::default());
+    let source = GeneratorSource::new(
+        "g",
+        GeneratorOptions {
+            profile: Profile::Payload,
+            count: Some(20_000),
+            ..GeneratorOptions::default()
+        },
+    );
+    let config = ExecutorConfig {
+        batch_size: 50,
+        channel_capacity: 1,
+        barrier_interval: Some(Duration::from_millis(10)),
+        ..ExecutorConfig::default()
+    };
+    let outcome = run(
+        Box::new(source),
+        sluice_host::dataflow::Topology::Parallel(parallel),
+        config,
+        metrics.clone(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+
+    let mut written = written.lock().unwrap().clone();
+    written.sort_unstable();
+    assert_eq!(
+        written,
+        (0..20_000).collect::<Vec<i64>>(),
+        "every record once"
+    );
+    let snapshot = metrics.snapshot();
+    assert!(snapshot.barriers >= 3, "{snapshot:?}");
+    assert_eq!(
+        *misplaced.lock().unwrap(),
+        Vec::<(u64, u64)>::new(),
+        "records reached the second stage in another epoch than they were tagged in"
+    );
+    // The slow second stage backpressures the first stage and the head,
+    // far more than anything blocks the second stage itself.
+    let backpressured = |m: &OperatorMetrics| m.backpressured_ns.load(Ordering::Relaxed);
+    assert!(backpressured(&tagger_metrics) > 0);
+    let stage_total = |wanted: usize| -> u64 {
+        stage_metrics
+            .iter()
+            .filter(|(stage, _)| *stage == wanted)
+            .map(|(_, metrics)| backpressured(metrics))
+            .sum()
+    };
+    for (stage, metrics) in &stage_metrics {
+        match stage {
+            0 => assert!(backpressured(metrics) > 0, "{}", metrics.name),
+            _ => assert!(metrics.busy_ns.load(Ordering::Relaxed) > 0),
+        }
+    }
+    assert!(
+        stage_total(1) < stage_total(0),
+        "first stage {} ns, second {} ns",
+        stage_total(0),
+        stage_total(1)
+    );
+    assert!(snapshot.exchange_backpressured_ns > 0);
 }

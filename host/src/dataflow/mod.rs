@@ -11,12 +11,13 @@
 
 mod chain;
 mod executor;
+mod input_gate;
 pub mod parallel;
 mod transform;
 
 pub use chain::{OperatorChain, SinkSet};
 pub use executor::{ExecutorConfig, RunOutcome, Topology, run};
-pub use parallel::{ParallelChains, Partitioner};
+pub use parallel::{KeyedStage, ParallelChains, Partitioner};
 pub use transform::TransformOperator;
 
 use crate::metrics::OperatorMetrics;

@@ -1,54 +1,66 @@
-//! Key-by parallelism: the keyed part of a pipeline runs in N worker
-//! threads, each owning a range of key groups.
+//! Key-by parallelism: the keyed parts of a pipeline run in N worker
+//! threads each, every worker owning a range of key groups.
 //!
 //! ```text
-//! source ─▶ head chain ─▶ key-by exchange ─┬▶ worker 0 (keyed operators) ─┐
-//!           (stateless     (bounded          ├▶ worker 1                   ├▶ sinks
-//!            operators)     channels)        └▶ ...                        ┘  (merger)
+//! source ─▶ head ─▶ key-by ─┬▶ stage 1, worker 0 ─▶ key-by ─┬▶ stage 2, worker 0 ─┐
+//!          (stateless)      └▶ stage 1, worker 1 ─▶ key-by ─┴▶ stage 2, worker 1 ─┴▶ merger ─▶ sinks
 //! ```
 //!
-//! The head thread runs the operators before the first keyed one and sends
-//! each record to the worker owning its key's key group; watermarks,
-//! barriers and the end of input go to every worker. Each worker runs its
-//! own instances of the keyed operators (sharing the operator's state, whose
-//! keys they partition by key group). The merger writes what all of them
-//! emit to the sinks, takes the minimum of the workers' watermarks, and
-//! acknowledges a checkpoint barrier once every worker has passed it (barrier
-//! alignment). All channels are bounded: a slow worker backpressures the
-//! head and the source, and the time the head spends blocked on a worker is
-//! counted per worker.
+//! A pipeline is split before each keyed operator (window or join) into
+//! stages. The head thread runs the operators before the first keyed one;
+//! each keyed stage runs in `workers` threads with their own instances of
+//! the stage's operators (sharing the operators' state, whose keys they
+//! partition by key group). Between stages, a key-by exchange sends each
+//! record to the worker owning its key's key group; watermarks, barriers
+//! and the end of input go to every worker. A worker reads its inputs (one
+//! per upstream instance) through an [`InputGate`]: minimum watermark,
+//! aligned barriers. The merger writes what the stages emit to the sinks,
+//! takes the minimum of the last stage's watermarks, and acknowledges a
+//! checkpoint barrier once every last-stage worker has passed it.
+//!
+//! Every channel is bounded: a slow worker backpressures its upstream and,
+//! in the end, the source. The time a thread spends blocked handing its
+//! output on is its operators' backpressured time (as in Flink, chained
+//! operators share their thread's).
 
-use super::{DataflowError, OperatorChain, Sink, SinkSet, StreamElement};
-use crate::metrics::{PipelineMetrics, add};
+use super::input_gate::InputGate;
+use super::{DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement};
+use crate::metrics::{OperatorMetrics, PipelineMetrics, add};
 use crate::record::Record;
 use crate::state::key_group;
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, unbounded};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// The key of a record at the key-by exchange (`None`: no key; such
 /// records go to worker 0, whose operator dead-letters them).
 pub type Partitioner = Arc<dyn Fn(&Record) -> Option<Vec<u8>> + Send + Sync>;
 
-/// A pipeline split at its first keyed operator.
+/// A pipeline split into a head and keyed stages.
 pub struct ParallelChains {
-    /// Operators before the key-by, in a chain whose sinks are set by
-    /// [`ParallelChains`] itself.
-    pub head: Vec<Box<dyn super::Operator>>,
-    /// One chain of keyed operators per worker.
-    pub workers: Vec<Vec<Box<dyn super::Operator>>>,
-    /// How records are keyed at the exchange.
-    pub partitioner: Partitioner,
+    /// Operators before the first keyed one (one instance).
+    pub head: Vec<Box<dyn Operator>>,
+    /// The keyed stages, in order.
+    pub stages: Vec<KeyedStage>,
     /// Key groups (must match the operators' state).
     pub max_parallelism: u16,
     /// The real sinks, written by the merger.
     pub sinks: SinkSet,
     /// Side output names (forwarded to the merger).
     pub side_outputs: Vec<String>,
-    /// Capacity of each worker's input channel, in batches.
+    /// Capacity of each channel, in batches.
     pub channel_capacity: usize,
+}
+
+/// A keyed operator and the operators after it up to the next keyed one,
+/// in one instance per worker.
+pub struct KeyedStage {
+    /// How records are keyed at the exchange in front of the stage.
+    pub partitioner: Partitioner,
+    /// One chain of the stage's operators per worker.
+    pub workers: Vec<Vec<Box<dyn Operator>>>,
 }
 
 /// Where an output record goes.
@@ -68,10 +80,42 @@ enum ToMerger {
     Failed(DataflowError),
 }
 
+/// The operators of one thread, whose backpressured time is counted when
+/// the thread blocks on a full channel.
+#[derive(Clone, Default)]
+struct Backpressure {
+    operators: Vec<Arc<OperatorMetrics>>,
+    pipeline: Option<Arc<PipelineMetrics>>,
+}
+
+impl Backpressure {
+    /// Sends `message` on `channel`, counting the time blocked on a full
+    /// channel. `Err` when the receiver has gone.
+    fn send<T>(&self, channel: &Sender<T>, message: T) -> Result<(), ()> {
+        match channel.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Disconnected(_)) => Err(()),
+            Err(TrySendError::Full(message)) => {
+                let blocked = Instant::now();
+                let sent = channel.send(message).map_err(|_| ());
+                let ns = blocked.elapsed().as_nanos() as u64;
+                for operator in &self.operators {
+                    add(&operator.backpressured_ns, ns);
+                }
+                if let Some(pipeline) = &self.pipeline {
+                    add(&pipeline.exchange_backpressured_ns, ns);
+                }
+                sent
+            }
+        }
+    }
+}
+
 /// A sink that hands records to the merger.
 struct ForwardSink {
     route: Route,
     merger: Sender<ToMerger>,
+    backpressure: Backpressure,
 }
 
 impl Sink for ForwardSink {
@@ -80,9 +124,12 @@ impl Sink for ForwardSink {
     }
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
-        self.merger
-            .send(ToMerger::Output(self.route.clone(), records.to_vec()))
-            .map_err(|_| DataflowError::Operator {
+        self.backpressure
+            .send(
+                &self.merger,
+                ToMerger::Output(self.route.clone(), records.to_vec()),
+            )
+            .map_err(|()| DataflowError::Operator {
                 name: "exchange".into(),
                 message: "the sinks have stopped".into(),
             })
@@ -93,34 +140,29 @@ impl Sink for ForwardSink {
     }
 }
 
-/// The head chain's main output: the key-by exchange.
+/// A key-by exchange: one instance's main output, split by key group over
+/// the next stage's workers.
 #[derive(Clone)]
 struct ExchangeSink {
     partitioner: Partitioner,
     max_parallelism: u16,
     workers: Vec<Sender<StreamElement>>,
-    backpressured_ns: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    backpressure: Backpressure,
 }
 
 impl ExchangeSink {
     fn send(&self, worker: usize, element: StreamElement) -> Result<(), DataflowError> {
-        let disconnected = || DataflowError::Operator {
-            name: "exchange".into(),
-            message: format!("worker {worker} has stopped"),
-        };
-        match self.workers[worker].try_send(element) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Disconnected(_)) => Err(disconnected()),
-            Err(TrySendError::Full(element)) => {
-                let blocked = Instant::now();
-                let sent = self.workers[worker].send(element);
-                add(
-                    &self.backpressured_ns[worker],
-                    blocked.elapsed().as_nanos() as u64,
-                );
-                sent.map_err(|_| disconnected())
-            }
-        }
+        self.backpressure
+            .send(&self.workers[worker], element)
+            .map_err(|()| DataflowError::Operator {
+                name: "exchange".into(),
+                message: format!("worker {worker} has stopped"),
+            })
+    }
+
+    /// Sends a watermark, barrier or the end to every worker.
+    fn broadcast(&self, element: &StreamElement) -> Result<(), DataflowError> {
+        (0..self.workers.len()).try_for_each(|worker| self.send(worker, element.clone()))
     }
 }
 
@@ -156,27 +198,122 @@ impl Sink for ExchangeSink {
     }
 }
 
-fn forward_sinks(
-    merger: &Sender<ToMerger>,
-    side_outputs: &[String],
-    main: Box<dyn Sink>,
-) -> SinkSet {
-    SinkSet {
-        main,
-        dead_letter: Box::new(ForwardSink {
-            route: Route::DeadLetter,
-            merger: merger.clone(),
-        }),
-        side: side_outputs
-            .iter()
-            .map(|name| {
-                let sink: Box<dyn Sink> = Box::new(ForwardSink {
-                    route: Route::Side(name.clone()),
-                    merger: merger.clone(),
-                });
-                (name.clone(), sink)
+/// Where an instance sends its main output and control elements.
+enum Downstream {
+    /// The key-by exchange into the next stage.
+    Exchange(ExchangeSink),
+    /// The merger (the last stage; `usize` is the worker's index).
+    Merger(usize),
+}
+
+/// One thread: an input gate, a chain, and where its output goes.
+struct Instance {
+    name: String,
+    gate: InputGate,
+    chain: OperatorChain,
+    downstream: Downstream,
+    merger: Sender<ToMerger>,
+}
+
+impl Instance {
+    /// Builds the instance running `operators`, reading `inputs`, writing
+    /// its main output to `downstream` and everything else to `merger`.
+    fn new(
+        name: String,
+        operators: Vec<Box<dyn Operator>>,
+        inputs: Vec<Receiver<StreamElement>>,
+        mut downstream: Downstream,
+        merger: &Sender<ToMerger>,
+        side_outputs: &[String],
+        scratch: &Arc<PipelineMetrics>,
+    ) -> Self {
+        let backpressure = Backpressure {
+            operators: operators.iter().map(|op| op.metrics().clone()).collect(),
+            pipeline: None,
+        };
+        let forward = |route: Route| -> Box<dyn Sink> {
+            Box::new(ForwardSink {
+                route,
+                merger: merger.clone(),
+                backpressure: backpressure.clone(),
             })
-            .collect(),
+        };
+        let main = match &mut downstream {
+            Downstream::Exchange(exchange) => {
+                exchange.backpressure.operators = backpressure.operators.clone();
+                Box::new(exchange.clone())
+            }
+            Downstream::Merger(_) => forward(Route::Main),
+        };
+        let sinks = SinkSet {
+            main,
+            dead_letter: forward(Route::DeadLetter),
+            side: side_outputs
+                .iter()
+                .map(|name| (name.clone(), forward(Route::Side(name.clone()))))
+                .collect(),
+        };
+        Instance {
+            name,
+            gate: InputGate::new(inputs),
+            chain: OperatorChain::new(operators, sinks, scratch.clone()),
+            downstream,
+            merger: merger.clone(),
+        }
+    }
+
+    /// Runs until the end of the input or a failure (reported to the merger).
+    fn run(mut self) {
+        while let Some(element) = self.gate.next() {
+            let control = match &element {
+                StreamElement::Watermark(_) | StreamElement::Barrier(_) | StreamElement::End => {
+                    Some(element.clone())
+                }
+                _ => None,
+            };
+            let result = self.chain.handle(element).and_then(|_| match &control {
+                Some(control) => self.pass_on(control),
+                None => Ok(()),
+            });
+            if let Err(error) = result {
+                let _ = self.merger.send(ToMerger::Failed(error));
+                return;
+            }
+            if matches!(control, Some(StreamElement::End)) {
+                return;
+            }
+        }
+    }
+
+    /// Passes a control element the chain has handled downstream.
+    fn pass_on(&self, control: &StreamElement) -> Result<(), DataflowError> {
+        match &self.downstream {
+            Downstream::Exchange(exchange) => exchange.broadcast(control),
+            Downstream::Merger(worker) => {
+                let message = match control {
+                    StreamElement::Watermark(w) => ToMerger::Watermark(*worker, *w),
+                    StreamElement::Barrier(b) => ToMerger::BarrierPassed(b.id),
+                    _ => ToMerger::Ended,
+                };
+                self.merger
+                    .send(message)
+                    .map_err(|_| DataflowError::Operator {
+                        name: self.name.clone(),
+                        message: "the sinks have stopped".into(),
+                    })
+            }
+        }
+    }
+
+    fn spawn(self) -> Result<std::thread::JoinHandle<()>, DataflowError> {
+        let name = self.name.clone();
+        std::thread::Builder::new()
+            .name(format!("sluice-{name}"))
+            .spawn(move || self.run())
+            .map_err(|error| DataflowError::Operator {
+                name: "exchange".into(),
+                message: format!("cannot start thread {name}: {error}"),
+            })
     }
 }
 
@@ -187,139 +324,164 @@ pub(crate) fn drive(
     input: Receiver<StreamElement>,
     acks: Sender<u64>,
     metrics: Arc<PipelineMetrics>,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &AtomicBool,
 ) -> Result<(), DataflowError> {
     let ParallelChains {
         head,
-        workers,
-        partitioner,
+        stages,
         max_parallelism,
         mut sinks,
         side_outputs,
         channel_capacity,
     } = parallel;
-    let worker_count = workers.len();
-    let (merger_sender, merger) = unbounded::<ToMerger>();
-    // Chain-level counters of the head and workers are not the pipeline's:
-    // the merger counts what reaches the sinks.
+    let capacity = channel_capacity.max(1);
+    let last_workers = stages.last().map_or(1, |stage| stage.workers.len());
+    // Every instance can hold `capacity` messages for the merger.
+    let threads_count = 1 + stages.iter().map(|s| s.workers.len()).sum::<usize>();
+    let (merger_sender, merger) = bounded::<ToMerger>(capacity * threads_count);
+    // Chain-level counters of the instances are not the pipeline's: the
+    // merger counts what reaches the sinks.
     let scratch = Arc::new(PipelineMetrics::default());
-    for operator in head.iter().chain(workers.iter().flatten()) {
+    for operator in head
+        .iter()
+        .chain(stages.iter().flat_map(|s| s.workers.iter().flatten()))
+    {
         metrics.register_operator(operator.metrics().clone());
     }
 
-    let mut worker_inputs = Vec::new();
-    let mut threads = Vec::new();
-    for (index, operators) in workers.into_iter().enumerate() {
-        let (sender, receiver) = bounded::<StreamElement>(channel_capacity.max(1));
-        worker_inputs.push(sender);
-        let main: Box<dyn Sink> = Box::new(ForwardSink {
-            route: Route::Main,
-            merger: merger_sender.clone(),
-        });
-        let mut chain = OperatorChain::new(
-            operators,
-            forward_sinks(&merger_sender, &side_outputs, main),
-            scratch.clone(),
-        );
-        let to_merger = merger_sender.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("sluice-worker-{index}"))
-            .spawn(move || {
-                for element in receiver.iter() {
-                    let after = match &element {
-                        StreamElement::Watermark(w) => Some(ToMerger::Watermark(index, *w)),
-                        StreamElement::Barrier(b) => Some(ToMerger::BarrierPassed(b.id)),
-                        StreamElement::End => Some(ToMerger::Ended),
-                        _ => None,
-                    };
-                    let ended = matches!(element, StreamElement::End);
-                    if let Err(error) = chain.handle(element) {
-                        let _ = to_merger.send(ToMerger::Failed(error));
-                        return;
-                    }
-                    if let Some(message) = after {
-                        let _ = to_merger.send(message);
-                    }
-                    if ended {
-                        return;
-                    }
+    // Build from the last stage back, so each stage knows the exchange
+    // into the next one.
+    let widths: Vec<usize> = stages.iter().map(|stage| stage.workers.len()).collect();
+    let mut instances: Vec<Instance> = Vec::new();
+    let mut next: Option<(Vec<Vec<Sender<StreamElement>>>, Partitioner)> = None;
+    for (stage_index, stage) in stages.into_iter().enumerate().rev() {
+        let upstream = match stage_index {
+            0 => 1,
+            _ => widths[stage_index - 1],
+        };
+        let (senders, mut receivers) = channel_grid(upstream, stage.workers.len(), capacity);
+        for (worker, operators) in stage.workers.into_iter().enumerate().rev() {
+            let downstream = match &next {
+                Some(next) => {
+                    Downstream::Exchange(exchange(next, worker, max_parallelism, &metrics))
                 }
-            })
-            .map_err(|error| DataflowError::Operator {
-                name: "exchange".into(),
-                message: format!("cannot start worker thread: {error}"),
-            })?;
-        threads.push(thread);
+                None => Downstream::Merger(worker),
+            };
+            instances.push(Instance::new(
+                format!("stage{}-worker{worker}", stage_index + 1),
+                operators,
+                receivers.pop().unwrap_or_default(),
+                downstream,
+                &merger_sender,
+                &side_outputs,
+                &scratch,
+            ));
+        }
+        next = Some((senders, stage.partitioner));
     }
-
-    // The head thread: head operators, then the exchange.
-    let backpressured: Arc<Vec<std::sync::atomic::AtomicU64>> = Arc::new(
-        (0..worker_count)
-            .map(|_| std::sync::atomic::AtomicU64::new(0))
-            .collect(),
-    );
-    let exchange = ExchangeSink {
-        partitioner,
-        max_parallelism,
-        workers: worker_inputs.clone(),
-        backpressured_ns: backpressured.clone(),
+    let head_downstream = match &next {
+        Some(next) => Downstream::Exchange(exchange(next, 0, max_parallelism, &metrics)),
+        None => Downstream::Merger(0),
     };
-    let broadcast = exchange.clone();
-    drop(worker_inputs);
-    let mut head_chain = OperatorChain::new(
+    instances.push(Instance::new(
+        "head".into(),
         head,
-        forward_sinks(&merger_sender, &side_outputs, Box::new(exchange)),
-        scratch,
-    );
-    let head_to_merger = merger_sender.clone();
-    let head_metrics = metrics.clone();
-    let head_thread = std::thread::Builder::new()
-        .name("sluice-head".into())
-        .spawn(move || {
-            for element in input.iter() {
-                let control = match &element {
-                    StreamElement::Watermark(_)
-                    | StreamElement::Barrier(_)
-                    | StreamElement::End => Some(element.clone()),
-                    _ => None,
-                };
-                let result = head_chain.handle(element).and_then(|_| match &control {
-                    Some(control) => (0..broadcast.workers.len())
-                        .try_for_each(|worker| broadcast.send(worker, control.clone())),
-                    None => Ok(()),
-                });
-                let blocked: u64 = broadcast
-                    .backpressured_ns
-                    .iter()
-                    .map(|n| n.load(Ordering::Relaxed))
-                    .sum();
-                head_metrics
-                    .exchange_backpressured_ns
-                    .store(blocked, Ordering::Relaxed);
-                if let Err(error) = result {
-                    let _ = head_to_merger.send(ToMerger::Failed(error));
-                    return;
-                }
-                if matches!(control, Some(StreamElement::End)) {
-                    return;
-                }
-            }
-        })
-        .map_err(|error| DataflowError::Operator {
-            name: "exchange".into(),
-            message: format!("cannot start head thread: {error}"),
-        })?;
-    drop(merger_sender);
+        vec![input],
+        head_downstream,
+        &merger_sender,
+        &side_outputs,
+        &scratch,
+    ));
+    drop(next);
 
-    // The merger, on this thread.
+    let mut threads = Vec::new();
+    for instance in instances {
+        match instance.spawn() {
+            Ok(thread) => threads.push(thread),
+            Err(error) => {
+                stop.store(true, Ordering::Relaxed);
+                drop(merger_sender);
+                drop(merger);
+                for thread in threads {
+                    let _ = thread.join();
+                }
+                return Err(error);
+            }
+        }
+    }
+    drop(merger_sender);
+    let result = merge(merger, last_workers, &mut sinks, &metrics, &acks);
+    if result.is_err() {
+        // Stop the source (it then ends the head and the workers) and do
+        // not make it wait for acknowledgements that will not come.
+        stop.store(true, Ordering::Relaxed);
+        drop(acks);
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    result
+}
+
+/// Bounded channels from `upstream` instances to `workers`: the senders by
+/// upstream instance, the receivers by worker.
+#[allow(clippy::type_complexity)]
+fn channel_grid(
+    upstream: usize,
+    workers: usize,
+    capacity: usize,
+) -> (
+    Vec<Vec<Sender<StreamElement>>>,
+    Vec<Vec<Receiver<StreamElement>>>,
+) {
+    let mut senders = vec![Vec::with_capacity(workers); upstream];
+    let mut receivers = vec![Vec::with_capacity(upstream); workers];
+    for from in senders.iter_mut() {
+        for to in receivers.iter_mut() {
+            let (sender, receiver) = bounded(capacity);
+            from.push(sender);
+            to.push(receiver);
+        }
+    }
+    (senders, receivers)
+}
+
+/// The exchange upstream instance `index` uses to reach the next stage
+/// (`next`: the channels into it by upstream instance, and its key).
+fn exchange(
+    next: &(Vec<Vec<Sender<StreamElement>>>, Partitioner),
+    index: usize,
+    max_parallelism: u16,
+    metrics: &Arc<PipelineMetrics>,
+) -> ExchangeSink {
+    let (channels, partitioner) = next;
+    ExchangeSink {
+        partitioner: partitioner.clone(),
+        max_parallelism,
+        workers: channels.get(index).cloned().unwrap_or_default(),
+        backpressure: Backpressure {
+            operators: Vec::new(),
+            pipeline: Some(metrics.clone()),
+        },
+    }
+}
+
+/// The merger: writes every stage's output to the sinks, combines the last
+/// stage's watermarks and acknowledges barriers all its workers passed.
+fn merge(
+    merger: Receiver<ToMerger>,
+    worker_count: usize,
+    sinks: &mut SinkSet,
+    metrics: &PipelineMetrics,
+    acks: &Sender<u64>,
+) -> Result<(), DataflowError> {
     let mut watermarks: Vec<i64> = vec![i64::MIN; worker_count];
     let mut barriers: BTreeMap<u64, usize> = BTreeMap::new();
     let mut ended = 0;
-    let mut result = Ok(());
     for message in merger.iter() {
         match message {
             ToMerger::Output(route, records) => {
-                let written = match route {
+                let counter = match route {
                     Route::Main => sinks.main.write(&records).map(|()| &metrics.records_out),
                     Route::DeadLetter => sinks
                         .dead_letter
@@ -329,14 +491,8 @@ pub(crate) fn drive(
                         Some(sink) => sink.write(&records).map(|()| &metrics.side_out),
                         None => Ok(&metrics.side_out),
                     },
-                };
-                match written {
-                    Ok(counter) => add(counter, records.len() as u64),
-                    Err(error) => {
-                        result = Err(error);
-                        break;
-                    }
-                }
+                }?;
+                add(counter, records.len() as u64);
             }
             ToMerger::Watermark(worker, watermark) => {
                 watermarks[worker] = watermark;
@@ -350,10 +506,7 @@ pub(crate) fn drive(
                 *passed += 1;
                 if *passed == worker_count {
                     barriers.remove(&id);
-                    if let Err(error) = flush_all(&mut sinks) {
-                        result = Err(error);
-                        break;
-                    }
+                    flush_all(sinks)?;
                     add(&metrics.barriers, 1);
                     let _ = acks.send(id);
                 }
@@ -361,28 +514,16 @@ pub(crate) fn drive(
             ToMerger::Ended => {
                 ended += 1;
                 if ended == worker_count {
-                    result = flush_all(&mut sinks);
-                    break;
+                    return flush_all(sinks);
                 }
             }
-            ToMerger::Failed(error) => {
-                result = Err(error);
-                break;
-            }
+            ToMerger::Failed(error) => return Err(error),
         }
     }
-    drop(merger);
-    if result.is_err() {
-        // Stop the source (it then ends the head and the workers) and do
-        // not make it wait for acknowledgements that will not come.
-        stop.store(true, Ordering::Relaxed);
-        drop(acks);
-    }
-    let _ = head_thread.join();
-    for thread in threads {
-        let _ = thread.join();
-    }
-    result
+    Err(DataflowError::Operator {
+        name: "exchange".into(),
+        message: "every worker stopped before the end of the input".into(),
+    })
 }
 
 fn flush_all(sinks: &mut SinkSet) -> Result<(), DataflowError> {
