@@ -18,6 +18,7 @@ use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
+use crate::state::key_group::KeyGroupRange;
 use crate::state::{
     MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
 };
@@ -305,6 +306,7 @@ fn build_operator(
             loaded,
             index,
             window,
+            worker,
             aggregator,
             store,
             operator_metrics,
@@ -362,15 +364,18 @@ fn builtin_aggregate(
     )
 }
 
-/// The window operator of `operators[index]`, computing `aggregator`.
+/// The window operator of `operators[index]` (its instance for `worker`,
+/// if it runs in several), computing `aggregator`.
 fn build_window_operator(
     loaded: &LoadedConfig,
     index: usize,
     window: &crate::config::WindowConfig,
+    worker: Option<usize>,
     aggregator: Box<dyn Aggregator>,
     store: Arc<dyn crate::state::StateStore>,
     metrics: Arc<OperatorMetrics>,
 ) -> Result<WindowOperator, PipelineError> {
+    let pipeline = &loaded.config.pipeline;
     let operator = &loaded.config.operators[index];
     let at = |field: &str| format!("operators[{index}].{field}");
     let spec = window
@@ -383,9 +388,23 @@ fn build_window_operator(
         allowed_lateness: i64::try_from(operator.allowed_lateness_ms).unwrap_or(i64::MAX),
         key_field: operator.key_field.clone(),
         late_output,
-        max_parallelism: loaded.config.pipeline.max_parallelism,
+        max_parallelism: pipeline.max_parallelism,
+        key_groups: match worker {
+            Some(worker) => {
+                KeyGroupRange::for_worker(worker, pipeline.workers, pipeline.max_parallelism)
+            }
+            None => KeyGroupRange::for_worker(0, 1, pipeline.max_parallelism),
+        },
+        cache_bytes: usize::try_from(
+            pipeline.state_cache_mb.saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
+        )
+        .unwrap_or(usize::MAX),
     };
-    Ok(WindowOperator::new(options, aggregator, store, metrics))
+    WindowOperator::new(options, aggregator, store, metrics).map_err(|error| {
+        loaded
+            .error_at(&format!("operators[{index}]"), error.to_string())
+            .into()
+    })
 }
 
 fn build_source(

@@ -47,12 +47,18 @@ fn events(dir: &std::path::Path) -> Vec<Value> {
 /// Runs the example `query` with `workers` worker threads for its keyed
 /// operators.
 fn run(query: &str, dir: &std::path::Path, workers: usize) -> Vec<Value> {
-    let output = dir.join(format!("{query}-{workers}.jsonl"));
-    let text = example(query, &output).replace(
-        "[pipeline]\n",
-        &format!("[pipeline]\nworkers = {workers}\n"),
-    );
-    assert!(text.contains("workers = "));
+    run_with(query, dir, &format!("workers = {workers}"))
+}
+
+/// Runs the example `query` with extra `[pipeline]` settings.
+fn run_with(query: &str, dir: &std::path::Path, settings: &str) -> Vec<Value> {
+    let output = dir.join(format!(
+        "{query}-{}.jsonl",
+        settings.replace([' ', '\n'], "")
+    ));
+    let text =
+        example(query, &output).replace("[pipeline]\n", &format!("[pipeline]\n{settings}\n"));
+    assert!(text.contains(settings));
     let (_, snapshot) = run_pipeline_to_end(&text, Duration::from_secs(120));
     assert_eq!(snapshot.dead_letters, 0, "{query}: {snapshot:?}");
     std::fs::read_to_string(&output)
@@ -94,9 +100,14 @@ fn q5_hot_items_are_the_auctions_with_most_bids_per_sliding_window() {
         expected.insert(end, (max, leaders));
     }
     // q5 has two keyed stages (per auction, then per window end): with two
-    // workers, a key-by exchange runs between them.
-    for workers in [1, 2] {
-        let got: BTreeMap<i64, (u64, Vec<u64>)> = run("q5", dir.path(), workers)
+    // workers, a key-by exchange runs between them. Without memory for
+    // window state, every window lives in RocksDB between batches.
+    for settings in [
+        "workers = 1",
+        "workers = 2",
+        "workers = 2\nstate_cache_mb = 0",
+    ] {
+        let got: BTreeMap<i64, (u64, Vec<u64>)> = run_with("q5", dir.path(), settings)
             .iter()
             .map(|r| {
                 let result = &r["result"];
@@ -112,7 +123,7 @@ fn q5_hot_items_are_the_auctions_with_most_bids_per_sliding_window() {
                 )
             })
             .collect();
-        assert_eq!(got, expected, "{workers} workers");
+        assert_eq!(got, expected, "{settings}");
     }
 }
 
@@ -183,8 +194,8 @@ fn q11_sessions_count_every_bid_once_and_are_separated_by_the_gap() {
         expected.push((bidder, start, last + 10_000, count));
     }
     expected.sort();
-    for workers in [1, 2] {
-        let mut got: Vec<(u64, i64, i64, u64)> = run("q11", dir.path(), workers)
+    for settings in ["workers = 1", "workers = 2", "state_cache_mb = 0"] {
+        let mut got: Vec<(u64, i64, i64, u64)> = run_with("q11", dir.path(), settings)
             .iter()
             .map(|r| {
                 (
@@ -196,7 +207,7 @@ fn q11_sessions_count_every_bid_once_and_are_separated_by_the_gap() {
             })
             .collect();
         got.sort();
-        assert_eq!(got, expected, "{workers} workers");
+        assert_eq!(got, expected, "{settings}");
     }
 }
 

@@ -13,7 +13,7 @@
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::dataflow::{CheckpointBarrier, Collector, Operator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
 use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
@@ -63,6 +63,17 @@ fn run_operator(
     lateness: i64,
     backend: &dyn StateBackend,
 ) -> Outcome {
+    run_operator_with_cache(events, spec, bound, lateness, backend, usize::MAX)
+}
+
+/// A window operator summing `v` per `k` over the operator state in
+/// `backend`, keeping at most `cache_bytes` of window state in memory.
+fn window_operator(
+    spec: WindowSpec,
+    lateness: i64,
+    backend: &dyn StateBackend,
+    cache_bytes: usize,
+) -> WindowOperator {
     let store = backend
         .open(&OperatorScope::new("t", "p", "window"), None)
         .unwrap();
@@ -70,25 +81,55 @@ fn run_operator(
     options.allowed_lateness = lateness;
     options.key_field = Some("k".into());
     options.late_output = LateOutput::DeadLetter;
+    options.cache_bytes = cache_bytes;
     let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
-    let mut operator = WindowOperator::new(
+    WindowOperator::new(
         options,
         Box::new(aggregate),
         store,
         OperatorMetrics::new("window"),
-    );
-    let mut out = Collector::default();
-    let mut max_seen = i64::MIN;
+    )
+    .unwrap()
+}
+
+/// Feeds `events` (numbered from `first_offset`) one per batch, each
+/// followed by the watermark the source would emit.
+fn feed(
+    operator: &mut WindowOperator,
+    events: &[Event],
+    first_offset: usize,
+    bound: i64,
+    max_seen: &mut i64,
+    out: &mut Collector,
+) {
     for (offset, event) in events.iter().enumerate() {
         operator
-            .process_batch(vec![record(event, offset as i64)], &mut out)
+            .process_batch(vec![record(event, (first_offset + offset) as i64)], out)
             .unwrap();
-        max_seen = max_seen.max(event.time);
-        operator
-            .on_watermark(max_seen - bound - 1, &mut out)
-            .unwrap();
+        *max_seen = (*max_seen).max(event.time);
+        operator.on_watermark(*max_seen - bound - 1, out).unwrap();
     }
+}
+
+/// [`run_operator`] with at most `cache_bytes` of window state in memory.
+fn run_operator_with_cache(
+    events: &[Event],
+    spec: WindowSpec,
+    bound: i64,
+    lateness: i64,
+    backend: &dyn StateBackend,
+    cache_bytes: usize,
+) -> Outcome {
+    let mut operator = window_operator(spec, lateness, backend, cache_bytes);
+    let mut out = Collector::default();
+    let mut max_seen = i64::MIN;
+    feed(&mut operator, events, 0, bound, &mut max_seen, &mut out);
     operator.on_watermark(i64::MAX, &mut out).unwrap();
+    outcome(out)
+}
+
+/// The results and late records in what an operator emitted.
+fn outcome(out: Collector) -> Outcome {
     let late = out
         .dead_letter
         .iter()
@@ -236,6 +277,12 @@ fn within_bound(bound: i64) -> impl Strategy<Value = Vec<Event>> {
     })
 }
 
+/// Window-state memory budgets: none (every key's windows go back to the
+/// store after each batch), a few windows, unlimited.
+fn cache_sizes() -> impl Strategy<Value = usize> {
+    prop::sample::select(vec![0, 400, usize::MAX])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -243,9 +290,10 @@ proptest! {
     fn shuffles_within_the_bound_give_the_results_of_sorted_input(
         spec in specs(),
         (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
+        cache_bytes in cache_sizes(),
     ) {
         let backend = MemoryStateBackend::default();
-        let outcome = run_operator(&events, spec, bound, 0, &backend);
+        let outcome = run_operator_with_cache(&events, spec, bound, 0, &backend, cache_bytes);
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.time);
         let expected = model(&sorted, spec, 0, 0);
@@ -261,17 +309,104 @@ proptest! {
         bound in 0i64..10,
         lateness in 0i64..40,
         events in prop::collection::vec((0u8..3, 0i64..200, -50i64..50), 1..80),
+        cache_bytes in cache_sizes(),
     ) {
         let events: Vec<Event> = events
             .into_iter()
             .map(|(key, time, value)| Event { key, time, value })
             .collect();
         let backend = MemoryStateBackend::default();
-        let outcome = run_operator(&events, spec, bound, lateness, &backend);
+        let outcome = run_operator_with_cache(&events, spec, bound, lateness, &backend, cache_bytes);
         let expected = model(&events, spec, bound, lateness);
         prop_assert_eq!(&outcome.late, &expected.late);
         prop_assert_eq!(&outcome.results, &expected.results);
     }
+
+    #[test]
+    fn a_restarted_operator_resumes_the_windows_its_store_holds(
+        spec in specs(),
+        (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
+        split in 0.0f64..1.0,
+        cache_bytes in cache_sizes(),
+    ) {
+        // The first run stops after a checkpoint barrier, part-way through;
+        // the second opens the same state and reads the rest.
+        let backend = MemoryStateBackend::default();
+        let split = (events.len() as f64 * split) as usize;
+        let mut max_seen = i64::MIN;
+        let mut first_out = Collector::default();
+        {
+            let mut first = window_operator(spec, 0, &backend, cache_bytes);
+            feed(&mut first, &events[..split], 0, bound, &mut max_seen, &mut first_out);
+            first.on_barrier(&CheckpointBarrier { id: 1, timestamp_ms: 0 }, &mut first_out).unwrap();
+        }
+        let mut second = window_operator(spec, 0, &backend, cache_bytes);
+        let mut out = Collector::default();
+        feed(&mut second, &events[split..], split, bound, &mut max_seen, &mut out);
+        second.on_watermark(i64::MAX, &mut out).unwrap();
+        let mut results = outcome(first_out).results;
+        results.extend(outcome(out).results);
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.time);
+        let expected = model(&sorted, spec, 0, 0);
+        prop_assert_eq!(latest(&results), latest(&expected.results));
+        prop_assert_eq!(results.len(), expected.results.len());
+    }
+}
+
+#[test]
+fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
+    let spec = WindowSpec::Session { gap: 10 };
+    let e = |key, time, value| Event { key, time, value };
+    let dir = tempfile::tempdir().unwrap();
+    let mut max_seen = i64::MIN;
+    let mut out = Collector::default();
+    {
+        let backend = RocksStateBackend::open(dir.path()).unwrap();
+        let mut first = window_operator(spec, 0, &backend, usize::MAX);
+        // k0's session [0, 15) and k1's [3, 13) are open (watermark 4).
+        feed(
+            &mut first,
+            &[e(0, 0, 1), e(1, 3, 7), e(0, 5, 2)],
+            0,
+            0,
+            &mut max_seen,
+            &mut out,
+        );
+        first
+            .on_barrier(
+                &CheckpointBarrier {
+                    id: 1,
+                    timestamp_ms: 0,
+                },
+                &mut out,
+            )
+            .unwrap();
+    }
+    assert!(out.main.is_empty(), "nothing fired before the restart");
+    let backend = RocksStateBackend::open(dir.path()).unwrap();
+    // Windows go back to the store after every batch: restored sessions
+    // merge with new records read back from RocksDB.
+    let mut second = window_operator(spec, 0, &backend, 0);
+    // 12 extends k0's session to [0, 22); 10 extends k1's to [3, 20).
+    feed(
+        &mut second,
+        &[e(0, 12, 4), e(1, 10, 1)],
+        3,
+        0,
+        &mut max_seen,
+        &mut out,
+    );
+    second.on_watermark(i64::MAX, &mut out).unwrap();
+    let results = outcome(out).results;
+    assert_eq!(
+        results,
+        vec![
+            result(1, Window { start: 3, end: 20 }, &[7, 1], 0),
+            result(0, Window { start: 0, end: 22 }, &[1, 2, 4], 0),
+        ]
+    );
+    assert!(second.metrics().plugin_counters.lock().unwrap()["windows_restored"] >= 2);
 }
 
 #[test]
@@ -431,7 +566,8 @@ fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
         Box::new(aggregate),
         store,
         OperatorMetrics::new("window"),
-    );
+    )
+    .unwrap();
     let mut out = Collector::default();
     let position = SourcePosition {
         topic: "events".into(),

@@ -115,6 +115,15 @@ pub struct PipelineSection {
     /// of the state; bounds parallelism).
     #[serde(default = "default_max_parallelism")]
     pub max_parallelism: u16,
+    /// Memory a keyed operator keeps its recently used window state in, MiB
+    /// (split among its workers). Beyond it, the least recently used keys'
+    /// state lives only in the state backend and is read back when needed.
+    #[serde(default = "default_state_cache_mb")]
+    pub state_cache_mb: u64,
+}
+
+fn default_state_cache_mb() -> u64 {
+    (crate::window::DEFAULT_WINDOW_CACHE_BYTES >> 20) as u64
 }
 
 /// `[pipeline] state_backend`.

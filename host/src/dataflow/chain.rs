@@ -60,7 +60,8 @@ impl OperatorChain {
             StreamElement::Watermark(watermark) => {
                 for index in 0..self.operators.len() {
                     let mut out = Collector::default();
-                    self.operators[index].on_watermark(watermark, &mut out)?;
+                    let operator = &mut self.operators[index];
+                    timed(operator.as_mut(), |op| op.on_watermark(watermark, &mut out))?;
                     self.operators[index]
                         .metrics()
                         .watermark
@@ -72,7 +73,8 @@ impl OperatorChain {
             StreamElement::Barrier(barrier) => {
                 for index in 0..self.operators.len() {
                     let mut out = Collector::default();
-                    self.operators[index].on_barrier(&barrier, &mut out)?;
+                    let operator = &mut self.operators[index];
+                    timed(operator.as_mut(), |op| op.on_barrier(&barrier, &mut out))?;
                     self.route(index, out)?;
                 }
                 self.sinks.flush_all()?;
@@ -81,7 +83,8 @@ impl OperatorChain {
             StreamElement::End => {
                 for index in 0..self.operators.len() {
                     let mut out = Collector::default();
-                    self.operators[index].finish(&mut out)?;
+                    let operator = &mut self.operators[index];
+                    timed(operator.as_mut(), |op| op.finish(&mut out))?;
                     self.route(index, out)?;
                 }
                 self.sinks.flush_all()?;
@@ -99,12 +102,7 @@ impl OperatorChain {
             }
             let mut out = Collector::default();
             let operator = &mut self.operators[index];
-            let started = Instant::now();
-            operator.process_batch(batch, &mut out)?;
-            add(
-                &operator.metrics().busy_ns,
-                started.elapsed().as_nanos() as u64,
-            );
+            timed(operator.as_mut(), |op| op.process_batch(batch, &mut out))?;
             batch = std::mem::take(&mut out.main);
             self.route_side_and_dead_letters(out)?;
         }
@@ -148,4 +146,20 @@ impl OperatorChain {
         }
         Ok(())
     }
+}
+
+/// Runs `work` on `operator`, adding the time it takes to the operator's
+/// busy time (records, watermarks that fire windows, barriers that write
+/// state back: all of it is the operator's work).
+fn timed<T>(
+    operator: &mut dyn Operator,
+    work: impl FnOnce(&mut dyn Operator) -> Result<T, DataflowError>,
+) -> Result<T, DataflowError> {
+    let started = Instant::now();
+    let result = work(operator);
+    add(
+        &operator.metrics().busy_ns,
+        started.elapsed().as_nanos() as u64,
+    );
+    result
 }

@@ -22,7 +22,9 @@ mod operator;
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};
-pub use operator::{WindowOperator, WindowOperatorOptions, WindowResult};
+pub use operator::{
+    DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions, WindowResult,
+};
 
 /// A window `[start, end)` of event time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -7,10 +7,11 @@ use super::{Window, WindowSpec};
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, SourcePosition};
-use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM};
+use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Settings of a [`WindowOperator`].
@@ -29,7 +30,18 @@ pub struct WindowOperatorOptions {
     pub late_output: LateOutput,
     /// Key groups of the state (see [`key_group`]).
     pub max_parallelism: u16,
+    /// The key groups this instance owns (all of them unless the operator
+    /// runs in several workers): the windows it restores from the store.
+    pub key_groups: KeyGroupRange,
+    /// Roughly how many bytes of window state this instance keeps in
+    /// memory; beyond that, the least recently used keys' windows are
+    /// written to the store and dropped from memory (read back when their
+    /// key comes again or a window of theirs fires).
+    pub cache_bytes: usize,
 }
+
+/// Default [`WindowOperatorOptions::cache_bytes`]: 128 MiB.
+pub const DEFAULT_WINDOW_CACHE_BYTES: usize = 128 << 20;
 
 impl WindowOperatorOptions {
     /// Defaults for a window operator `name` with `spec`.
@@ -41,6 +53,11 @@ impl WindowOperatorOptions {
             key_field: None,
             late_output: LateOutput::DeadLetter,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
+            key_groups: KeyGroupRange {
+                start: 0,
+                end: DEFAULT_MAX_PARALLELISM,
+            },
+            cache_bytes: DEFAULT_WINDOW_CACHE_BYTES,
         }
     }
 }
@@ -78,21 +95,82 @@ struct WindowState {
     persisted: bool,
 }
 
+/// The start of every store key of `key`'s windows.
+fn store_key_prefix(max_parallelism: u16, key: &[u8]) -> Vec<u8> {
+    let group = key_group::key_group(key, max_parallelism);
+    let mut prefix = Vec::with_capacity(2 + 4 + key.len());
+    prefix.extend_from_slice(&group.to_be_bytes());
+    prefix.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    prefix.extend_from_slice(key);
+    prefix
+}
+
 /// A window's key in the store: key group (so that key-group ranges are key
 /// ranges), key length, key, window start and end.
 fn store_key(max_parallelism: u16, key: &[u8], window: &Window) -> Vec<u8> {
-    let group = key_group::key_group(key, max_parallelism);
-    let mut full = Vec::with_capacity(2 + 4 + key.len() + 16);
-    full.extend_from_slice(&group.to_be_bytes());
-    full.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    full.extend_from_slice(key);
+    let mut full = store_key_prefix(max_parallelism, key);
     full.extend_from_slice(&window.start.to_be_bytes());
     full.extend_from_slice(&window.end.to_be_bytes());
     full
 }
 
+/// The key and window of a store key (`None`: not a window's key).
+fn parse_store_key(full: &[u8]) -> Option<(&[u8], Window)> {
+    let length = u32::from_be_bytes(full.get(2..6)?.try_into().ok()?) as usize;
+    let key = full.get(6..6 + length)?;
+    let rest = full.get(6 + length..)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let start = i64::from_be_bytes(rest[..8].try_into().ok()?);
+    let end = i64::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((key, Window { start, end }))
+}
+
+/// A window state as stored: results emitted so far, then the accumulator.
+fn encode_state(state: &WindowState) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + state.accumulator.len());
+    value.extend_from_slice(&state.emitted.to_le_bytes());
+    value.extend_from_slice(&state.accumulator);
+    value
+}
+
+/// A window state read back from the store (`None`: not a window state).
+fn decode_state(value: &[u8]) -> Option<WindowState> {
+    let emitted = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+    Some(WindowState {
+        accumulator: value[8..].to_vec(),
+        emitted,
+        dirty: false,
+        persisted: true,
+    })
+}
+
+/// Approximate memory of one window's state, for the cache's budget.
+fn window_bytes(key: &[u8], state: &WindowState) -> usize {
+    const OVERHEAD: usize = 96;
+    OVERHEAD + key.len() + state.accumulator.len()
+}
+
+/// The windows of one key held in memory.
+#[derive(Debug, Default)]
+struct CachedKey {
+    windows: BTreeMap<Window, WindowState>,
+    /// The cache clock when the key was last used (for LRU eviction).
+    last_used: u64,
+    /// Approximate memory of the windows, as last measured.
+    bytes: usize,
+}
+
 /// Windowed aggregation on event time (see the module docs of
 /// [`crate::window`]).
+///
+/// Window states live in the operator's store (RocksDB by default); the
+/// states of recently used keys are also kept in memory, up to
+/// [`WindowOperatorOptions::cache_bytes`], and written back at each
+/// checkpoint barrier and when a key is evicted. Timers (when a window fires
+/// and when its state is dropped) are kept in memory; at start-up they are
+/// rebuilt from the windows found in the store.
 pub struct WindowOperator {
     options: WindowOperatorOptions,
     key_path: Option<FieldPath>,
@@ -101,9 +179,15 @@ pub struct WindowOperator {
     metrics: Arc<OperatorMetrics>,
     topic: Arc<str>,
     watermark: i64,
-    /// Window states per key, kept in memory and written to the store at
-    /// each checkpoint barrier (a write-back cache over RocksDB).
-    windows: HashMap<Vec<u8>, BTreeMap<Window, WindowState>>,
+    /// Window states of recently used keys.
+    cache: HashMap<Vec<u8>, CachedKey>,
+    /// Approximate memory of `cache`, bytes.
+    cached_bytes: usize,
+    /// Advances once per batch and per watermark: the LRU clock.
+    clock: u64,
+    /// Per key, how many of its windows are only in the store (evicted, or
+    /// found there at start-up).
+    stored_only: HashMap<Vec<u8>, usize>,
     /// Windows not fired yet, by the time the watermark must pass.
     fire_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Windows with state, by the time their state is dropped.
@@ -112,14 +196,14 @@ pub struct WindowOperator {
 
 impl WindowOperator {
     /// A window operator computing `aggregator` over the operator state
-    /// `store`.
+    /// `store`, resuming the windows the store holds for its key groups.
     pub fn new(
         options: WindowOperatorOptions,
         aggregator: Box<dyn Aggregator>,
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
-    ) -> Self {
-        WindowOperator {
+    ) -> Result<Self, StateError> {
+        let mut operator = WindowOperator {
             key_path: options.key_field.as_deref().map(FieldPath::parse),
             topic: Arc::from(options.name.as_str()),
             options,
@@ -127,10 +211,44 @@ impl WindowOperator {
             store,
             metrics,
             watermark: i64::MIN,
-            windows: HashMap::new(),
+            cache: HashMap::default(),
+            cached_bytes: 0,
+            clock: 0,
+            stored_only: HashMap::default(),
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
+        };
+        operator.restore()?;
+        Ok(operator)
+    }
+
+    /// Rebuilds the timers of the windows the store holds for this
+    /// instance's key groups (left there by an earlier run on the same
+    /// state directory). Their states are read when first needed.
+    fn restore(&mut self) -> Result<(), StateError> {
+        let mut restored = 0;
+        for group in self.options.key_groups.start..self.options.key_groups.end {
+            for (full, value) in self.store.scan(&group.to_be_bytes())? {
+                let (Some((key, window)), Some(state)) =
+                    (parse_store_key(&full), decode_state(&value))
+                else {
+                    continue;
+                };
+                if state.emitted == 0 {
+                    self.fire_timers
+                        .insert((window.max_timestamp(), key.to_vec(), window));
+                }
+                self.cleanup_timers
+                    .insert((self.cleanup_time(&window), key.to_vec(), window));
+                *self.stored_only.entry(key.to_vec()).or_default() += 1;
+                restored += 1;
+            }
         }
+        if restored > 0 {
+            self.metrics
+                .add_plugin_counter("windows_restored", restored as u64);
+        }
+        Ok(())
     }
 
     fn aggregate_error(&self, error: AggregateError) -> DataflowError {
@@ -177,12 +295,87 @@ impl WindowOperator {
         self.cleanup_time(window) <= self.watermark
     }
 
+    /// Marks `key` as used now; whether it has windows in memory.
+    fn touch(&mut self, key: &[u8]) -> bool {
+        match self.cache.get_mut(key) {
+            Some(cached) => {
+                cached.last_used = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Puts `state`, read from the store, into the cache.
+    fn cache_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
+        let bytes = window_bytes(key, &state);
+        let cached = self.cache.entry(key.to_vec()).or_default();
+        cached.last_used = self.clock;
+        cached.bytes += bytes;
+        cached.windows.insert(window, state);
+        self.cached_bytes += bytes;
+        self.metrics.add_plugin_counter("state_cache_loads", 1);
+        if let Some(count) = self.stored_only.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.stored_only.remove(key);
+            }
+        }
+    }
+
+    /// Brings `key`'s `window` into memory if it is only in the store.
+    fn load_window(&mut self, key: &[u8], window: Window) -> Result<(), DataflowError> {
+        if let Some(cached) = self.cache.get_mut(key) {
+            cached.last_used = self.clock;
+            if cached.windows.contains_key(&window) {
+                return Ok(());
+            }
+        }
+        if !self.stored_only.contains_key(key) {
+            return Ok(());
+        }
+        let full = store_key(self.options.max_parallelism, key, &window);
+        let stored = self.store.get(&full).map_err(|e| self.state_error(e))?;
+        if let Some(state) = stored.as_deref().and_then(decode_state) {
+            self.cache_loaded(key, window, state);
+        }
+        Ok(())
+    }
+
+    /// Brings all of `key`'s windows into memory (sessions merge with any of
+    /// them).
+    fn load_all_windows(&mut self, key: &[u8]) -> Result<(), DataflowError> {
+        self.touch(key);
+        if !self.stored_only.contains_key(key) {
+            return Ok(());
+        }
+        let entries = self
+            .store
+            .scan(&store_key_prefix(self.options.max_parallelism, key))
+            .map_err(|e| self.state_error(e))?;
+        for (full, value) in entries {
+            let Some((_, window)) = parse_store_key(&full) else {
+                continue;
+            };
+            let cached = self
+                .cache
+                .get(key)
+                .is_some_and(|cached| cached.windows.contains_key(&window));
+            if let (false, Some(state)) = (cached, decode_state(&value)) {
+                self.cache_loaded(key, window, state);
+            }
+        }
+        self.stored_only.remove(key);
+        Ok(())
+    }
+
     /// The state of `key`'s `window`, created if new.
     fn state_mut(&mut self, key: &[u8], window: Window) -> Result<&mut WindowState, DataflowError> {
+        self.load_window(key, window)?;
         let exists = self
-            .windows
+            .cache
             .get(key)
-            .is_some_and(|windows| windows.contains_key(&window));
+            .is_some_and(|cached| cached.windows.contains_key(&window));
         if !exists {
             // A window already behind the watermark is fired by its records
             // as they come (see `add_to_window`), not by a timer.
@@ -202,19 +395,43 @@ impl WindowOperator {
                 dirty: true,
                 persisted: false,
             };
-            self.windows
-                .entry(key.to_vec())
-                .or_default()
-                .insert(window, state);
+            let bytes = window_bytes(key, &state);
+            let cached = self.cache.entry(key.to_vec()).or_default();
+            cached.last_used = self.clock;
+            cached.bytes += bytes;
+            cached.windows.insert(window, state);
+            self.cached_bytes += bytes;
         }
         let name = &self.options.name;
-        self.windows
+        self.cache
             .get_mut(key)
-            .and_then(|windows| windows.get_mut(&window))
+            .and_then(|cached| cached.windows.get_mut(&window))
             .ok_or_else(|| DataflowError::Operator {
                 name: name.clone(),
                 message: "window state vanished".into(),
             })
+    }
+
+    /// Replaces the accumulator of `key`'s `window` (whose previous one was
+    /// `previous_len` bytes long) and marks it changed.
+    fn put_accumulator(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        accumulator: Vec<u8>,
+        previous_len: usize,
+    ) {
+        let Some(cached) = self.cache.get_mut(key) else {
+            return;
+        };
+        let Some(state) = cached.windows.get_mut(&window) else {
+            return;
+        };
+        let grown = accumulator.len();
+        state.accumulator = accumulator;
+        state.dirty = true;
+        cached.bytes = (cached.bytes + grown).saturating_sub(previous_len);
+        self.cached_bytes = (self.cached_bytes + grown).saturating_sub(previous_len);
     }
 
     /// Removes `key`'s `window` (state, timers, stored copy).
@@ -223,11 +440,17 @@ impl WindowOperator {
         key: &[u8],
         window: Window,
     ) -> Result<Option<WindowState>, DataflowError> {
-        let state = match self.windows.get_mut(key) {
-            Some(windows) => {
-                let state = windows.remove(&window);
-                if windows.is_empty() {
-                    self.windows.remove(key);
+        let state = match self.cache.get_mut(key) {
+            Some(cached) => {
+                let state = cached.windows.remove(&window);
+                if let Some(state) = &state {
+                    let bytes = window_bytes(key, state);
+                    cached.bytes = cached.bytes.saturating_sub(bytes);
+                    self.cached_bytes = self.cached_bytes.saturating_sub(bytes);
+                }
+                if cached.windows.is_empty() {
+                    self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
+                    self.cache.remove(key);
                 }
                 state
             }
@@ -237,12 +460,72 @@ impl WindowOperator {
             .remove(&(window.max_timestamp(), key.to_vec(), window));
         self.cleanup_timers
             .remove(&(self.cleanup_time(&window), key.to_vec(), window));
-        if state.as_ref().is_some_and(|s| s.persisted) {
+        let stored = match &state {
+            Some(state) => state.persisted,
+            // Not in memory: only in the store, if anywhere.
+            None => match self.stored_only.get_mut(key) {
+                Some(count) => {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        self.stored_only.remove(key);
+                    }
+                    true
+                }
+                None => false,
+            },
+        };
+        if stored {
             self.store
                 .delete(&store_key(self.options.max_parallelism, key, &window))
                 .map_err(|e| self.state_error(e))?;
         }
         Ok(state)
+    }
+
+    /// Evicts the least recently used keys, writing their changed windows to
+    /// the store, until the cache is down to 80 % of its budget.
+    fn evict_over_budget(&mut self) -> Result<(), DataflowError> {
+        if self.cached_bytes <= self.options.cache_bytes {
+            return Ok(());
+        }
+        let target = self.options.cache_bytes / 10 * 8;
+        let mut by_age: Vec<(u64, usize, &Vec<u8>)> = self
+            .cache
+            .iter()
+            .map(|(key, cached)| (cached.last_used, cached.bytes, key))
+            .collect();
+        by_age.sort_unstable_by_key(|(last_used, ..)| *last_used);
+        let mut remaining = self.cached_bytes;
+        let mut victims = Vec::new();
+        for (_, bytes, key) in by_age {
+            if remaining <= target {
+                break;
+            }
+            remaining = remaining.saturating_sub(bytes);
+            victims.push(key.clone());
+        }
+        let mut writes = Vec::new();
+        for key in victims {
+            let Some(cached) = self.cache.remove(&key) else {
+                continue;
+            };
+            for (window, state) in &cached.windows {
+                if state.dirty {
+                    writes.push(StateWrite::Put(
+                        store_key(self.options.max_parallelism, &key, window),
+                        encode_state(state),
+                    ));
+                }
+            }
+            self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
+            self.metrics
+                .add_plugin_counter("state_cache_evictions", cached.windows.len() as u64);
+            *self.stored_only.entry(key).or_default() += cached.windows.len();
+        }
+        if !writes.is_empty() {
+            self.store.write(writes).map_err(|e| self.state_error(e))?;
+        }
+        Ok(())
     }
 
     /// Emits the current result of `key`'s `window`.
@@ -252,7 +535,12 @@ impl WindowOperator {
         window: Window,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        let Some(state) = self.windows.get_mut(key).and_then(|w| w.get_mut(&window)) else {
+        self.load_window(key, window)?;
+        let Some(state) = self
+            .cache
+            .get_mut(key)
+            .and_then(|cached| cached.windows.get_mut(&window))
+        else {
             return Ok(());
         };
         let seq = state.emitted;
@@ -325,22 +613,20 @@ impl WindowOperator {
         } else {
             vec![records]
         };
+        self.load_window(key, window)?;
         let created = !self
-            .windows
+            .cache
             .get(key)
-            .is_some_and(|windows| windows.contains_key(&window));
+            .is_some_and(|cached| cached.windows.contains_key(&window));
         let mut accepted = 0;
         let mut offset = 0;
         for chunk in chunks {
             let state = self.state_mut(key, window)?;
             let mut accumulator = std::mem::take(&mut state.accumulator);
-            let failed = self
-                .aggregator
-                .add(&mut accumulator, chunk)
-                .map_err(|e| self.aggregate_error(e))?;
-            let state = self.state_mut(key, window)?;
-            state.accumulator = accumulator;
-            state.dirty = true;
+            let previous_len = accumulator.len();
+            let added = self.aggregator.add(&mut accumulator, chunk);
+            self.put_accumulator(key, window, accumulator, previous_len);
+            let failed = added.map_err(|e| self.aggregate_error(e))?;
             let all_failed = failed.len() == chunk.len();
             accepted += chunk.len() - failed.len();
             for (index, reason) in failed {
@@ -370,11 +656,13 @@ impl WindowOperator {
     ) -> Result<bool, DataflowError> {
         let time = record.event_time.unwrap_or_default();
         let mut merged = self.options.spec.assign(time)[0];
+        self.load_all_windows(key)?;
         let touching: Vec<Window> = self
-            .windows
+            .cache
             .get(key)
-            .map(|windows| {
-                windows
+            .map(|cached| {
+                cached
+                    .windows
                     .keys()
                     .filter(|w| w.intersects(&merged))
                     .copied()
@@ -402,10 +690,11 @@ impl WindowOperator {
             }
         }
         let state = self.state_mut(key, merged)?;
-        if let Some(accumulator) = accumulator {
-            state.accumulator = accumulator;
-        }
         state.emitted = emitted;
+        let previous_len = state.accumulator.len();
+        if let Some(accumulator) = accumulator {
+            self.put_accumulator(key, merged, accumulator, previous_len);
+        }
         if emitted > 0 {
             // A session that had fired became a new (larger) window: it is
             // no longer waiting to fire for the first time.
@@ -420,18 +709,15 @@ impl WindowOperator {
     fn flush(&mut self) -> Result<(), DataflowError> {
         let mut writes = Vec::new();
         let dirty = self
-            .windows
+            .cache
             .iter_mut()
-            .flat_map(|(key, windows)| windows.iter_mut().map(move |(w, s)| (key, w, s)))
+            .flat_map(|(key, cached)| cached.windows.iter_mut().map(move |(w, s)| (key, w, s)))
             .filter(|(_, _, s)| s.dirty);
         for (key, window, state) in dirty {
             state.dirty = false;
             state.persisted = true;
-            let mut value = Vec::with_capacity(8 + state.accumulator.len());
-            value.extend_from_slice(&state.emitted.to_le_bytes());
-            value.extend_from_slice(&state.accumulator);
             let full = store_key(self.options.max_parallelism, key, window);
-            writes.push(StateWrite::Put(full, value));
+            writes.push(StateWrite::Put(full, encode_state(state)));
         }
         if !writes.is_empty() {
             self.store.write(writes).map_err(|e| self.state_error(e))?;
@@ -475,6 +761,7 @@ impl Operator for WindowOperator {
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
         add(&self.metrics.records_in, batch.len() as u64);
+        self.clock += 1;
         let mut rejected: BTreeMap<usize, String> = BTreeMap::new();
         let mut late: BTreeSet<usize> = BTreeSet::new();
         let mut keys: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
@@ -540,7 +827,7 @@ impl Operator for WindowOperator {
                 self.dead_letter(record, &format!("cannot aggregate: {reason}"), out);
             }
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), DataflowError> {
@@ -548,6 +835,7 @@ impl Operator for WindowOperator {
             return Ok(());
         }
         self.watermark = watermark;
+        self.clock += 1;
         while let Some((time, key, window)) = self.fire_timers.first().cloned() {
             if time > watermark {
                 break;
@@ -561,7 +849,7 @@ impl Operator for WindowOperator {
             }
             self.drop_window(&key, window)?;
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     fn on_barrier(
