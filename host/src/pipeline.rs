@@ -260,12 +260,11 @@ fn build_operator(
             upper: join.upper_ms,
             late_output: late_output(loaded, index)?,
             max_parallelism: config.pipeline.max_parallelism,
+            key_groups: key_groups(loaded, worker),
         };
-        return Ok(Box::new(IntervalJoinOperator::new(
-            options,
-            store,
-            operator_metrics,
-        )));
+        let join = IntervalJoinOperator::new(options, store, operator_metrics)
+            .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
+        return Ok(Box::new(join));
     }
     let field = format!("operators[{index}].plugin");
     let component = match &operator.plugin {
@@ -364,6 +363,18 @@ fn builtin_aggregate(
     )
 }
 
+/// The key groups a keyed operator's instance for `worker` owns (all of
+/// them for the only instance).
+fn key_groups(loaded: &LoadedConfig, worker: Option<usize>) -> KeyGroupRange {
+    let pipeline = &loaded.config.pipeline;
+    match worker {
+        Some(worker) => {
+            KeyGroupRange::for_worker(worker, pipeline.workers, pipeline.max_parallelism)
+        }
+        None => KeyGroupRange::for_worker(0, 1, pipeline.max_parallelism),
+    }
+}
+
 /// The window operator of `operators[index]` (its instance for `worker`,
 /// if it runs in several), computing `aggregator`.
 fn build_window_operator(
@@ -389,12 +400,7 @@ fn build_window_operator(
         key_field: operator.key_field.clone(),
         late_output,
         max_parallelism: pipeline.max_parallelism,
-        key_groups: match worker {
-            Some(worker) => {
-                KeyGroupRange::for_worker(worker, pipeline.workers, pipeline.max_parallelism)
-            }
-            None => KeyGroupRange::for_worker(0, 1, pipeline.max_parallelism),
-        },
+        key_groups: key_groups(loaded, worker),
         cache_bytes: usize::try_from(
             pipeline.state_cache_mb.saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
         )

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use sluice_host::dataflow::{Collector, Operator};
 use sluice_host::join::{IntervalJoinOperator, IntervalJoinOptions, JoinSide, SideSelector};
 use sluice_host::metrics::OperatorMetrics;
+use sluice_host::state::key_group::KeyGroupRange;
 use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
 use sluice_host::window::LateOutput;
 use sluice_host::{Record, SourcePosition};
@@ -28,20 +29,13 @@ fn side(value: &str) -> JoinSide {
     }
 }
 
-/// Runs the join over `events` in arrival order, one per batch, each
-/// followed by the source's watermark; returns the joined (left id, right
-/// id) pairs, sorted, and the ids sent to the late output.
-fn run_join(
-    events: &[Event],
-    lower: i64,
-    upper: i64,
-    bound: i64,
-    backend: &dyn StateBackend,
-) -> (Vec<(u64, u64)>, Vec<u64>) {
+/// The join of orders and payments by customer over the operator state in
+/// `backend`.
+fn join_operator(lower: i64, upper: i64, backend: &dyn StateBackend) -> IntervalJoinOperator {
     let store = backend
         .open(&OperatorScope::new("t", "p", "join"), None)
         .unwrap();
-    let mut join = IntervalJoinOperator::new(
+    IntervalJoinOperator::new(
         IntervalJoinOptions {
             name: "join".into(),
             left: side("order"),
@@ -50,28 +44,50 @@ fn run_join(
             upper,
             late_output: LateOutput::DeadLetter,
             max_parallelism: 128,
+            key_groups: KeyGroupRange { start: 0, end: 128 },
         },
         store,
         OperatorMetrics::new("join"),
-    );
-    let mut out = Collector::default();
-    let mut max_seen = i64::MIN;
-    for event in events {
-        let kind = if event.left { "order" } else { "payment" };
-        let mut record = Record::from_value(
-            json!({"kind": kind, "customer": event.key, "id": event.id}).to_string(),
-            SourcePosition {
-                topic: "events".into(),
-                partition: 0,
-                offset: event.id as i64,
-            },
-        );
-        record.event_time = Some(event.time);
-        join.process_batch(vec![record], &mut out).unwrap();
-        max_seen = max_seen.max(event.time);
-        join.on_watermark(max_seen - bound - 1, &mut out).unwrap();
+    )
+    .unwrap()
+}
+
+/// Feeds `events` in arrival order, `batch` per batch, each batch followed
+/// by the source's watermark.
+fn feed(
+    join: &mut IntervalJoinOperator,
+    events: &[Event],
+    batch: usize,
+    bound: i64,
+    max_seen: &mut i64,
+    out: &mut Collector,
+) {
+    for chunk in events.chunks(batch.max(1)) {
+        let records = chunk
+            .iter()
+            .map(|event| {
+                let kind = if event.left { "order" } else { "payment" };
+                let mut record = Record::from_value(
+                    json!({"kind": kind, "customer": event.key, "id": event.id}).to_string(),
+                    SourcePosition {
+                        topic: "events".into(),
+                        partition: 0,
+                        offset: event.id as i64,
+                    },
+                );
+                record.event_time = Some(event.time);
+                *max_seen = (*max_seen).max(event.time);
+                record
+            })
+            .collect();
+        join.process_batch(records, out).unwrap();
+        join.on_watermark(*max_seen - bound - 1, out).unwrap();
     }
-    join.on_watermark(i64::MAX, &mut out).unwrap();
+}
+
+/// The joined (left id, right id) pairs, sorted, and the ids sent to the
+/// late output.
+fn joined(out: &Collector) -> (Vec<(u64, u64)>, Vec<u64>) {
     let mut pairs: Vec<(u64, u64)> = out
         .main
         .iter()
@@ -90,6 +106,57 @@ fn run_join(
         .map(|r| r.source.offset as u64)
         .collect();
     (pairs, late)
+}
+
+/// Runs the join over `events` in arrival order, `batch` per batch, then
+/// ends the input; returns [`joined`]. Every buffered record must be gone
+/// from the store by then.
+fn run_join(
+    events: &[Event],
+    lower: i64,
+    upper: i64,
+    bound: i64,
+    batch: usize,
+    backend: &dyn StateBackend,
+) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let mut join = join_operator(lower, upper, backend);
+    let mut out = Collector::default();
+    let mut max_seen = i64::MIN;
+    feed(&mut join, events, batch, bound, &mut max_seen, &mut out);
+    join.on_watermark(i64::MAX, &mut out).unwrap();
+    let store = backend
+        .open(&OperatorScope::new("t", "p", "join"), None)
+        .unwrap();
+    assert_eq!(
+        store.scan(&[]).unwrap(),
+        Vec::new(),
+        "expired records stay in the store"
+    );
+    joined(&out)
+}
+
+/// Events with increasing times (from -50, so negative times too), each
+/// delayed by at most `bound`, in arrival order: none is late.
+fn in_bound_events(items: Vec<(bool, u8, i64, i64)>, bound: i64) -> Vec<Event> {
+    let mut time = -50;
+    let mut events: Vec<(i64, Event)> = items
+        .into_iter()
+        .enumerate()
+        .map(|(id, (left, key, step, delay))| {
+            time += step;
+            (
+                time + delay.min(bound),
+                Event {
+                    left,
+                    key,
+                    time,
+                    id,
+                },
+            )
+        })
+        .collect();
+    events.sort_by_key(|(arrival, e)| (*arrival, e.id));
+    events.into_iter().map(|(_, e)| e).collect()
 }
 
 /// Every (order, payment) pair with the same customer and the payment
@@ -115,22 +182,45 @@ proptest! {
         lower in -20i64..10,
         width in 0i64..30,
         bound in 0i64..20,
+        batch in 1usize..6,
         items in prop::collection::vec((any::<bool>(), 0u8..4, 0i64..10, 0i64..20), 1..80),
     ) {
         let upper = lower + width;
-        // Increasing times, each delayed by at most `bound`: no record is late.
-        let mut time = 0;
-        let mut events: Vec<(i64, Event)> = items
-            .into_iter()
-            .enumerate()
-            .map(|(id, (left, key, step, delay))| {
-                time += step;
-                (time + delay.min(bound), Event { left, key, time, id })
-            })
-            .collect();
-        events.sort_by_key(|(arrival, e)| (*arrival, e.id));
-        let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();
-        let (pairs, late) = run_join(&events, lower, upper, bound, &MemoryStateBackend::default());
+        let events = in_bound_events(items, bound);
+        let (pairs, late) =
+            run_join(&events, lower, upper, bound, batch, &MemoryStateBackend::default());
+        prop_assert!(late.is_empty(), "late: {late:?}");
+        prop_assert_eq!(pairs, brute_force(&events, lower, upper));
+    }
+
+    #[test]
+    fn a_restarted_join_resumes_the_records_its_store_holds(
+        lower in -20i64..10,
+        width in 0i64..30,
+        bound in 0i64..20,
+        items in prop::collection::vec((any::<bool>(), 0u8..4, 0i64..10, 0i64..20), 1..80),
+        split in 0.0f64..1.0,
+    ) {
+        let upper = lower + width;
+        let events = in_bound_events(items, bound);
+        let split = (events.len() as f64 * split) as usize;
+        let backend = MemoryStateBackend::default();
+        let mut out = Collector::default();
+        let mut max_seen = i64::MIN;
+        {
+            let mut first = join_operator(lower, upper, &backend);
+            feed(&mut first, &events[..split], 1, bound, &mut max_seen, &mut out);
+        }
+        let mut second = join_operator(lower, upper, &backend);
+        feed(&mut second, &events[split..], 1, bound, &mut max_seen, &mut out);
+        second.on_watermark(i64::MAX, &mut out).unwrap();
+        let store = backend.open(&OperatorScope::new("t", "p", "join"), None).unwrap();
+        prop_assert_eq!(
+            store.scan(&[]).unwrap(),
+            Vec::new(),
+            "records of the first run were not expired by the second"
+        );
+        let (pairs, late) = joined(&out);
         prop_assert!(late.is_empty(), "late: {late:?}");
         prop_assert_eq!(pairs, brute_force(&events, lower, upper));
     }
@@ -156,7 +246,7 @@ fn orders_and_payments_within_ten_minutes_on_rocksdb() {
         e(false, 1, 20 * minute, 7), // behind the watermark: late output
     ];
     let backend = RocksStateBackend::temporary().unwrap();
-    let (pairs, late) = run_join(&events, 0, 10 * minute, 0, &backend);
+    let (pairs, late) = run_join(&events, 0, 10 * minute, 0, 1, &backend);
     assert_eq!(pairs, vec![(0, 1), (3, 5)]);
     assert_eq!(late, vec![7]);
 }

@@ -3,9 +3,13 @@
 //! A left record `l` and a right record `r` with the same key join when
 //! `l.time + lower <= r.time <= l.time + upper` (e.g. orders and the
 //! payments made within 10 minutes of them: `lower = 0`, `upper = 600_000`).
-//! Both sides are buffered per key in the operator's state; a buffered
-//! record is dropped once the watermark guarantees that no partner for it
-//! can still arrive. A record at or behind the watermark could miss
+//! Both sides are buffered per key in the operator's state store (RocksDB
+//! by default), ordered by key and event time, so that a record's partners
+//! are one range read; a buffered record is deleted once the watermark
+//! guarantees that no partner for it can still arrive. Memory holds only
+//! the records of the batch being processed and, per buffered record, its
+//! expiry (store key and time). At start-up, the expiries are rebuilt from
+//! the records the store already holds for the operator's key groups. A record at or behind the watermark could miss
 //! partners that were already dropped, so it goes to the late output with
 //! `late_arrival = true` instead of being joined partially.
 //!
@@ -22,10 +26,10 @@ use crate::dataflow::LateOutput;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, SourcePosition};
-use crate::state::key_group;
+use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
 use crate::window::fields::{FieldPath, FieldValue, extract};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Which records belong to a side.
@@ -68,6 +72,9 @@ pub struct IntervalJoinOptions {
     pub late_output: LateOutput,
     /// Key groups of the state.
     pub max_parallelism: u16,
+    /// The key groups this instance owns (all unless the join runs in
+    /// several workers): the buffered records it restores from the store.
+    pub key_groups: KeyGroupRange,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,66 +83,78 @@ enum Side {
     Right,
 }
 
-/// A buffered record: (key, event time, arrival sequence) -> record value.
-type BufferKey = (Vec<u8>, i64, u64);
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
 
-#[derive(Debug, Clone)]
-struct Buffered {
-    value: bytes::Bytes,
-    persisted: bool,
-    dirty: bool,
+    fn from_byte(byte: u8) -> Option<Side> {
+        match byte {
+            0 => Some(Side::Left),
+            1 => Some(Side::Right),
+            _ => None,
+        }
+    }
 }
 
-/// The interval join operator.
-pub struct IntervalJoinOperator {
-    options: IntervalJoinOptions,
+/// Event time as bytes that sort like the numbers (sign bit flipped).
+fn sortable_time(time: i64) -> [u8; 8] {
+    ((time as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_from_sortable(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
+/// The start of the store keys of `side`'s records with `key`: key group,
+/// side, key length, key.
+fn buffer_prefix(max_parallelism: u16, side: Side, key: &[u8]) -> Vec<u8> {
+    let group = key_group::key_group(key, max_parallelism);
+    let mut prefix = Vec::with_capacity(2 + 1 + 4 + key.len() + 16);
+    prefix.extend_from_slice(&group.to_be_bytes());
+    prefix.push(side as u8);
+    prefix.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    prefix.extend_from_slice(key);
+    prefix
+}
+
+/// A buffered record's store key: its key's prefix, event time, arrival
+/// sequence (so records with equal key and time stay distinct).
+fn buffer_key(prefix: &[u8], time: i64, sequence: u64) -> Vec<u8> {
+    let mut full = Vec::with_capacity(prefix.len() + 16);
+    full.extend_from_slice(prefix);
+    full.extend_from_slice(&sortable_time(time));
+    full.extend_from_slice(&sequence.to_be_bytes());
+    full
+}
+
+/// The side, event time and sequence of a buffered record's store key.
+fn parse_buffer_key(full: &[u8]) -> Option<(Side, i64, u64)> {
+    let side = Side::from_byte(*full.get(2)?)?;
+    let length = u32::from_be_bytes(full.get(3..7)?.try_into().ok()?) as usize;
+    let rest = full.get(7 + length..)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let time = time_from_sortable(rest[..8].try_into().ok()?);
+    let sequence = u64::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((side, time, sequence))
+}
+
+/// Which side a record is on and its join key, read from its value.
+#[derive(Clone)]
+struct SideClassifier {
+    left: JoinSide,
+    right: JoinSide,
+    /// Per side: the selector field (if selected by a field) and the key
+    /// field.
     paths: [(Option<FieldPath>, FieldPath); 2],
-    store: Arc<dyn StateStore>,
-    metrics: Arc<OperatorMetrics>,
-    topic: Arc<str>,
-    watermark: i64,
-    sequence: u64,
-    left: BTreeMap<BufferKey, Buffered>,
-    right: BTreeMap<BufferKey, Buffered>,
-    /// Buffered records by the watermark that drops them.
-    expiries: std::collections::BTreeSet<(i64, Side, BufferKey)>,
 }
 
-impl IntervalJoinOperator {
-    /// A join over the operator state `store`.
-    pub fn new(
-        options: IntervalJoinOptions,
-        store: Arc<dyn StateStore>,
-        metrics: Arc<OperatorMetrics>,
-    ) -> Self {
-        let paths_of = |side: &JoinSide| {
-            let selector = match &side.selector {
-                SideSelector::FieldEquals { field, .. } => Some(FieldPath::parse(field)),
-                SideSelector::Topic(_) => None,
-            };
-            (selector, FieldPath::parse(&side.key_field))
-        };
-        IntervalJoinOperator {
-            paths: [paths_of(&options.left), paths_of(&options.right)],
-            topic: Arc::from(options.name.as_str()),
-            options,
-            store,
-            metrics,
-            watermark: i64::MIN,
-            sequence: 0,
-            left: BTreeMap::new(),
-            right: BTreeMap::new(),
-            expiries: std::collections::BTreeSet::new(),
-        }
-    }
-
-    fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::Operator {
-            name: self.options.name.clone(),
-            message: error.to_string(),
-        }
-    }
-
+impl SideClassifier {
     /// The side and key of `record`; `Ok(None)` if it belongs to neither
     /// side.
     fn classify(&self, record: &Record) -> Result<Option<(Side, Vec<u8>)>, String> {
@@ -161,12 +180,9 @@ impl IntervalJoinOperator {
             }
             Ok(())
         };
-        for (index, (side, options)) in [
-            (Side::Left, &self.options.left),
-            (Side::Right, &self.options.right),
-        ]
-        .into_iter()
-        .enumerate()
+        for (index, (side, options)) in [(Side::Left, &self.left), (Side::Right, &self.right)]
+            .into_iter()
+            .enumerate()
         {
             let (selector_slot, key_slot) = slots[index];
             let selected = match (&options.selector, selector_slot) {
@@ -190,6 +206,94 @@ impl IntervalJoinOperator {
             };
         }
         Ok(None)
+    }
+}
+
+/// The interval join operator.
+pub struct IntervalJoinOperator {
+    options: IntervalJoinOptions,
+    classifier: Arc<SideClassifier>,
+    store: Arc<dyn StateStore>,
+    metrics: Arc<OperatorMetrics>,
+    topic: Arc<str>,
+    watermark: i64,
+    sequence: u64,
+    /// Records of the batch being processed, by store key: written to the
+    /// store at the end of the batch.
+    pending: BTreeMap<Vec<u8>, bytes::Bytes>,
+    /// Buffered records by the watermark that drops them: (expiry, store
+    /// key).
+    expiries: BTreeSet<(i64, Vec<u8>)>,
+    /// How many records are buffered per side and key (by
+    /// [`buffer_prefix`]): a record whose key has no partners buffered
+    /// skips the range read.
+    buffered: foldhash::HashMap<Vec<u8>, usize>,
+}
+
+impl IntervalJoinOperator {
+    /// A join over the operator state `store`, resuming the records the
+    /// store holds for its key groups.
+    pub fn new(
+        options: IntervalJoinOptions,
+        store: Arc<dyn StateStore>,
+        metrics: Arc<OperatorMetrics>,
+    ) -> Result<Self, StateError> {
+        let paths_of = |side: &JoinSide| {
+            let selector = match &side.selector {
+                SideSelector::FieldEquals { field, .. } => Some(FieldPath::parse(field)),
+                SideSelector::Topic(_) => None,
+            };
+            (selector, FieldPath::parse(&side.key_field))
+        };
+        let classifier = SideClassifier {
+            paths: [paths_of(&options.left), paths_of(&options.right)],
+            left: options.left.clone(),
+            right: options.right.clone(),
+        };
+        let mut operator = IntervalJoinOperator {
+            classifier: Arc::new(classifier),
+            topic: Arc::from(options.name.as_str()),
+            options,
+            store,
+            metrics,
+            watermark: i64::MIN,
+            sequence: 0,
+            pending: BTreeMap::new(),
+            expiries: BTreeSet::new(),
+            buffered: foldhash::HashMap::default(),
+        };
+        operator.restore()?;
+        Ok(operator)
+    }
+
+    /// Rebuilds the expiries of the records the store holds for this
+    /// instance's key groups (left by an earlier run on the same state
+    /// directory).
+    fn restore(&mut self) -> Result<(), StateError> {
+        let mut restored = 0;
+        for group in self.options.key_groups.start..self.options.key_groups.end {
+            for (full, _) in self.store.scan(&group.to_be_bytes())? {
+                let Some((side, time, sequence)) = parse_buffer_key(&full) else {
+                    continue;
+                };
+                self.sequence = self.sequence.max(sequence);
+                self.count_buffered(&full, 1);
+                self.expiries.insert((self.expiry(side, time), full));
+                restored += 1;
+            }
+        }
+        if restored > 0 {
+            self.metrics
+                .add_plugin_counter("records_restored", restored as u64);
+        }
+        Ok(())
+    }
+
+    fn state_error(&self, error: StateError) -> DataflowError {
+        DataflowError::Operator {
+            name: self.options.name.clone(),
+            message: error.to_string(),
+        }
     }
 
     /// The last event time a record of `side` at `time` can still meet a
@@ -241,82 +345,90 @@ impl IntervalJoinOperator {
         );
     }
 
-    fn store_key(&self, side: Side, key: &BufferKey) -> Vec<u8> {
-        let (k, time, sequence) = key;
-        let group = key_group::key_group(k, self.options.max_parallelism);
-        let mut full = Vec::with_capacity(2 + 1 + 4 + k.len() + 16);
-        full.extend_from_slice(&group.to_be_bytes());
-        full.push(side as u8);
-        full.extend_from_slice(&(k.len() as u32).to_be_bytes());
-        full.extend_from_slice(k);
-        full.extend_from_slice(&time.to_be_bytes());
-        full.extend_from_slice(&sequence.to_be_bytes());
-        full
-    }
-
-    /// Writes buffered records not yet in the store.
-    fn flush(&mut self) -> Result<(), DataflowError> {
-        let mut writes = Vec::new();
-        for side in [Side::Left, Side::Right] {
-            let keys: Vec<BufferKey> = self
-                .buffer(side)
-                .iter()
-                .filter(|(_, b)| b.dirty)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in keys {
-                let full = self.store_key(side, &key);
-                if let Some(buffered) = self.buffer_mut(side).get_mut(&key) {
-                    buffered.dirty = false;
-                    buffered.persisted = true;
-                    writes.push(StateWrite::Put(full, buffered.value.to_vec()));
+    /// Adds `delta` to the count of buffered records with the side and key
+    /// of store key `full`.
+    fn count_buffered(&mut self, full: &[u8], delta: isize) {
+        let prefix = &full[..full.len().saturating_sub(16)];
+        match self.buffered.get_mut(prefix) {
+            Some(count) => {
+                *count = count.saturating_add_signed(delta);
+                if *count == 0 {
+                    self.buffered.remove(prefix);
                 }
             }
+            None if delta > 0 => {
+                self.buffered.insert(prefix.to_vec(), delta.unsigned_abs());
+            }
+            None => {}
         }
-        if !writes.is_empty() {
-            self.store.write(writes).map_err(|e| self.state_error(e))?;
+    }
+
+    /// Writes the batch's records to the store.
+    fn write_pending(&mut self) -> Result<(), DataflowError> {
+        if self.pending.is_empty() {
+            return Ok(());
         }
+        let writes = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(key, value)| StateWrite::Put(key, value.to_vec()))
+            .collect();
+        self.store.write(writes).map_err(|e| self.state_error(e))
+    }
+
+    /// Measures the state for the metrics.
+    fn report_usage(&self) -> Result<(), DataflowError> {
         let usage = self.store.usage().map_err(|e| self.state_error(e))?;
         self.metrics.set_state_usage(usage.bytes, usage.keys);
         Ok(())
     }
 
-    fn buffer(&self, side: Side) -> &BTreeMap<BufferKey, Buffered> {
-        match side {
-            Side::Left => &self.left,
-            Side::Right => &self.right,
-        }
-    }
-
-    fn buffer_mut(&mut self, side: Side) -> &mut BTreeMap<BufferKey, Buffered> {
-        match side {
-            Side::Left => &mut self.left,
-            Side::Right => &mut self.right,
-        }
-    }
-
-    /// Joins one record with the other side's buffer and buffers it.
-    fn join(&mut self, side: Side, key: Vec<u8>, record: Record, out: &mut Collector) {
+    /// Joins one record with the other side's buffered records and buffers
+    /// it.
+    fn join(
+        &mut self,
+        side: Side,
+        key: Vec<u8>,
+        record: Record,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
         let time = record.event_time.unwrap_or_default();
         // Partner times: right in [t + lower, t + upper] for a left record,
         // left in [t - upper, t - lower] for a right record.
-        let (from, to, partners) = match side {
+        let (from, to) = match side {
             Side::Left => (
                 time.saturating_add(self.options.lower),
                 time.saturating_add(self.options.upper),
-                &self.right,
             ),
             Side::Right => (
                 time.saturating_sub(self.options.upper),
                 time.saturating_sub(self.options.lower),
-                &self.left,
             ),
         };
-        let matches: Vec<(i64, bytes::Bytes)> = partners
-            .range((key.clone(), from, 0)..=(key.clone(), to, u64::MAX))
-            .map(|((_, t, _), b)| (*t, b.value.clone()))
-            .collect();
-        for (partner_time, partner) in matches {
+        let max_parallelism = self.options.max_parallelism;
+        let partners_prefix = buffer_prefix(max_parallelism, side.other(), &key);
+        let start = buffer_key(&partners_prefix, from, 0);
+        let mut end = buffer_key(&partners_prefix, to, u64::MAX);
+        end.push(0); // past the last sequence at `to`: the range includes it
+        let mut partners: Vec<(Vec<u8>, bytes::Bytes)> = Vec::new();
+        if self.buffered.contains_key(&partners_prefix) {
+            partners = self
+                .store
+                .range(&start, Some(&end))
+                .map_err(|e| self.state_error(e))?
+                .into_iter()
+                .map(|(k, v)| (k, bytes::Bytes::from(v)))
+                .collect();
+        }
+        partners.extend(
+            self.pending
+                .range(start..end)
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        partners.sort_by(|a, b| a.0.cmp(&b.0));
+        for (partner_key, partner) in partners {
+            let Some((_, partner_time, _)) = parse_buffer_key(&partner_key) else {
+                continue;
+            };
             let joined_time = time.max(partner_time);
             match side {
                 Side::Left => self.emit(&key, &record.value, &partner, joined_time, out),
@@ -324,17 +436,15 @@ impl IntervalJoinOperator {
             }
         }
         self.sequence += 1;
-        let sequence = self.sequence;
-        self.expiries
-            .insert((self.expiry(side, time), side, (key.clone(), time, sequence)));
-        self.buffer_mut(side).insert(
-            (key, time, sequence),
-            Buffered {
-                value: record.value,
-                persisted: false,
-                dirty: true,
-            },
+        let own = buffer_key(
+            &buffer_prefix(max_parallelism, side, &key),
+            time,
+            self.sequence,
         );
+        self.count_buffered(&own, 1);
+        self.expiries.insert((self.expiry(side, time), own.clone()));
+        self.pending.insert(own, record.value);
+        Ok(())
     }
 }
 
@@ -344,13 +454,7 @@ impl Operator for IntervalJoinOperator {
     }
 
     fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
-        // Classifying needs only the options and field paths: a copy of the
-        // operator's, without its buffers.
-        let classifier = IntervalJoinOperator::new(
-            self.options.clone(),
-            self.store.clone(),
-            OperatorMetrics::new(""),
-        );
+        let classifier = self.classifier.clone();
         Some(Arc::new(move |record: &Record| {
             classifier
                 .classify(record)
@@ -381,7 +485,7 @@ impl Operator for IntervalJoinOperator {
                 );
                 continue;
             };
-            match self.classify(&record) {
+            match self.classifier.classify(&record) {
                 // Neither side: not an input of the join (counted, not
                 // passed on).
                 Ok(None) => self
@@ -390,13 +494,13 @@ impl Operator for IntervalJoinOperator {
                 // Behind the watermark: partners it should meet may already
                 // have been dropped, so it is late rather than half-joined.
                 Ok(Some(_)) if time <= self.watermark => self.late(record, out),
-                Ok(Some((side, key))) => self.join(side, key, record, out),
+                Ok(Some((side, key))) => self.join(side, key, record, out)?,
                 Err(reason) => {
                     out.dead_letter(record, &reason, &self.options.name, None, &self.metrics)
                 }
             }
         }
-        Ok(())
+        self.write_pending()
     }
 
     fn on_watermark(&mut self, watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {
@@ -405,15 +509,13 @@ impl Operator for IntervalJoinOperator {
         }
         self.watermark = watermark;
         let mut deletes = Vec::new();
-        while let Some((expiry, side, key)) = self.expiries.first().cloned() {
-            if expiry > watermark {
+        while let Some((expiry, _)) = self.expiries.first() {
+            if *expiry > watermark {
                 break;
             }
-            self.expiries.pop_first();
-            if let Some(buffered) = self.buffer_mut(side).remove(&key)
-                && buffered.persisted
-            {
-                deletes.push(StateWrite::Delete(self.store_key(side, &key)));
+            if let Some((_, full)) = self.expiries.pop_first() {
+                self.count_buffered(&full, -1);
+                deletes.push(StateWrite::Delete(full));
             }
         }
         if !deletes.is_empty() {
@@ -427,10 +529,10 @@ impl Operator for IntervalJoinOperator {
         _barrier: &CheckpointBarrier,
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.flush()
+        self.report_usage()
     }
 
     fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
-        self.flush()
+        self.report_usage()
     }
 }

@@ -94,11 +94,11 @@ impl StateStore for MemoryStateStore {
         Ok(())
     }
 
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
+    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
         let entries = self.entries();
         Ok(entries
-            .range(prefix.to_vec()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
+            .range(from.to_vec()..)
+            .take_while(|(key, _)| to.is_none_or(|to| key.as_slice() < to))
             .filter_map(|(key, value)| self.live(value.clone()).map(|v| (key.clone(), v)))
             .collect())
     }

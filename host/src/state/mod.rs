@@ -51,6 +51,19 @@ pub trait StateBackend: Send + Sync {
 /// A key and its value, as [`StateStore::scan`] returns them.
 pub type StateEntry = (Vec<u8>, Vec<u8>);
 
+/// The first key after every key starting with `prefix` (`None`: there is
+/// none, the prefix is all `0xFF`).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// One write of a [`StateStore::write`] batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateWrite {
@@ -70,8 +83,13 @@ pub trait StateStore: Send + Sync {
     fn delete(&self, key: &[u8]) -> Result<(), StateError>;
     /// Applies `writes` atomically, in order.
     fn write(&self, writes: Vec<StateWrite>) -> Result<(), StateError>;
+    /// Every live entry with `from <= key < to` (no upper bound if `to` is
+    /// `None`), in key order.
+    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError>;
     /// Every live entry whose key starts with `prefix`, in key order.
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError>;
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
+        self.range(prefix, prefix_end(prefix).as_deref())
+    }
     /// How much state there is (estimated for RocksDB).
     fn usage(&self) -> Result<StateUsage, StateError>;
     /// Drops expired values and reclaims their space now (compaction does
@@ -247,7 +265,45 @@ mod tests {
                 .map(|e| e.0)
                 .collect();
             assert_eq!(keys, vec![b"a/1".to_vec()], "{name}");
+            store
+                .write(vec![
+                    StateWrite::Put(b"a/3".to_vec(), b"3".to_vec()),
+                    StateWrite::Put(b"a/5".to_vec(), b"5".to_vec()),
+                    StateWrite::Put(vec![0xFF, 0xFF], b"last".to_vec()),
+                ])
+                .unwrap();
+            let keys = |from: &[u8], to: Option<&[u8]>| -> Vec<Vec<u8>> {
+                store
+                    .range(from, to)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.0)
+                    .collect()
+            };
+            assert_eq!(
+                keys(b"a/1", Some(b"a/5")),
+                vec![b"a/1".to_vec(), b"a/3".to_vec()],
+                "{name}: the upper bound is exclusive"
+            );
+            assert_eq!(
+                keys(b"b", None),
+                vec![b"b/1".to_vec(), vec![0xFF, 0xFF]],
+                "{name}"
+            );
+            assert_eq!(
+                store.scan(&[0xFF]).unwrap().len(),
+                1,
+                "{name}: a prefix of 0xFF bytes has no upper bound"
+            );
         }
+    }
+
+    #[test]
+    fn the_end_of_a_prefix_is_its_successor() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xFF, 0xFF]), None);
+        assert_eq!(prefix_end(b""), None);
     }
 
     #[test]

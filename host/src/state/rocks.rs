@@ -204,17 +204,21 @@ impl StateStore for RocksStateStore {
             .map_err(|e| self.error(e))
     }
 
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
+    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
         let cf = self.cf()?;
+        let mut read_options = rocksdb::ReadOptions::default();
+        if let Some(to) = to {
+            // RocksDB stops at the bound itself instead of reading (and
+            // skipping tombstones) past it.
+            read_options.set_iterate_upper_bound(to.to_vec());
+        }
         let mut entries = Vec::new();
-        for item in self
-            .db
-            .iterator_cf(&cf, IteratorMode::From(prefix, Direction::Forward))
-        {
+        for item in self.db.iterator_cf_opt(
+            &cf,
+            read_options,
+            IteratorMode::From(from, Direction::Forward),
+        ) {
             let (key, value) = item.map_err(|e| self.error(e))?;
-            if !key.starts_with(prefix) {
-                break;
-            }
             if let Some(value) = self.live(value.into_vec()) {
                 entries.push((key.into_vec(), value));
             }
