@@ -17,6 +17,13 @@
 //
 //     export const transformer = exportTransform(Upper);
 //
+// A window aggregate extends `Aggregate` (`create`, `add`, `merge`, `finish`
+// over an accumulator: any JSON value, stored by the host per key and
+// window, that comes back parsed like `record.json()`: objects as Maps,
+// numbers as JsonNumbers) and is exported as
+// `export const aggregator = exportAggregate(MyAggregate);`, which makes
+// `sluice plugin build` build the `sluice:plugin/aggregate` world.
+//
 // `sluice plugin build` compiles it with componentize-js; this file is
 // embedded in the `sluice` binary and placed beside the plugin at build time.
 //
@@ -30,7 +37,9 @@
 // writes compact JSON byte-identical to the Rust SDK's for the same value.
 
 import { counterAdd as hostCounterAdd, log as hostLog } from "sluice:plugin/host@0.1.0";
-import * as hostState from "sluice:plugin/state@0.1.0";
+// Host state in the `transform` world; a stub that throws in the `aggregate`
+// world (which has none): `sluice plugin build` stages the right one.
+import * as hostState from "./sluice-state.js";
 
 /** Thrown by `process`: the record is dead-lettered with this message. */
 export class RecordError extends Error {}
@@ -435,6 +444,73 @@ export function exportTransform(PluginClass) {
         }
         return { tag: "ok", val: out.emits };
       });
+    },
+  };
+}
+
+/** Base class of a window aggregate. The accumulator is any value
+ * `stringifyJson` can encode; it is stored as JSON between calls and comes
+ * back parsed with `parseJson`. */
+export class Aggregate {
+  constructor(config) {}
+  /** A new, empty accumulator. */
+  create() {
+    return null;
+  }
+  /** Returns `accumulator` with `record` added (it may change it in place).
+   * Throwing dead-letters the record; it does not count, even if the
+   * accumulator was already changed. */
+  add(accumulator, record) {
+    throw new Error("add is not implemented");
+  }
+  /** Combines the accumulators of two windows that merge (sessions). */
+  merge(a, b) {
+    throw new Error("merge is not implemented");
+  }
+  /** The window's result: a JSON value. */
+  finish(accumulator) {
+    return accumulator;
+  }
+}
+
+/** The `aggregator` export running `AggregateClass`. */
+export function exportAggregate(AggregateClass) {
+  let aggregate = null;
+  const decode = (bytes) => (bytes.length === 0 ? aggregate.create() : parseJson(bytes));
+  return {
+    init(config) {
+      try {
+        aggregate = new AggregateClass(new Config(config));
+      } catch (error) {
+        throw error instanceof Error ? error.message : String(error);
+      }
+    },
+    create() {
+      return encodeJson(aggregate.create());
+    },
+    add(accumulator, records) {
+      let current = decode(accumulator);
+      const accepted = [];
+      const rejected = [];
+      records.forEach((input, index) => {
+        try {
+          current = aggregate.add(current, new Record(input));
+          accepted.push(input);
+        } catch (error) {
+          rejected.push([index, message(error)]);
+          // `add` may have changed the accumulator before failing: rebuild
+          // it from the records that counted.
+          current = decode(accumulator);
+          for (const good of accepted) current = aggregate.add(current, new Record(good));
+        }
+      });
+      return { accumulator: encodeJson(current), rejected };
+    },
+    merge(a, b) {
+      return encodeJson(aggregate.merge(decode(a), decode(b)));
+    },
+    finish(accumulator) {
+      return encodeJson(aggregate.finish(decode(accumulator)));
     },
   };
 }

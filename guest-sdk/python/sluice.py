@@ -1,6 +1,6 @@
 """Sluice plugin SDK for Python.
 
-A plugin is a class with ``__init__(self, config)`` and
+A transform plugin is a class with ``__init__(self, config)`` and
 ``process(self, record, out)``; ``sluice.export(MyPlugin)`` turns it into
 the ``transformer`` export of the ``sluice:plugin/transform`` world::
 
@@ -16,6 +16,12 @@ the ``transformer`` export of the ``sluice:plugin/transform`` world::
             out.emit_json(event)
 
     Transformer = sluice.export(Upper)
+
+A window aggregate subclasses ``sluice.Aggregate`` (``create``, ``add``,
+``merge``, ``finish`` over an accumulator: any JSON value, which the host
+stores per key and window) and is exported as ``Aggregator =
+sluice.export_aggregate(MyAggregate)``; ``sluice plugin build`` then builds
+the ``sluice:plugin/aggregate`` world instead.
 
 ``sluice plugin build`` compiles it with componentize-py; this module is
 embedded in the ``sluice`` binary and put on the plugin's path at build time.
@@ -40,9 +46,17 @@ from json.encoder import encode_basestring as _encode_string
 
 from componentize_py_types import Err, Ok
 from wit_world import exports
-from wit_world.imports import host, state, types
+from wit_world.imports import host, types
+
+try:
+    from wit_world.imports import state
+except ImportError:
+    # The `aggregate` world has no state import: the host stores the
+    # accumulator.
+    state = None
 
 __all__ = [
+    "Aggregate",
     "Config",
     "Emitter",
     "JsonFloat",
@@ -53,6 +67,7 @@ __all__ = [
     "counter_add",
     "dumps",
     "export",
+    "export_aggregate",
     "log",
     "loads",
     "state",
@@ -379,3 +394,97 @@ def export(plugin_class):
             return outcomes
 
     return Transformer
+
+
+class Aggregate:
+    """Base class of a window aggregate. The accumulator is any value
+    ``sluice.dumps`` can encode (it is stored as JSON between calls)."""
+
+    def __init__(self, config):
+        pass
+
+    def create(self):
+        """A new, empty accumulator."""
+        return None
+
+    def add(self, accumulator, record):
+        """Returns ``accumulator`` with ``record`` added (it may change it in
+        place). Raising (``RecordError`` or any exception) dead-letters the
+        record; it does not count, even if the accumulator was already
+        changed."""
+        raise NotImplementedError
+
+    def merge(self, a, b):
+        """Combines the accumulators of two windows that merge (sessions)."""
+        raise NotImplementedError
+
+    def finish(self, accumulator):
+        """The window's result: a JSON value."""
+        return accumulator
+
+
+def _decode(aggregate, accumulator):
+    """An accumulator from its stored JSON (empty: a new one)."""
+    return loads(accumulator) if accumulator else aggregate.create()
+
+
+def _reason(error):
+    if isinstance(error, RecordError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def export_aggregate(aggregate_class):
+    """The ``Aggregator`` class componentize-py exports, running
+    ``aggregate_class``."""
+    from wit_world.exports.aggregator import Added
+
+    class Aggregator(exports.Aggregator):
+        aggregate = None
+
+        def init(self, config):
+            try:
+                Aggregator.aggregate = aggregate_class(Config(config))
+            except Exception as error:  # noqa: BLE001 - reported to the host
+                raise Err(str(error) or type(error).__name__) from None
+
+        @staticmethod
+        def _aggregate():
+            if Aggregator.aggregate is None:
+                raise RuntimeError("aggregator called before init")
+            return Aggregator.aggregate
+
+        def create(self):
+            return dumps(self._aggregate().create())
+
+        def add(self, accumulator, records):
+            aggregate = self._aggregate()
+
+            def start():
+                return _decode(aggregate, accumulator)
+
+            current = start()
+            accepted = []
+            rejected = []
+            for index, input_record in enumerate(records):
+                try:
+                    current = aggregate.add(current, Record(input_record))
+                    accepted.append(input_record)
+                except Exception as error:  # noqa: BLE001 - the record is dead-lettered
+                    rejected.append((index, _reason(error)))
+                    # `add` may have changed the accumulator before failing:
+                    # rebuild it from the records that counted.
+                    current = start()
+                    for good in accepted:
+                        current = aggregate.add(current, Record(good))
+            return Added(accumulator=dumps(current), rejected=rejected)
+
+        def merge(self, a, b):
+            aggregate = self._aggregate()
+            return dumps(aggregate.merge(_decode(aggregate, a), _decode(aggregate, b)))
+
+        def finish(self, accumulator):
+            aggregate = self._aggregate()
+            return dumps(aggregate.finish(_decode(aggregate, accumulator)))
+
+    return Aggregator

@@ -26,7 +26,7 @@ pub fn generate_bindings(dir: &Path) -> Result<Vec<PathBuf>> {
     let package = resolve
         .push_str("plugin.wit", sdk::WIT)
         .context("parsing the embedded WIT package")?;
-    let world = resolve.select_world(&[package], Some(sdk::WORLD))?;
+    let world = resolve.select_world(&[package], Some(sdk::World::Transform.name()))?;
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
         .build()

@@ -32,8 +32,14 @@ pub fn componentize_js() -> PathBuf {
     }
 }
 
-/// Builds the JavaScript plugin in `dir`; intermediate files go to `scratch`.
-pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Vec<u8>> {
+/// Builds the JavaScript plugin in `dir` for `world`; intermediate files go
+/// to `scratch`.
+pub(super) fn build(
+    dir: &Path,
+    scratch: &Path,
+    world: sdk::World,
+    progress: &Spinner,
+) -> Result<Vec<u8>> {
     let wit = sdk::write_wit(scratch)?;
     let staged = scratch.join("src");
     std::fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
@@ -48,6 +54,11 @@ pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Ve
         }
     }
     sdk::write(&staged, "sluice.js", sdk::JS_SDK)?;
+    let state = match world {
+        sdk::World::Transform => sdk::JS_STATE,
+        sdk::World::Aggregate => sdk::JS_NO_STATE,
+    };
+    sdk::write(&staged, "sluice-state.js", state)?;
     let output = scratch.join("component.wasm");
     progress.step("componentize-js");
     run_tool(
@@ -55,7 +66,7 @@ pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Ve
             .arg(staged.join("plugin.js"))
             .arg("--wit")
             .arg(&wit)
-            .args(["--world-name", sdk::WORLD])
+            .args(["--world-name", world.name()])
             .args(["--disable", "http", "fetch-event"])
             .arg("--out")
             .arg(&output),

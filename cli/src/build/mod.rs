@@ -146,10 +146,17 @@ pub fn build_plugin(dir: &Path, output: Option<&Path>, show_progress: bool) -> R
                     .join("sluice")
                     .join(format!("{name}.wasm")),
             };
+            let source_path = dir.join(language.marker_file());
+            let source = std::fs::read_to_string(&source_path)
+                .with_context(|| format!("reading {}", source_path.display()))?;
+            let world = sdk::World::of_source(&source);
             let progress = Spinner::start(&name, show_progress);
             let component = match language {
-                Language::Python => python::build(dir, &scratch_dir(dir)?, &progress),
-                Language::JavaScript => javascript::build(dir, &scratch_dir(dir)?, &progress),
+                Language::Python => python::build(dir, &scratch_dir(dir)?, world, &progress),
+                Language::JavaScript => {
+                    javascript::build(dir, &scratch_dir(dir)?, world, &progress)
+                }
+                // The C SDK implements the transform world only.
                 Language::C => c::build(dir, &scratch_dir(dir)?, &progress),
                 Language::Rust => unreachable!("handled above"),
             };

@@ -19,8 +19,14 @@ fn componentize_py() -> String {
     std::env::var("SLUICE_COMPONENTIZE_PY").unwrap_or_else(|_| "componentize-py".to_string())
 }
 
-/// Builds the Python plugin in `dir`; intermediate files go to `scratch`.
-pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Vec<u8>> {
+/// Builds the Python plugin in `dir` for `world`; intermediate files go to
+/// `scratch`.
+pub(super) fn build(
+    dir: &Path,
+    scratch: &Path,
+    world: sdk::World,
+    progress: &Spinner,
+) -> Result<Vec<u8>> {
     let wit = sdk::write_wit(scratch)?;
     let sdk_dir = scratch.join("sdk");
     sdk::write(&sdk_dir, "sluice.py", sdk::PYTHON_SDK)?;
@@ -30,7 +36,7 @@ pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Ve
         Command::new(componentize_py())
             .arg("-d")
             .arg(&wit)
-            .args(["-w", sdk::WORLD, "componentize"])
+            .args(["-w", world.name(), "componentize"])
             .arg("-p")
             .arg(dir)
             .arg("-p")
