@@ -21,8 +21,8 @@ done
 
 # Pipelines with a keyed operator (window or join) also run with 2 workers:
 # a copy of the file with `workers = 2`, next to it so relative paths hold.
-echo "| pipeline | workers | cores | records | seconds | records/s | peak RSS (MiB) | peak state (KiB) |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| pipeline | workers | cores | records | seconds | records/s | peak RSS (MiB) | peak state, live (KiB) | peak state, on disk (KiB) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 if [ $# -gt 0 ]; then files=("$@"); else files=(benches/pipelines/*.toml); fi
 for file in "${files[@]}"; do
   worker_counts=1
@@ -45,12 +45,16 @@ for file in "${files[@]}"; do
       rate=$(echo "$line" | sed -E 's/.*records in \(([0-9]+)\/s\).*/\1/')
       rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
       # Operators sharing a column family report the same size: the largest
-      # per operator name, summed over the names.
-      state_kib=$(grep -E '^ +operator |peak [0-9]+ bytes' "$log" | awk '
-        /operator / { name = $2; sub(/[#:].*/, "", name) }
-        /peak [0-9]+ bytes/ { for (i = 1; i < NF; i++) if ($i == "peak") { v = $(i + 1); if (v > max[name]) max[name] = v } }
-        END { total = 0; for (n in max) total += max[n]; printf "%d", total / 1024 }')
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n" "$(basename "$file" .toml)" "$workers" "$cores" "$records" "$seconds" "$rate" "$((rss_kb / 1024))" "$state_kib"
+      # per operator name, summed over the names. Live = RocksDB live data
+      # plus memtables; on disk = SST files.
+      read -r state_kib disk_kib < <(grep -E '^ +(operator|state) ' "$log" | awk '
+        /^ +operator / { name = $2; sub(/[#:].*/, "", name) }
+        /^ +state / {
+          if (match($0, /peak [0-9]+ bytes/)) { v = substr($0, RSTART + 5, RLENGTH - 11) + 0; if (v > live[name]) live[name] = v }
+          if (match($0, /\(peak [0-9]+\)/)) { d = substr($0, RSTART + 6, RLENGTH - 7) + 0; if (d > disk[name]) disk[name] = d }
+        }
+        END { l = 0; t = 0; for (n in live) l += live[n]; for (n in disk) t += disk[n]; printf "%d %d\n", l / 1024, t / 1024 }')
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$(basename "$file" .toml)" "$workers" "$cores" "$records" "$seconds" "$rate" "$((rss_kb / 1024))" "$state_kib" "$disk_kib"
       rm -f "$log"
     done
     if [ "$run_file" != "$file" ]; then rm -f "$run_file"; fi

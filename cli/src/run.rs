@@ -91,10 +91,23 @@ pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
     })
 }
 
+/// A watermark for the summary, with how far it is behind the wall clock
+/// (Flink's watermark lag).
+fn watermark_text(watermark: Option<i64>, now_ms: i64) -> String {
+    match watermark {
+        None => "none".into(),
+        Some(i64::MAX) => "end of input".into(),
+        Some(w) => format!("{w} (lag {} ms)", now_ms.saturating_sub(w)),
+    }
+}
+
 /// The end-of-run summary printed by `sluice run`.
 pub fn summary(report: &RunReport) -> String {
     let s = &report.snapshot;
     let seconds = report.elapsed.as_secs_f64().max(1e-9);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -114,12 +127,7 @@ pub fn summary(report: &RunReport) -> String {
         text,
         "barriers {}, watermark {}, source backpressured {:.1} ms",
         s.barriers,
-        s.watermark
-            .map_or("none".to_string(), |w| if w == i64::MAX {
-                "end of input".into()
-            } else {
-                w.to_string()
-            }),
+        watermark_text(s.watermark, now_ms),
         s.source_backpressured_ns as f64 / 1e6
     );
     for (topic, partition, stats) in &s.source_partitions {
@@ -152,11 +160,13 @@ pub fn summary(report: &RunReport) -> String {
         if op.state_peak_bytes > 0 || op.watermark.is_some() {
             let _ = writeln!(
                 text,
-                "    state {} bytes ({} keys), peak {} bytes; watermark {}",
+                "    state {} bytes ({} keys), peak {} bytes, on disk {} bytes (peak {}); watermark {}",
                 op.state_bytes,
                 op.state_keys,
                 op.state_peak_bytes,
-                op.watermark.map_or("none".to_string(), |w| w.to_string())
+                op.state_disk_bytes,
+                op.state_disk_peak_bytes,
+                watermark_text(op.watermark, now_ms)
             );
         }
         for (name, value) in &op.plugin_counters {

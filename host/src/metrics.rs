@@ -43,14 +43,23 @@ pub struct OperatorMetrics {
     /// Keys in the operator's state (as last measured; an estimate for
     /// RocksDB).
     pub state_keys: AtomicU64,
+    /// Size of the operator's state on disk, bytes (as last measured).
+    pub state_disk_bytes: AtomicU64,
+    /// The largest on-disk size measured, bytes.
+    pub state_disk_peak_bytes: AtomicU64,
 }
 
 impl OperatorMetrics {
     /// Records a measurement of the operator's state.
-    pub fn set_state_usage(&self, bytes: u64, keys: u64) {
-        self.state_bytes.store(bytes, Ordering::Relaxed);
-        self.state_peak_bytes.fetch_max(bytes, Ordering::Relaxed);
-        self.state_keys.store(keys, Ordering::Relaxed);
+    pub fn set_state_usage(&self, usage: crate::state::StateUsage) {
+        self.state_bytes.store(usage.bytes, Ordering::Relaxed);
+        self.state_peak_bytes
+            .fetch_max(usage.bytes, Ordering::Relaxed);
+        self.state_keys.store(usage.keys, Ordering::Relaxed);
+        self.state_disk_bytes
+            .store(usage.disk_bytes, Ordering::Relaxed);
+        self.state_disk_peak_bytes
+            .fetch_max(usage.disk_bytes, Ordering::Relaxed);
     }
 
     /// New zeroed counters for operator `name`.
@@ -86,6 +95,8 @@ impl OperatorMetrics {
             state_bytes: load(&self.state_bytes),
             state_peak_bytes: load(&self.state_peak_bytes),
             state_keys: load(&self.state_keys),
+            state_disk_bytes: load(&self.state_disk_bytes),
+            state_disk_peak_bytes: load(&self.state_disk_peak_bytes),
             plugin_counters: self
                 .plugin_counters
                 .lock()
@@ -274,6 +285,10 @@ pub struct OperatorSnapshot {
     pub state_peak_bytes: u64,
     /// Keys in state.
     pub state_keys: u64,
+    /// State on disk, bytes.
+    pub state_disk_bytes: u64,
+    /// Largest state on disk measured, bytes.
+    pub state_disk_peak_bytes: u64,
     /// Plugin-reported counters.
     pub plugin_counters: BTreeMap<String, u64>,
 }

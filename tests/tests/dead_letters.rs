@@ -1,11 +1,12 @@
 //! Malformed records go to the dead-letter output with a reason, alone.
 
 use sluice_host::connectors::file::{FileSource, FileSourceOptions};
-use sluice_host::dataflow::{Collector, Operator, Source};
+use sluice_host::dataflow::{CheckpointBarrier, Collector, Operator, Source};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_host::runtime::PluginLimits;
 use sluice_host::{Record, SourcePosition};
 use sluice_tests::{operator, runtime, state_backend};
+use std::sync::atomic::Ordering;
 
 fn reason(record: &Record) -> String {
     String::from_utf8_lossy(
@@ -93,6 +94,17 @@ fn validate_dedup_dead_letters_each_bad_record_with_its_reason() {
             .header(h::PLUGIN)
             .is_some_and(|p| p.starts_with(b"validate-dedup@"))
     );
+    // The ids the plugin keeps in host state are measured at a barrier.
+    op.on_barrier(
+        &CheckpointBarrier {
+            id: 1,
+            timestamp_ms: 0,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let state_bytes = op.metrics().state_bytes.load(Ordering::Relaxed);
+    assert!(state_bytes > 0, "plugin state size not reported");
 }
 
 #[test]

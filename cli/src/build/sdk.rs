@@ -94,7 +94,8 @@ mod tests {
         assert_eq!(World::of_source(python), World::Aggregate);
         let js = "import { exportAggregate } from \"./sluice.js\";\nexport const aggregator = exportAggregate(Total);\n";
         assert_eq!(World::of_source(js), World::Aggregate);
-        let transform = "Transformer = sluice.export(Upper)\n# Aggregator = not bound in a comment\n";
+        let transform =
+            "Transformer = sluice.export(Upper)\n# Aggregator = not bound in a comment\n";
         assert_eq!(World::of_source(transform), World::Transform);
         assert_eq!(
             World::of_source("export const transformer = exportTransform(P);"),

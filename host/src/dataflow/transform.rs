@@ -49,6 +49,19 @@ impl TransformOperator {
         }
     }
 
+    /// Measures the plugin's keyed state for the metrics.
+    fn report_state_usage(&self) -> Result<(), DataflowError> {
+        let usage = self
+            .instance
+            .state_usage()
+            .map_err(|error| DataflowError::Operator {
+                name: self.name.clone(),
+                message: error.to_string(),
+            })?;
+        self.metrics.set_state_usage(usage);
+        Ok(())
+    }
+
     fn reinstantiate(&mut self) -> Result<(), DataflowError> {
         add(&self.metrics.reinstantiations, 1);
         self.instance
@@ -130,5 +143,17 @@ impl Operator for TransformOperator {
             }
         }
         Ok(())
+    }
+
+    fn on_barrier(
+        &mut self,
+        _barrier: &super::CheckpointBarrier,
+        _out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        self.report_state_usage()
+    }
+
+    fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
+        self.report_state_usage()
     }
 }

@@ -378,7 +378,7 @@ impl IntervalJoinOperator {
     /// Measures the state for the metrics.
     fn report_usage(&self) -> Result<(), DataflowError> {
         let usage = self.store.usage().map_err(|e| self.state_error(e))?;
-        self.metrics.set_state_usage(usage.bytes, usage.keys);
+        self.metrics.set_state_usage(usage);
         Ok(())
     }
 

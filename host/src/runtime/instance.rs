@@ -113,6 +113,11 @@ pub struct PluginInstance {
 }
 
 impl PluginInstance {
+    /// The size of the plugin's keyed state.
+    pub fn state_usage(&self) -> Result<crate::state::StateUsage, crate::state::StateError> {
+        self.state.usage()
+    }
+
     /// Instantiates `component` for the operator `scope`, whose state is
     /// `state_store` (opened for that scope), and calls its `init` with
     /// `config`.

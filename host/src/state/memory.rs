@@ -111,6 +111,7 @@ impl StateStore for MemoryStateStore {
                 .iter()
                 .map(|(k, v)| (k.len() + v.len()) as u64)
                 .sum(),
+            disk_bytes: 0,
         })
     }
 

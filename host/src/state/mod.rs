@@ -105,6 +105,9 @@ pub struct StateUsage {
     /// Bytes of keys plus values (for RocksDB: live data in SST files plus
     /// memtables).
     pub bytes: u64,
+    /// Bytes on disk (RocksDB: SST files of the operator's column family;
+    /// memtables not flushed yet are not on disk; 0 in memory).
+    pub disk_bytes: u64,
 }
 
 /// Who an operator belongs to: tenant, pipeline and operator name. It

@@ -239,6 +239,7 @@ impl StateStore for RocksStateStore {
             keys: property("rocksdb.estimate-num-keys")?,
             bytes: property("rocksdb.estimate-live-data-size")?
                 + property("rocksdb.cur-size-all-mem-tables")?,
+            disk_bytes: property("rocksdb.total-sst-files-size")?,
         })
     }
 

@@ -723,7 +723,7 @@ impl WindowOperator {
             self.store.write(writes).map_err(|e| self.state_error(e))?;
         }
         let usage = self.store.usage().map_err(|e| self.state_error(e))?;
-        self.metrics.set_state_usage(usage.bytes, usage.keys);
+        self.metrics.set_state_usage(usage);
         Ok(())
     }
 }
