@@ -49,11 +49,11 @@ impl TransformOperator {
         }
     }
 
-    /// Measures the plugin's keyed state for the metrics.
+    /// Flushes the plugin's keyed state and measures it for the metrics.
     fn report_state_usage(&self) -> Result<(), DataflowError> {
         let usage = self
             .instance
-            .state_usage()
+            .flush_state()
             .map_err(|error| DataflowError::Operator {
                 name: self.name.clone(),
                 message: error.to_string(),

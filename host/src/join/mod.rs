@@ -375,9 +375,12 @@ impl IntervalJoinOperator {
         self.store.write(writes).map_err(|e| self.state_error(e))
     }
 
-    /// Measures the state for the metrics.
+    /// Flushes the state to disk and measures it for the metrics.
     fn report_usage(&self) -> Result<(), DataflowError> {
-        let usage = self.store.usage().map_err(|e| self.state_error(e))?;
+        let usage = self
+            .store
+            .flush_and_measure()
+            .map_err(|e| self.state_error(e))?;
         self.metrics.set_state_usage(usage);
         Ok(())
     }

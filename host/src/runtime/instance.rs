@@ -113,9 +113,10 @@ pub struct PluginInstance {
 }
 
 impl PluginInstance {
-    /// The size of the plugin's keyed state.
-    pub fn state_usage(&self) -> Result<crate::state::StateUsage, crate::state::StateError> {
-        self.state.usage()
+    /// Flushes the plugin's keyed state to disk and measures it (at a
+    /// checkpoint barrier).
+    pub fn flush_state(&self) -> Result<crate::state::StateUsage, crate::state::StateError> {
+        self.state.flush_and_measure()
     }
 
     /// Instantiates `component` for the operator `scope`, whose state is

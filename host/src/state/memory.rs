@@ -115,6 +115,10 @@ impl StateStore for MemoryStateStore {
         })
     }
 
+    fn flush(&self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     fn compact(&self) -> Result<(), StateError> {
         if let Some(ttl) = &self.ttl {
             let now = (ttl.clock)();

@@ -95,6 +95,16 @@ pub trait StateStore: Send + Sync {
     /// Drops expired values and reclaims their space now (compaction does
     /// it in the background anyway).
     fn compact(&self) -> Result<(), StateError>;
+    /// Makes everything written so far durable (RocksDB: flushes the
+    /// column family's memtables to SST files; its write-ahead log is off,
+    /// so operators call this at each checkpoint barrier).
+    fn flush(&self) -> Result<(), StateError>;
+    /// [`StateStore::flush`], then [`StateStore::usage`]: what an operator
+    /// does at a checkpoint barrier.
+    fn flush_and_measure(&self) -> Result<StateUsage, StateError> {
+        self.flush()?;
+        self.usage()
+    }
 }
 
 /// Size of an operator's state.
@@ -205,6 +215,12 @@ impl ScopedState {
     /// Size of the state.
     pub fn usage(&self) -> Result<StateUsage, StateError> {
         self.store.usage()
+    }
+
+    /// Flushes the state to disk and measures it (at a checkpoint
+    /// barrier).
+    pub fn flush_and_measure(&self) -> Result<StateUsage, StateError> {
+        self.store.flush_and_measure()
     }
 }
 

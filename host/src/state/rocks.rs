@@ -243,6 +243,11 @@ impl StateStore for RocksStateStore {
         })
     }
 
+    fn flush(&self) -> Result<(), StateError> {
+        let cf = self.cf()?;
+        self.db.flush_cf(&cf).map_err(|e| self.error(e))
+    }
+
     fn compact(&self) -> Result<(), StateError> {
         let cf = self.cf()?;
         self.db.flush_cf(&cf).map_err(|e| self.error(e))?;

@@ -722,7 +722,10 @@ impl WindowOperator {
         if !writes.is_empty() {
             self.store.write(writes).map_err(|e| self.state_error(e))?;
         }
-        let usage = self.store.usage().map_err(|e| self.state_error(e))?;
+        let usage = self
+            .store
+            .flush_and_measure()
+            .map_err(|e| self.state_error(e))?;
         self.metrics.set_state_usage(usage);
         Ok(())
     }
