@@ -150,6 +150,16 @@ pub enum DataflowError {
     },
 }
 
+impl DataflowError {
+    /// A failure of the operator `name`.
+    pub fn operator(name: &str, message: impl std::fmt::Display) -> Self {
+        DataflowError::Operator {
+            name: name.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
 /// A step of the chain that turns batches into outputs.
 pub trait Operator: Send {
     /// The operator's name (unique within its pipeline).

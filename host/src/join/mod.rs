@@ -271,16 +271,14 @@ impl IntervalJoinOperator {
     /// directory).
     fn restore(&mut self) -> Result<(), StateError> {
         let mut restored = 0;
-        for group in self.options.key_groups.start..self.options.key_groups.end {
-            for (full, _) in self.store.scan(&group.to_be_bytes())? {
-                let Some((side, time, sequence)) = parse_buffer_key(&full) else {
-                    continue;
-                };
-                self.sequence = self.sequence.max(sequence);
-                self.count_buffered(&full, 1);
-                self.expiries.insert((self.expiry(side, time), full));
-                restored += 1;
-            }
+        for (full, _) in self.store.range_of_key_groups(self.options.key_groups)? {
+            let Some((side, time, sequence)) = parse_buffer_key(&full) else {
+                continue;
+            };
+            self.sequence = self.sequence.max(sequence);
+            self.count_buffered(&full, 1);
+            self.expiries.insert((self.expiry(side, time), full));
+            restored += 1;
         }
         if restored > 0 {
             self.metrics
@@ -290,10 +288,7 @@ impl IntervalJoinOperator {
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::Operator {
-            name: self.options.name.clone(),
-            message: error.to_string(),
-        }
+        DataflowError::operator(&self.options.name, error)
     }
 
     /// The last event time a record of `side` at `time` can still meet a

@@ -90,6 +90,14 @@ pub trait StateStore: Send + Sync {
     fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
         self.range(prefix, prefix_end(prefix).as_deref())
     }
+    /// Every live entry of the key groups `groups` (keyed state keys start
+    /// with their key group: one range read).
+    fn range_of_key_groups(
+        &self,
+        groups: key_group::KeyGroupRange,
+    ) -> Result<Vec<StateEntry>, StateError> {
+        self.range(&groups.start.to_be_bytes(), Some(&groups.end.to_be_bytes()))
+    }
     /// How much state there is (estimated for RocksDB).
     fn usage(&self) -> Result<StateUsage, StateError>;
     /// Drops expired values and reclaims their space now (compaction does

@@ -227,22 +227,19 @@ impl WindowOperator {
     /// state directory). Their states are read when first needed.
     fn restore(&mut self) -> Result<(), StateError> {
         let mut restored = 0;
-        for group in self.options.key_groups.start..self.options.key_groups.end {
-            for (full, value) in self.store.scan(&group.to_be_bytes())? {
-                let (Some((key, window)), Some(state)) =
-                    (parse_store_key(&full), decode_state(&value))
-                else {
-                    continue;
-                };
-                if state.emitted == 0 {
-                    self.fire_timers
-                        .insert((window.max_timestamp(), key.to_vec(), window));
-                }
-                self.cleanup_timers
-                    .insert((self.cleanup_time(&window), key.to_vec(), window));
-                *self.stored_only.entry(key.to_vec()).or_default() += 1;
-                restored += 1;
+        for (full, value) in self.store.range_of_key_groups(self.options.key_groups)? {
+            let (Some((key, window)), Some(state)) = (parse_store_key(&full), decode_state(&value))
+            else {
+                continue;
+            };
+            if state.emitted == 0 {
+                self.fire_timers
+                    .insert((window.max_timestamp(), key.to_vec(), window));
             }
+            self.cleanup_timers
+                .insert((self.cleanup_time(&window), key.to_vec(), window));
+            *self.stored_only.entry(key.to_vec()).or_default() += 1;
+            restored += 1;
         }
         if restored > 0 {
             self.metrics
@@ -252,17 +249,11 @@ impl WindowOperator {
     }
 
     fn aggregate_error(&self, error: AggregateError) -> DataflowError {
-        DataflowError::Operator {
-            name: self.options.name.clone(),
-            message: error.0,
-        }
+        DataflowError::operator(&self.options.name, error.0)
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::Operator {
-            name: self.options.name.clone(),
-            message: error.to_string(),
-        }
+        DataflowError::operator(&self.options.name, error)
     }
 
     /// The key of `record`, or why it has none.
@@ -306,21 +297,34 @@ impl WindowOperator {
         }
     }
 
-    /// Puts `state`, read from the store, into the cache.
-    fn cache_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
+    /// Puts `key`'s `window` state into the cache.
+    fn cache_insert(&mut self, key: &[u8], window: Window, state: WindowState) {
         let bytes = window_bytes(key, &state);
         let cached = self.cache.entry(key.to_vec()).or_default();
         cached.last_used = self.clock;
         cached.bytes += bytes;
         cached.windows.insert(window, state);
         self.cached_bytes += bytes;
-        self.metrics.add_plugin_counter("state_cache_loads", 1);
-        if let Some(count) = self.stored_only.get_mut(key) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.stored_only.remove(key);
-            }
+    }
+
+    /// Counts one of `key`'s windows as no longer only in the store;
+    /// whether it was.
+    fn unmark_stored_only(&mut self, key: &[u8]) -> bool {
+        let Some(count) = self.stored_only.get_mut(key) else {
+            return false;
+        };
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.stored_only.remove(key);
         }
+        true
+    }
+
+    /// Puts `state`, read from the store, into the cache.
+    fn cache_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
+        self.cache_insert(key, window, state);
+        self.metrics.add_plugin_counter("state_cache_loads", 1);
+        self.unmark_stored_only(key);
     }
 
     /// Brings `key`'s `window` into memory if it is only in the store.
@@ -395,12 +399,7 @@ impl WindowOperator {
                 dirty: true,
                 persisted: false,
             };
-            let bytes = window_bytes(key, &state);
-            let cached = self.cache.entry(key.to_vec()).or_default();
-            cached.last_used = self.clock;
-            cached.bytes += bytes;
-            cached.windows.insert(window, state);
-            self.cached_bytes += bytes;
+            self.cache_insert(key, window, state);
         }
         let name = &self.options.name;
         self.cache
@@ -463,16 +462,7 @@ impl WindowOperator {
         let stored = match &state {
             Some(state) => state.persisted,
             // Not in memory: only in the store, if anywhere.
-            None => match self.stored_only.get_mut(key) {
-                Some(count) => {
-                    *count = count.saturating_sub(1);
-                    if *count == 0 {
-                        self.stored_only.remove(key);
-                    }
-                    true
-                }
-                None => false,
-            },
+            None => self.unmark_stored_only(key),
         };
         if stored {
             self.store
