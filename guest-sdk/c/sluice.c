@@ -1,6 +1,6 @@
-/* Sluice plugin SDK for C: the `transformer` export on top of the
- * wit-bindgen bindings, host imports, buffers and a strict JSON parser.
- * See sluice.h. */
+/* Sluice plugin SDK for C: the `transformer` export (or, with
+ * SLUICE_AGGREGATE, the `aggregator` export) on top of the wit-bindgen
+ * bindings, host imports, buffers and a strict JSON parser. See sluice.h. */
 #include "sluice.h"
 
 #include <stdio.h>
@@ -67,7 +67,7 @@ static uint8_t *copy_bytes(const uint8_t *data, size_t len) {
   return copy;
 }
 
-static void string_from(transform_string_t *out, const char *text) {
+static void string_from(SLUICE_WORLD(string_t) *out, const char *text) {
   size_t len = strlen(text);
   out->ptr = copy_bytes((const uint8_t *)text, len);
   out->len = len;
@@ -78,7 +78,7 @@ static void string_from(transform_string_t *out, const char *text) {
 bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf *value) {
   size_t key_len = strlen(key);
   for (size_t i = 0; i < config->entries->len; i++) {
-    const transform_tuple2_string_string_t *entry = &config->entries->ptr[i];
+    const SLUICE_WORLD(tuple2_string_string_t) *entry = &config->entries->ptr[i];
     if (entry->f0.len == key_len && memcmp(entry->f0.ptr, key, key_len) == 0) {
       sluice_buf_clear(value);
       sluice_buf_push(value, entry->f1.ptr, entry->f1.len);
@@ -90,6 +90,22 @@ bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf 
   return false;
 }
 
+/* The record view handed to the plugin. */
+static sluice_record record_view(const sluice_plugin_types_input_record_t *input) {
+  sluice_record record = {
+      .value = input->value.ptr,
+      .value_len = input->value.len,
+      .has_key = input->key.is_some,
+      .key = input->key.is_some ? input->key.val.ptr : NULL,
+      .key_len = input->key.is_some ? input->key.val.len : 0,
+      .has_event_time = input->event_time.is_some,
+      .event_time = input->event_time.val,
+      .raw = input,
+  };
+  return record;
+}
+
+#if !defined(SLUICE_AGGREGATE)
 struct sluice_out {
   const sluice_plugin_types_input_record_t *input;
   sluice_plugin_types_emit_t *emits;
@@ -163,19 +179,21 @@ void sluice_fail(sluice_out *out, const char *format, ...) {
   buf_vprintf(&out->reason, format, args);
   va_end(args);
 }
+#endif
 
 /* ------------------------------------------------------------ host */
 
 void sluice_log(sluice_log_level level, const char *message) {
-  transform_string_t text = {(uint8_t *)message, strlen(message)};
+  SLUICE_WORLD(string_t) text = {(uint8_t *)message, strlen(message)};
   sluice_plugin_host_log((sluice_plugin_host_log_level_t)level, &text);
 }
 
 void sluice_counter_add(const char *name, uint64_t delta) {
-  transform_string_t text = {(uint8_t *)name, strlen(name)};
+  SLUICE_WORLD(string_t) text = {(uint8_t *)name, strlen(name)};
   sluice_plugin_host_counter_add(&text, delta);
 }
 
+#if !defined(SLUICE_AGGREGATE)
 bool sluice_state_get(const uint8_t *key, size_t key_len, sluice_buf *value) {
   transform_list_u8_t k = {(uint8_t *)key, key_len};
   transform_list_u8_t found;
@@ -196,21 +214,119 @@ void sluice_state_delete(const uint8_t *key, size_t key_len) {
   transform_list_u8_t k = {(uint8_t *)key, key_len};
   sluice_plugin_state_delete(&k);
 }
+#endif
 
 /* ------------------------------------------------------------ exports */
 
-bool exports_sluice_plugin_transformer_init(transform_list_tuple2_string_string_t *config,
-                                            transform_string_t *err) {
+/* Runs the plugin's init with `config`; on failure, its message in `err`. */
+static bool run_init(bool (*init)(const sluice_config *, sluice_buf *),
+                     SLUICE_WORLD(list_tuple2_string_string_t) *config, SLUICE_WORLD(string_t) *err) {
   sluice_config view = {config};
   sluice_buf error = {0};
-  bool ok = sluice_plugin_init(&view, &error);
+  bool ok = init(&view, &error);
   if (!ok) {
     sluice_buf_push_byte(&error, 0);
     string_from(err, (const char *)error.ptr);
   }
   sluice_buf_free(&error);
-  transform_list_tuple2_string_string_free(config);
+  SLUICE_WORLD(list_tuple2_string_string_free)(config);
   return ok;
+}
+
+#if defined(SLUICE_AGGREGATE)
+
+/* Hands `buf`'s bytes to the bindings as a list they will free. */
+static void list_from(aggregate_list_u8_t *list, sluice_buf *buf) {
+  list->ptr = buf->ptr ? buf->ptr : copy_bytes(NULL, 0);
+  list->len = buf->len;
+  buf->ptr = NULL;
+  buf->len = buf->cap = 0;
+}
+
+/* A copy of the host's accumulator bytes, or a new one if empty. */
+static void accumulator_from(sluice_buf *into, const aggregate_list_u8_t *stored) {
+  sluice_buf_clear(into);
+  if (stored->len == 0) {
+    sluice_aggregate_create(into);
+  } else {
+    sluice_buf_push(into, stored->ptr, stored->len);
+  }
+}
+
+bool exports_sluice_plugin_aggregator_init(aggregate_list_tuple2_string_string_t *config, aggregate_string_t *err) {
+  return run_init(sluice_aggregate_init, config, err);
+}
+
+void exports_sluice_plugin_aggregator_create(aggregate_list_u8_t *ret) {
+  sluice_buf accumulator = {0};
+  sluice_aggregate_create(&accumulator);
+  list_from(ret, &accumulator);
+}
+
+void exports_sluice_plugin_aggregator_add(aggregate_list_u8_t *accumulator,
+                                          exports_sluice_plugin_aggregator_list_input_record_t *records,
+                                          exports_sluice_plugin_aggregator_added_t *ret) {
+  sluice_buf current = {0};
+  sluice_buf before = {0};
+  sluice_buf reason = {0};
+  accumulator_from(&current, accumulator);
+  size_t rejected = 0;
+  ret->rejected.ptr = NULL;
+  for (size_t i = 0; i < records->len; i++) {
+    sluice_record record = record_view(&records->ptr[i]);
+    sluice_buf_clear(&before);
+    sluice_buf_push(&before, current.ptr, current.len);
+    sluice_buf_clear(&reason);
+    if (sluice_aggregate_add(&current, &record, &reason)) continue;
+    /* Rejected: the record does not count. */
+    sluice_buf_clear(&current);
+    sluice_buf_push(&current, before.ptr, before.len);
+    aggregate_tuple2_u32_string_t *grown =
+        realloc(ret->rejected.ptr, (rejected + 1) * sizeof *ret->rejected.ptr);
+    if (grown == NULL) abort();
+    ret->rejected.ptr = grown;
+    sluice_buf_push_byte(&reason, 0);
+    grown[rejected].f0 = (uint32_t)i;
+    string_from(&grown[rejected].f1, reason.len > 1 ? (const char *)reason.ptr : "rejected by the aggregate");
+    rejected++;
+  }
+  ret->rejected.len = rejected;
+  list_from(&ret->accumulator, &current);
+  sluice_buf_free(&before);
+  sluice_buf_free(&reason);
+  aggregate_list_u8_free(accumulator);
+  exports_sluice_plugin_aggregator_list_input_record_free(records);
+}
+
+void exports_sluice_plugin_aggregator_merge(aggregate_list_u8_t *a, aggregate_list_u8_t *b, aggregate_list_u8_t *ret) {
+  sluice_buf left = {0};
+  sluice_buf right = {0};
+  sluice_buf merged = {0};
+  accumulator_from(&left, a);
+  accumulator_from(&right, b);
+  sluice_aggregate_merge(left.ptr, left.len, right.ptr, right.len, &merged);
+  list_from(ret, &merged);
+  sluice_buf_free(&left);
+  sluice_buf_free(&right);
+  aggregate_list_u8_free(a);
+  aggregate_list_u8_free(b);
+}
+
+void exports_sluice_plugin_aggregator_finish(aggregate_list_u8_t *accumulator, aggregate_list_u8_t *ret) {
+  sluice_buf current = {0};
+  sluice_buf result = {0};
+  accumulator_from(&current, accumulator);
+  sluice_aggregate_finish(current.ptr, current.len, &result);
+  list_from(ret, &result);
+  sluice_buf_free(&current);
+  aggregate_list_u8_free(accumulator);
+}
+
+#else
+
+bool exports_sluice_plugin_transformer_init(transform_list_tuple2_string_string_t *config,
+                                            transform_string_t *err) {
+  return run_init(sluice_plugin_init, config, err);
 }
 
 void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_transformer_list_input_record_t *batch,
@@ -221,16 +337,7 @@ void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_trans
   sluice_out out = {0};
   for (size_t i = 0; i < batch->len; i++) {
     const sluice_plugin_types_input_record_t *input = &batch->ptr[i];
-    sluice_record record = {
-        .value = input->value.ptr,
-        .value_len = input->value.len,
-        .has_key = input->key.is_some,
-        .key = input->key.is_some ? input->key.val.ptr : NULL,
-        .key_len = input->key.is_some ? input->key.val.len : 0,
-        .has_event_time = input->event_time.is_some,
-        .event_time = input->event_time.val,
-        .raw = input,
-    };
+    sluice_record record = record_view(input);
     out.input = input;
     out.emits = NULL;
     out.count = out.cap = 0;
@@ -252,6 +359,8 @@ void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_trans
   sluice_buf_free(&out.reason);
   exports_sluice_plugin_transformer_list_input_record_free(batch);
 }
+
+#endif
 
 /* ------------------------------------------------------------ JSON */
 

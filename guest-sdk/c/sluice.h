@@ -12,10 +12,14 @@
  * sluice_dead_letter, or fails the record with sluice_fail (the record alone
  * goes to the dead-letter output with the reason).
  *
+ * A window aggregate instead starts with `#define SLUICE_AGGREGATE 1`
+ * (before including this header) and implements the sluice_aggregate_*
+ * functions at the end of this file.
+ *
  * `sluice plugin build` compiles the plugin with clang's wasm32-wasi target
- * against bindings generated from the WIT world `transform` (transform.h)
- * and this SDK, both embedded in the `sluice` binary. C plugins get no WASI:
- * use sluice_log rather than printf.
+ * against bindings generated from the WIT world `transform` (transform.h),
+ * or `aggregate` (aggregate.h), and this SDK, both embedded in the `sluice`
+ * binary. C plugins get no WASI: use sluice_log rather than printf.
  *
  * JSON: sluice_json_parse is strict (RFC 8259, UTF-8 validated, as the Rust
  * SDK) and keeps the exact text of numbers; sluice_json_write_string
@@ -30,7 +34,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(SLUICE_AGGREGATE)
+#include "aggregate.h"
+/* A world-level binding type: `aggregate_<name>`. */
+#define SLUICE_WORLD(name) aggregate_##name
+#else
 #include "transform.h"
+/* A world-level binding type: `transform_<name>`. */
+#define SLUICE_WORLD(name) transform_##name
+#endif
 
 /* ------------------------------------------------------------ buffers */
 
@@ -53,7 +65,7 @@ void sluice_buf_free(sluice_buf *buf);
 
 /* The operator's config table. */
 typedef struct sluice_config {
-  const transform_list_tuple2_string_string_t *entries;
+  const SLUICE_WORLD(list_tuple2_string_string_t) *entries;
 } sluice_config;
 
 /* The value of `key` copied into `value` (NUL-terminated); false if absent. */
@@ -72,6 +84,7 @@ typedef struct sluice_record {
   const sluice_plugin_types_input_record_t *raw;
 } sluice_record;
 
+#if !defined(SLUICE_AGGREGATE)
 /* What process emits for one record. */
 typedef struct sluice_out sluice_out;
 
@@ -86,6 +99,7 @@ void sluice_dead_letter(sluice_out *out, const char *reason);
 /* Fails the record: it goes to the dead-letter output with the formatted
  * reason, and anything emitted for it so far is discarded. */
 void sluice_fail(sluice_out *out, const char *format, ...);
+#endif
 
 /* ------------------------------------------------------------ host */
 
@@ -101,11 +115,14 @@ typedef enum {
 void sluice_log(sluice_log_level level, const char *message);
 /* Adds `delta` to the plugin counter `name` (shown in the run summary). */
 void sluice_counter_add(const char *name, uint64_t delta);
+#if !defined(SLUICE_AGGREGATE)
 /* Host-stored state scoped to this operator. get copies the value into
- * `value` and returns true if the key exists. */
+ * `value` and returns true if the key exists. (Aggregates have none: the
+ * host stores the accumulator.) */
 bool sluice_state_get(const uint8_t *key, size_t key_len, sluice_buf *value);
 void sluice_state_put(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
 void sluice_state_delete(const uint8_t *key, size_t key_len);
+#endif
 
 /* ------------------------------------------------------------ JSON */
 
@@ -169,8 +186,29 @@ void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len);
 
 /* ------------------------------------------------------------ plugin */
 
+#if defined(SLUICE_AGGREGATE)
+/* Implemented by an aggregate plugin. The accumulator is bytes of the
+ * plugin's choosing (e.g. a struct copied in), stored by the host per key
+ * and window; an empty one (length 0) is only ever what `create` wrote.
+ *
+ * init:   once, with the operator's config; false (with a message) stops
+ *         the pipeline at start-up.
+ * create: writes a new, empty accumulator.
+ * add:    adds one record (of the window's key, in arrival order) to
+ *         `accumulator`, in place; false with a reason dead-letters the
+ *         record, and the SDK puts the accumulator back as it was.
+ * merge:  writes the combination of two accumulators (sessions merge).
+ * finish: writes the window's result as JSON. */
+bool sluice_aggregate_init(const sluice_config *config, sluice_buf *error);
+void sluice_aggregate_create(sluice_buf *accumulator);
+bool sluice_aggregate_add(sluice_buf *accumulator, const sluice_record *record, sluice_buf *reason);
+void sluice_aggregate_merge(const uint8_t *a, size_t a_len, const uint8_t *b, size_t b_len,
+                            sluice_buf *merged);
+void sluice_aggregate_finish(const uint8_t *accumulator, size_t len, sluice_buf *result);
+#else
 /* Implemented by the plugin: see the top of this file. */
 bool sluice_plugin_init(const sluice_config *config, sluice_buf *error);
 void sluice_plugin_process(const sluice_record *record, sluice_out *out);
+#endif
 
 #endif

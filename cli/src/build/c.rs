@@ -1,8 +1,9 @@
 //! C plugins: `plugin.c` (plus any `.c` files beside it), compiled with
 //! clang's `wasm32-wasi` target.
 //!
-//! The bindings for the `transform` world are generated at build time with
-//! `wit-bindgen c` (as a library, so no extra tool is needed), next to the
+//! The bindings for the plugin's world (`transform`, or `aggregate` when
+//! `plugin.c` says `#define SLUICE_AGGREGATE 1`) are generated at build time
+//! with `wit-bindgen c` (as a library, so no extra tool is needed), next to the
 //! `sluice.h`/`sluice.c` SDK embedded in this binary; Debian's `wasi-libc`
 //! provides the C library. The core module is turned into a component with
 //! `wit-component`; only a module that calls WASI functions (e.g. `printf`)
@@ -19,14 +20,14 @@ fn clang() -> String {
     std::env::var("SLUICE_CLANG").unwrap_or_else(|_| "clang-19".to_string())
 }
 
-/// Writes the `wit-bindgen c` bindings of the `transform` world into `dir`
-/// (`transform.h`, `transform.c`, `transform_component_type.o`).
-pub fn generate_bindings(dir: &Path) -> Result<Vec<PathBuf>> {
+/// Writes the `wit-bindgen c` bindings of `world` into `dir` (e.g.
+/// `transform.h`, `transform.c`, `transform_component_type.o`).
+pub fn generate_bindings(dir: &Path, world: sdk::World) -> Result<Vec<PathBuf>> {
     let mut resolve = Resolve::default();
     let package = resolve
         .push_str("plugin.wit", sdk::WIT)
         .context("parsing the embedded WIT package")?;
-    let world = resolve.select_world(&[package], Some(sdk::World::Transform.name()))?;
+    let world = resolve.select_world(&[package], Some(world.name()))?;
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
         .build()
@@ -42,11 +43,17 @@ pub fn generate_bindings(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Builds the C plugin in `dir`; intermediate files go to `scratch`.
-pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Vec<u8>> {
+/// Builds the C plugin in `dir` for `world`; intermediate files go to
+/// `scratch`.
+pub(super) fn build(
+    dir: &Path,
+    scratch: &Path,
+    world: sdk::World,
+    progress: &Spinner,
+) -> Result<Vec<u8>> {
     progress.step("wit-bindgen c");
     let bindings_dir = scratch.join("bindings");
-    let bindings = generate_bindings(&bindings_dir)?;
+    let bindings = generate_bindings(&bindings_dir, world)?;
     sdk::write(&bindings_dir, "sluice.h", sdk::C_HEADER)?;
     let sdk_source = sdk::write(&bindings_dir, "sluice.c", sdk::C_SOURCE)?;
 
@@ -78,6 +85,11 @@ pub(super) fn build(dir: &Path, scratch: &Path, progress: &Spinner) -> Result<Ve
                 "-Wall",
                 "-Werror=implicit-function-declaration",
             ])
+            .args(match world {
+                // sluice.h includes the aggregate world's bindings.
+                sdk::World::Aggregate => &["-DSLUICE_AGGREGATE=1"][..],
+                sdk::World::Transform => &[],
+            })
             .arg("-I")
             .arg(&bindings_dir)
             .arg("-I")

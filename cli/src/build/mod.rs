@@ -156,8 +156,7 @@ pub fn build_plugin(dir: &Path, output: Option<&Path>, show_progress: bool) -> R
                 Language::JavaScript => {
                     javascript::build(dir, &scratch_dir(dir)?, world, &progress)
                 }
-                // The C SDK implements the transform world only.
-                Language::C => c::build(dir, &scratch_dir(dir)?, &progress),
+                Language::C => c::build(dir, &scratch_dir(dir)?, world, &progress),
                 Language::Rust => unreachable!("handled above"),
             };
             progress.finish();

@@ -29,7 +29,8 @@ impl World {
     /// The world of the plugin whose main source is `source`: `aggregate`
     /// if it binds the `aggregator` export, which the language's toolchain
     /// requires it to do by name (Python: a top-level `Aggregator = ...`
-    /// or `class Aggregator`; JavaScript: `export const aggregator`).
+    /// or `class Aggregator`; JavaScript: `export const aggregator`), or,
+    /// in C, says `#define SLUICE_AGGREGATE 1` before including `sluice.h`.
     pub fn of_source(source: &str) -> World {
         let binds_aggregator = source.lines().any(|line| {
             let line = line.trim_end();
@@ -38,6 +39,7 @@ impl World {
                 || line.starts_with("class Aggregator")
                 || line.starts_with("export const aggregator")
                 || line.starts_with("export let aggregator")
+                || line.starts_with("#define SLUICE_AGGREGATE")
         });
         if binds_aggregator {
             World::Aggregate
@@ -99,6 +101,12 @@ mod tests {
         assert_eq!(World::of_source(transform), World::Transform);
         assert_eq!(
             World::of_source("export const transformer = exportTransform(P);"),
+            World::Transform
+        );
+        let c = "#define SLUICE_AGGREGATE 1\n#include \"sluice.h\"\n";
+        assert_eq!(World::of_source(c), World::Aggregate);
+        assert_eq!(
+            World::of_source("#include \"sluice.h\"\n"),
             World::Transform
         );
     }
