@@ -446,3 +446,92 @@ fn two_keyed_stages_on_two_workers_align_barriers_and_report_backpressure() {
     );
     assert!(snapshot.exchange_backpressured_ns > 0);
 }
+
+/// Fails when it sees the record at `offset`.
+struct FailAt {
+    metrics: Arc<OperatorMetrics>,
+    offset: i64,
+}
+
+impl Operator for FailAt {
+    fn name(&self) -> &str {
+        "fail-at"
+    }
+    fn metrics(&self) -> &Arc<OperatorMetrics> {
+        &self.metrics
+    }
+    fn partitioner(&self) -> Option<Partitioner> {
+        Some(Arc::new(|record: &Record| {
+            Some(record.source.offset.to_be_bytes().to_vec())
+        }))
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<Record>,
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        if batch.iter().any(|r| r.source.offset == self.offset) {
+            return Err(DataflowError::operator("fail-at", "failed on purpose"));
+        }
+        out.main = batch;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_worker_in_the_last_stage_stops_every_thread_and_reports_why() {
+    // Small channels everywhere, so that upstream threads are blocked on
+    // full channels when the worker fails: they must all be released.
+    let mut stages = Vec::new();
+    for _ in 0..2 {
+        let workers: Vec<Vec<Box<dyn Operator>>> = (0..2)
+            .map(|_| {
+                vec![Box::new(FailAt {
+                    metrics: OperatorMetrics::new("fail-at"),
+                    // Only reached in the second stage: the first fails on
+                    // nothing (an offset the input does not have).
+                    offset: if stages.is_empty() { -1 } else { 5_000 },
+                }) as Box<dyn Operator>]
+            })
+            .collect();
+        let partitioner = workers[0][0].partitioner().unwrap();
+        stages.push(KeyedStage {
+            partitioner,
+            workers,
+        });
+    }
+    let parallel = ParallelChains {
+        head: Vec::new(),
+        stages,
+        max_parallelism: 128,
+        sinks: SinkSet {
+            main: Box::new(CountingSink(Arc::default())),
+            dead_letter: Box::new(CountingSink(Arc::default())),
+            side: BTreeMap::new(),
+        },
+        side_outputs: Vec::new(),
+        channel_capacity: 1,
+    };
+    let source = GeneratorSource::new(
+        "g",
+        GeneratorOptions {
+            profile: Profile::Payload,
+            count: Some(1_000_000),
+            ..GeneratorOptions::default()
+        },
+    );
+    let config = ExecutorConfig {
+        batch_size: 10,
+        channel_capacity: 1,
+        ..ExecutorConfig::default()
+    };
+    let error = run(
+        Box::new(source),
+        sluice_host::dataflow::Topology::Parallel(parallel),
+        config,
+        Arc::new(PipelineMetrics::default()),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect_err("the failure is reported");
+    assert!(error.to_string().contains("failed on purpose"), "{error}");
+}
