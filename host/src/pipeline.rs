@@ -261,6 +261,7 @@ fn build_operator(
             late_output: late_output(loaded, index)?,
             max_parallelism: config.pipeline.max_parallelism,
             key_groups: key_groups(loaded, worker),
+            cache_bytes: state_cache_bytes(loaded),
         };
         let join = IntervalJoinOperator::new(options, store, operator_metrics)
             .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
@@ -363,6 +364,16 @@ fn builtin_aggregate(
     )
 }
 
+/// The memory budget of one instance of a keyed operator: `state_cache_mb`
+/// split among the workers.
+fn state_cache_bytes(loaded: &LoadedConfig) -> usize {
+    let pipeline = &loaded.config.pipeline;
+    usize::try_from(
+        pipeline.state_cache_mb.saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
+    )
+    .unwrap_or(usize::MAX)
+}
+
 /// The key groups a keyed operator's instance for `worker` owns (all of
 /// them for the only instance).
 fn key_groups(loaded: &LoadedConfig, worker: Option<usize>) -> KeyGroupRange {
@@ -401,10 +412,7 @@ fn build_window_operator(
         late_output,
         max_parallelism: pipeline.max_parallelism,
         key_groups: key_groups(loaded, worker),
-        cache_bytes: usize::try_from(
-            pipeline.state_cache_mb.saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
-        )
-        .unwrap_or(usize::MAX),
+        cache_bytes: state_cache_bytes(loaded),
     };
     WindowOperator::new(options, aggregator, store, metrics).map_err(|error| {
         loaded

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::dataflow::{CheckpointBarrier, Collector, Operator};
 use sluice_host::join::{IntervalJoinOperator, IntervalJoinOptions, JoinSide, SideSelector};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::state::key_group::KeyGroupRange;
@@ -30,8 +30,13 @@ fn side(value: &str) -> JoinSide {
 }
 
 /// The join of orders and payments by customer over the operator state in
-/// `backend`.
-fn join_operator(lower: i64, upper: i64, backend: &dyn StateBackend) -> IntervalJoinOperator {
+/// `backend`, holding up to `cache_bytes` of new records in memory.
+fn join_operator(
+    lower: i64,
+    upper: i64,
+    backend: &dyn StateBackend,
+    cache_bytes: usize,
+) -> IntervalJoinOperator {
     let store = backend
         .open(&OperatorScope::new("t", "p", "join"), None)
         .unwrap();
@@ -45,6 +50,7 @@ fn join_operator(lower: i64, upper: i64, backend: &dyn StateBackend) -> Interval
             late_output: LateOutput::DeadLetter,
             max_parallelism: 128,
             key_groups: KeyGroupRange { start: 0, end: 128 },
+            cache_bytes,
         },
         store,
         OperatorMetrics::new("join"),
@@ -52,17 +58,47 @@ fn join_operator(lower: i64, upper: i64, backend: &dyn StateBackend) -> Interval
     .unwrap()
 }
 
-/// Feeds `events` in arrival order, `batch` per batch, each batch followed
+/// How a run feeds the join.
+#[derive(Debug, Clone, Copy)]
+struct Feeding {
+    /// Records per batch.
+    batch: usize,
+    /// A checkpoint barrier after every this many batches (0: none).
+    barrier_every: usize,
+    /// Memory for new records before they go to the store.
+    cache_bytes: usize,
+}
+
+const ONE_BY_ONE: Feeding = Feeding {
+    batch: 1,
+    barrier_every: 0,
+    cache_bytes: 0,
+};
+
+fn feedings() -> impl Strategy<Value = Feeding> {
+    (
+        1usize..6,
+        0usize..4,
+        prop::sample::select(vec![0, 200, usize::MAX]),
+    )
+        .prop_map(|(batch, barrier_every, cache_bytes)| Feeding {
+            batch,
+            barrier_every,
+            cache_bytes,
+        })
+}
+
+/// Feeds `events` in arrival order as `feeding` says, each batch followed
 /// by the source's watermark.
 fn feed(
     join: &mut IntervalJoinOperator,
     events: &[Event],
-    batch: usize,
+    feeding: Feeding,
     bound: i64,
     max_seen: &mut i64,
     out: &mut Collector,
 ) {
-    for chunk in events.chunks(batch.max(1)) {
+    for (index, chunk) in events.chunks(feeding.batch.max(1)).enumerate() {
         let records = chunk
             .iter()
             .map(|event| {
@@ -82,6 +118,13 @@ fn feed(
             .collect();
         join.process_batch(records, out).unwrap();
         join.on_watermark(*max_seen - bound - 1, out).unwrap();
+        if feeding.barrier_every > 0 && (index + 1) % feeding.barrier_every == 0 {
+            let barrier = CheckpointBarrier {
+                id: index as u64,
+                timestamp_ms: 0,
+            };
+            join.on_barrier(&barrier, out).unwrap();
+        }
     }
 }
 
@@ -108,7 +151,7 @@ fn joined(out: &Collector) -> (Vec<(u64, u64)>, Vec<u64>) {
     (pairs, late)
 }
 
-/// Runs the join over `events` in arrival order, `batch` per batch, then
+/// Runs the join over `events` in arrival order as `feeding` says, then
 /// ends the input; returns [`joined`]. Every buffered record must be gone
 /// from the store by then.
 fn run_join(
@@ -116,14 +159,15 @@ fn run_join(
     lower: i64,
     upper: i64,
     bound: i64,
-    batch: usize,
+    feeding: Feeding,
     backend: &dyn StateBackend,
 ) -> (Vec<(u64, u64)>, Vec<u64>) {
-    let mut join = join_operator(lower, upper, backend);
+    let mut join = join_operator(lower, upper, backend, feeding.cache_bytes);
     let mut out = Collector::default();
     let mut max_seen = i64::MIN;
-    feed(&mut join, events, batch, bound, &mut max_seen, &mut out);
+    feed(&mut join, events, feeding, bound, &mut max_seen, &mut out);
     join.on_watermark(i64::MAX, &mut out).unwrap();
+    join.finish(&mut out).unwrap();
     let store = backend
         .open(&OperatorScope::new("t", "p", "join"), None)
         .unwrap();
@@ -182,13 +226,13 @@ proptest! {
         lower in -20i64..10,
         width in 0i64..30,
         bound in 0i64..20,
-        batch in 1usize..6,
+        feeding in feedings(),
         items in prop::collection::vec((any::<bool>(), 0u8..4, 0i64..10, 0i64..20), 1..80),
     ) {
         let upper = lower + width;
         let events = in_bound_events(items, bound);
         let (pairs, late) =
-            run_join(&events, lower, upper, bound, batch, &MemoryStateBackend::default());
+            run_join(&events, lower, upper, bound, feeding, &MemoryStateBackend::default());
         prop_assert!(late.is_empty(), "late: {late:?}");
         prop_assert_eq!(pairs, brute_force(&events, lower, upper));
     }
@@ -200,6 +244,7 @@ proptest! {
         bound in 0i64..20,
         items in prop::collection::vec((any::<bool>(), 0u8..4, 0i64..10, 0i64..20), 1..80),
         split in 0.0f64..1.0,
+        feeding in feedings(),
     ) {
         let upper = lower + width;
         let events = in_bound_events(items, bound);
@@ -208,11 +253,13 @@ proptest! {
         let mut out = Collector::default();
         let mut max_seen = i64::MIN;
         {
-            let mut first = join_operator(lower, upper, &backend);
-            feed(&mut first, &events[..split], 1, bound, &mut max_seen, &mut out);
+            // The first run stops right after a checkpoint barrier.
+            let mut first = join_operator(lower, upper, &backend, feeding.cache_bytes);
+            feed(&mut first, &events[..split], feeding, bound, &mut max_seen, &mut out);
+            first.on_barrier(&CheckpointBarrier { id: 99, timestamp_ms: 0 }, &mut out).unwrap();
         }
-        let mut second = join_operator(lower, upper, &backend);
-        feed(&mut second, &events[split..], 1, bound, &mut max_seen, &mut out);
+        let mut second = join_operator(lower, upper, &backend, feeding.cache_bytes);
+        feed(&mut second, &events[split..], feeding, bound, &mut max_seen, &mut out);
         second.on_watermark(i64::MAX, &mut out).unwrap();
         let store = backend.open(&OperatorScope::new("t", "p", "join"), None).unwrap();
         prop_assert_eq!(
@@ -246,7 +293,7 @@ fn orders_and_payments_within_ten_minutes_on_rocksdb() {
         e(false, 1, 20 * minute, 7), // behind the watermark: late output
     ];
     let backend = RocksStateBackend::temporary().unwrap();
-    let (pairs, late) = run_join(&events, 0, 10 * minute, 0, 1, &backend);
+    let (pairs, late) = run_join(&events, 0, 10 * minute, 0, ONE_BY_ONE, &backend);
     assert_eq!(pairs, vec![(0, 1), (3, 5)]);
     assert_eq!(late, vec![7]);
 }

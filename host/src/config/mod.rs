@@ -115,9 +115,10 @@ pub struct PipelineSection {
     /// of the state; bounds parallelism).
     #[serde(default = "default_max_parallelism")]
     pub max_parallelism: u16,
-    /// Memory a keyed operator keeps its recently used window state in, MiB
-    /// (split among its workers). Beyond it, the least recently used keys'
-    /// state lives only in the state backend and is read back when needed.
+    /// Memory a keyed operator keeps state in, MiB (split among its
+    /// workers): windows of recently used keys, and join records not yet
+    /// written. Beyond it, state lives only in the state backend and is
+    /// read back when needed.
     #[serde(default = "default_state_cache_mb")]
     pub state_cache_mb: u64,
 }

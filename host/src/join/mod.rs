@@ -5,9 +5,11 @@
 //! payments made within 10 minutes of them: `lower = 0`, `upper = 600_000`).
 //! Both sides are buffered per key in the operator's state store (RocksDB
 //! by default), ordered by key and event time, so that a record's partners
-//! are one range read; a buffered record is deleted once the watermark
-//! guarantees that no partner for it can still arrive. Memory holds only
-//! the records of the batch being processed and, per buffered record, its
+//! are one range read; a buffered record is dropped once the watermark
+//! guarantees that no partner for it can still arrive. New records wait in
+//! memory until the next checkpoint barrier (or until they exceed the
+//! memory budget) before they are written: one that expires before then
+//! never touches the store. Memory also holds, per buffered record, its
 //! expiry (store key and time). At start-up, the expiries are rebuilt from
 //! the records the store already holds for the operator's key groups. A record at or behind the watermark could miss
 //! partners that were already dropped, so it goes to the late output with
@@ -75,6 +77,9 @@ pub struct IntervalJoinOptions {
     /// The key groups this instance owns (all unless the join runs in
     /// several workers): the buffered records it restores from the store.
     pub key_groups: KeyGroupRange,
+    /// How many bytes of new records may wait in memory for the next
+    /// barrier before they are written to the store.
+    pub cache_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -218,16 +223,18 @@ pub struct IntervalJoinOperator {
     topic: Arc<str>,
     watermark: i64,
     sequence: u64,
-    /// Records of the batch being processed, by store key: written to the
-    /// store at the end of the batch.
+    /// Records not written to the store yet, by store key: written at the
+    /// next barrier, or when they exceed `cache_bytes`.
     pending: BTreeMap<Vec<u8>, bytes::Bytes>,
+    /// Bytes of keys and values in `pending`.
+    pending_bytes: usize,
     /// Buffered records by the watermark that drops them: (expiry, store
     /// key).
     expiries: BTreeSet<(i64, Vec<u8>)>,
-    /// How many records are buffered per side and key (by
-    /// [`buffer_prefix`]): a record whose key has no partners buffered
-    /// skips the range read.
-    buffered: foldhash::HashMap<Vec<u8>, usize>,
+    /// How many records are in the store per side and key (by
+    /// [`buffer_prefix`]): a record whose key has no partners there skips
+    /// the range read.
+    stored: foldhash::HashMap<Vec<u8>, usize>,
 }
 
 impl IntervalJoinOperator {
@@ -259,8 +266,9 @@ impl IntervalJoinOperator {
             watermark: i64::MIN,
             sequence: 0,
             pending: BTreeMap::new(),
+            pending_bytes: 0,
             expiries: BTreeSet::new(),
-            buffered: foldhash::HashMap::default(),
+            stored: foldhash::HashMap::default(),
         };
         operator.restore()?;
         Ok(operator)
@@ -276,7 +284,7 @@ impl IntervalJoinOperator {
                 continue;
             };
             self.sequence = self.sequence.max(sequence);
-            self.count_buffered(&full, 1);
+            self.count_stored(&full, 1);
             self.expiries.insert((self.expiry(side, time), full));
             restored += 1;
         }
@@ -340,38 +348,43 @@ impl IntervalJoinOperator {
         );
     }
 
-    /// Adds `delta` to the count of buffered records with the side and key
+    /// Adds `delta` to the count of stored records with the side and key
     /// of store key `full`.
-    fn count_buffered(&mut self, full: &[u8], delta: isize) {
+    fn count_stored(&mut self, full: &[u8], delta: isize) {
         let prefix = &full[..full.len().saturating_sub(16)];
-        match self.buffered.get_mut(prefix) {
+        match self.stored.get_mut(prefix) {
             Some(count) => {
                 *count = count.saturating_add_signed(delta);
                 if *count == 0 {
-                    self.buffered.remove(prefix);
+                    self.stored.remove(prefix);
                 }
             }
             None if delta > 0 => {
-                self.buffered.insert(prefix.to_vec(), delta.unsigned_abs());
+                self.stored.insert(prefix.to_vec(), delta.unsigned_abs());
             }
             None => {}
         }
     }
 
-    /// Writes the batch's records to the store.
+    /// Writes the records waiting in memory to the store.
     fn write_pending(&mut self) -> Result<(), DataflowError> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let writes = std::mem::take(&mut self.pending)
-            .into_iter()
-            .map(|(key, value)| StateWrite::Put(key, value.to_vec()))
-            .collect();
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let mut writes = Vec::with_capacity(pending.len());
+        for (key, value) in pending {
+            self.count_stored(&key, 1);
+            writes.push(StateWrite::Put(key, value.to_vec()));
+        }
         self.store.write(writes).map_err(|e| self.state_error(e))
     }
 
-    /// Flushes the state to disk and measures it for the metrics.
-    fn report_usage(&self) -> Result<(), DataflowError> {
+    /// Writes the records waiting in memory, flushes the state to disk and
+    /// measures it for the metrics (at a barrier and at the end).
+    fn checkpoint_state(&mut self) -> Result<(), DataflowError> {
+        self.write_pending()?;
         let usage = self
             .store
             .flush_and_measure()
@@ -408,7 +421,7 @@ impl IntervalJoinOperator {
         let mut end = buffer_key(&partners_prefix, to, u64::MAX);
         end.push(0); // past the last sequence at `to`: the range includes it
         let mut partners: Vec<(Vec<u8>, bytes::Bytes)> = Vec::new();
-        if self.buffered.contains_key(&partners_prefix) {
+        if self.stored.contains_key(&partners_prefix) {
             partners = self
                 .store
                 .range(&start, Some(&end))
@@ -439,8 +452,8 @@ impl IntervalJoinOperator {
             time,
             self.sequence,
         );
-        self.count_buffered(&own, 1);
         self.expiries.insert((self.expiry(side, time), own.clone()));
+        self.pending_bytes += own.len() + record.value.len();
         self.pending.insert(own, record.value);
         Ok(())
     }
@@ -498,7 +511,10 @@ impl Operator for IntervalJoinOperator {
                 }
             }
         }
-        self.write_pending()
+        if self.pending_bytes > self.options.cache_bytes {
+            self.write_pending()?;
+        }
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {
@@ -512,8 +528,17 @@ impl Operator for IntervalJoinOperator {
                 break;
             }
             if let Some((_, full)) = self.expiries.pop_first() {
-                self.count_buffered(&full, -1);
-                deletes.push(StateWrite::Delete(full));
+                match self.pending.remove(&full) {
+                    // Never written: nothing to delete.
+                    Some(value) => {
+                        self.pending_bytes =
+                            self.pending_bytes.saturating_sub(full.len() + value.len());
+                    }
+                    None => {
+                        self.count_stored(&full, -1);
+                        deletes.push(StateWrite::Delete(full));
+                    }
+                }
             }
         }
         if !deletes.is_empty() {
@@ -527,10 +552,10 @@ impl Operator for IntervalJoinOperator {
         _barrier: &CheckpointBarrier,
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.report_usage()
+        self.checkpoint_state()
     }
 
     fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
-        self.report_usage()
+        self.checkpoint_state()
     }
 }
