@@ -82,7 +82,12 @@ pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>
                 Some(dir) => RocksStateBackend::open(&loaded.resolve_path(dir)),
                 None => RocksStateBackend::temporary(),
             };
-            Arc::new(opened.map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?)
+            let backend =
+                opened.map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+            backend
+                .claim_max_parallelism(pipeline.max_parallelism)
+                .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
+            Arc::new(backend)
         }
     };
     Ok(backend)

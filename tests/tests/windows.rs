@@ -606,3 +606,26 @@ fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
         );
     }
 }
+
+#[test]
+fn a_state_directory_keeps_its_number_of_key_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |max_parallelism: u16| {
+        let file = dir.path().join("pipeline.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[pipeline]\nname = \"p\"\nstate_dir = \"state\"\nmax_parallelism = {max_parallelism}\n\n[source.generator]\ncount = 1\n\n[sink]\nblackhole = {{}}\n"
+            ),
+        )
+        .unwrap();
+        let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
+        sluice_host::pipeline::open_state_backend(&loaded).map(drop)
+    };
+    open(128).expect("first use records 128 key groups");
+    open(128).expect("the same number again");
+    let error = open(256).expect_err("a different number is refused");
+    let text = error.to_string();
+    assert!(text.contains("pipeline.max_parallelism"), "{text}");
+    assert!(text.contains("128 key groups"), "{text}");
+}

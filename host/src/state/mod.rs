@@ -334,6 +334,40 @@ mod tests {
     }
 
     #[test]
+    fn state_with_a_ttl_survives_reopening_the_database_and_still_expires() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let now = Arc::new(AtomicI64::new(1_000));
+        let ttl = StateTtl {
+            ttl: Duration::from_millis(100),
+            clock: {
+                let now = now.clone();
+                Arc::new(move || now.load(Ordering::Relaxed))
+            },
+        };
+        {
+            let backend = RocksStateBackend::open(dir.path()).expect("open");
+            let store = backend
+                .open(&scope("t", "p", "dedup"), Some(ttl.clone()))
+                .expect("open store");
+            store.put(b"seen", b"1").expect("put");
+            store.flush().expect("flush");
+        }
+        let backend = RocksStateBackend::open(dir.path()).expect("reopen");
+        let store = backend
+            .open(&scope("t", "p", "dedup"), Some(ttl))
+            .expect("reopen store");
+        assert_eq!(store.get(b"seen").expect("get"), Some(b"1".to_vec()));
+        now.store(1_200, Ordering::Relaxed);
+        assert_eq!(store.get(b"seen").expect("get"), None, "expired");
+        store.compact().expect("compact");
+        assert_eq!(
+            store.usage().expect("usage").keys,
+            0,
+            "dropped by compaction"
+        );
+    }
+
+    #[test]
     fn expired_state_is_invisible_and_then_gone() {
         for (name, backend) in backends() {
             let now = Arc::new(AtomicI64::new(1_000));

@@ -18,10 +18,33 @@ use std::sync::Arc;
 
 type Db = DBWithThreadMode<MultiThreaded>;
 
+/// The TTL of one column family, set when its operator opens it and read
+/// by its compaction filter (`None`: values never expire).
+type TtlSlot = Arc<std::sync::RwLock<Option<StateTtl>>>;
+
+/// Column family options whose compaction filter drops values expired
+/// under the TTL in `slot`. Every column family gets one when it is created
+/// or the database is opened, so a TTL store keeps its data across restarts
+/// (RocksDB fixes a column family's filter when it is opened).
+fn column_family_options(slot: &TtlSlot) -> Options {
+    let mut options = Options::default();
+    let slot = slot.clone();
+    options.set_compaction_filter("sluice-ttl", move |_level, _key, value| {
+        let ttl = slot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*ttl {
+            Some(ttl) if super::ttl::is_expired(value, (ttl.clock)()) => Decision::Remove,
+            _ => Decision::Keep,
+        }
+    });
+    options
+}
+
 /// A RocksDB instance holding every operator's state.
 pub struct RocksStateBackend {
     db: Arc<Db>,
     path: PathBuf,
+    /// The TTL slot of every column family.
+    ttl_slots: std::sync::Mutex<std::collections::HashMap<String, TtlSlot>>,
     /// A directory removed when the backend is dropped.
     _temporary: Option<tempfile::TempDir>,
 }
@@ -51,14 +74,22 @@ impl RocksStateBackend {
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
         let existing = Db::list_cf(&options, dir).unwrap_or_default();
-        let descriptors = existing
-            .into_iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let mut ttl_slots = std::collections::HashMap::new();
+        let mut descriptors = Vec::new();
+        for name in existing {
+            let slot = TtlSlot::default();
+            descriptors.push(ColumnFamilyDescriptor::new(
+                name.clone(),
+                column_family_options(&slot),
+            ));
+            ttl_slots.insert(name, slot);
+        }
         let db = Db::open_cf_descriptors(&options, dir, descriptors)
             .map_err(|e| backend_error(dir, e))?;
         Ok(RocksStateBackend {
             db: Arc::new(db),
             path: dir.to_path_buf(),
+            ttl_slots: std::sync::Mutex::new(ttl_slots),
             _temporary: None,
         })
     }
@@ -78,6 +109,36 @@ impl RocksStateBackend {
     /// Where the database lives.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Records the number of key groups the state is split into on first
+    /// use, and refuses a different one later: keys are stored under their
+    /// key group, so changing it would file existing state under the wrong
+    /// groups.
+    pub fn claim_max_parallelism(&self, max_parallelism: u16) -> Result<(), StateError> {
+        const KEY: &[u8] = b"sluice.max_parallelism";
+        let stored = self.db.get(KEY).map_err(|e| backend_error(&self.path, e))?;
+        match stored {
+            None => self
+                .db
+                .put(KEY, max_parallelism.to_be_bytes())
+                .map_err(|e| backend_error(&self.path, e)),
+            Some(bytes) => {
+                let recorded = <[u8; 2]>::try_from(bytes.as_slice())
+                    .map(u16::from_be_bytes)
+                    .map_err(|_| backend_error(&self.path, "unreadable max_parallelism record"))?;
+                if recorded == max_parallelism {
+                    Ok(())
+                } else {
+                    Err(backend_error(
+                        &self.path,
+                        format!(
+                            "its state is split into {recorded} key groups (max_parallelism = {recorded}); it cannot change to {max_parallelism} for the life of the state"
+                        ),
+                    ))
+                }
+            }
+        }
     }
 }
 
@@ -104,25 +165,19 @@ impl StateBackend for RocksStateBackend {
             operator: scope.operator.clone(),
             message: format!("RocksDB column family `{name}`: {e}"),
         };
-        if let Some(ttl) = &ttl {
-            // A column family keeps the options it was created with; a TTL
-            // store needs its compaction filter, so it is always recreated.
-            if self.db.cf_handle(&name).is_some() {
-                self.db.drop_cf(&name).map_err(error)?;
-            }
-            let mut options = Options::default();
-            let clock = ttl.clock.clone();
-            options.set_compaction_filter("sluice-ttl", move |_level, _key, value| {
-                if super::ttl::is_expired(value, clock()) {
-                    Decision::Remove
-                } else {
-                    Decision::Keep
-                }
-            });
-            self.db.create_cf(&name, &options).map_err(error)?;
-        } else if self.db.cf_handle(&name).is_none() {
+        let slot = self
+            .ttl_slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(name.clone())
+            .or_default()
+            .clone();
+        *slot
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = ttl.clone();
+        if self.db.cf_handle(&name).is_none() {
             self.db
-                .create_cf(&name, &Options::default())
+                .create_cf(&name, &column_family_options(&slot))
                 .map_err(error)?;
         }
         let mut write_options = WriteOptions::default();
