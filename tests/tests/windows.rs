@@ -16,6 +16,7 @@ use serde_json::json;
 use sluice_host::dataflow::{CheckpointBarrier, Collector, Operator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
+use sluice_host::state::key_group::{self, KeyGroupRange};
 use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
 use sluice_host::window::{
     BuiltinAggregate, BuiltinFunction, LateOutput, Window, WindowOperator, WindowOperatorOptions,
@@ -74,6 +75,19 @@ fn window_operator(
     backend: &dyn StateBackend,
     cache_bytes: usize,
 ) -> WindowOperator {
+    window_operator_for(spec, lateness, backend, cache_bytes, 0, 1)
+}
+
+/// [`window_operator`] as worker `worker` of `workers`, owning its range of
+/// key groups.
+fn window_operator_for(
+    spec: WindowSpec,
+    lateness: i64,
+    backend: &dyn StateBackend,
+    cache_bytes: usize,
+    worker: usize,
+    workers: usize,
+) -> WindowOperator {
     let store = backend
         .open(&OperatorScope::new("t", "p", "window"), None)
         .unwrap();
@@ -82,6 +96,7 @@ fn window_operator(
     options.key_field = Some("k".into());
     options.late_output = LateOutput::DeadLetter;
     options.cache_bytes = cache_bytes;
+    options.key_groups = KeyGroupRange::for_worker(worker, workers, options.max_parallelism);
     let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
     WindowOperator::new(
         options,
@@ -328,9 +343,11 @@ proptest! {
         (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
         split in 0.0f64..1.0,
         cache_bytes in cache_sizes(),
+        workers_after in 1usize..4,
     ) {
         // The first run stops after a checkpoint barrier, part-way through;
-        // the second opens the same state and reads the rest.
+        // the second opens the same state and reads the rest, rescaled to
+        // `workers_after` workers that each restore their key groups.
         let backend = MemoryStateBackend::default();
         let split = (events.len() as f64 * split) as usize;
         let mut max_seen = i64::MIN;
@@ -340,10 +357,28 @@ proptest! {
             feed(&mut first, &events[..split], 0, bound, &mut max_seen, &mut first_out);
             first.on_barrier(&CheckpointBarrier { id: 1, timestamp_ms: 0 }, &mut first_out).unwrap();
         }
-        let mut second = window_operator(spec, 0, &backend, cache_bytes);
+        let mut workers: Vec<WindowOperator> = (0..workers_after)
+            .map(|worker| window_operator_for(spec, 0, &backend, cache_bytes, worker, workers_after))
+            .collect();
+        let partitioner = workers[0].partitioner().unwrap();
         let mut out = Collector::default();
-        feed(&mut second, &events[split..], split, bound, &mut max_seen, &mut out);
-        second.on_watermark(i64::MAX, &mut out).unwrap();
+        for (offset, event) in events[split..].iter().enumerate() {
+            let record = record(event, (split + offset) as i64);
+            let key = partitioner(&record).unwrap();
+            let worker = key_group::worker_for_key_group(
+                key_group::key_group(&key, 128),
+                workers_after,
+                128,
+            );
+            workers[worker].process_batch(vec![record], &mut out).unwrap();
+            max_seen = max_seen.max(event.time);
+            for operator in &mut workers {
+                operator.on_watermark(max_seen - bound - 1, &mut out).unwrap();
+            }
+        }
+        for operator in &mut workers {
+            operator.on_watermark(i64::MAX, &mut out).unwrap();
+        }
         let mut results = outcome(first_out).results;
         results.extend(outcome(out).results);
         let mut sorted = events.clone();
