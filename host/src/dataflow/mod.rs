@@ -4,10 +4,13 @@
 //! after another in the same thread (Flink's operator chaining) and end in
 //! sinks. Records travel in batches; control messages — watermarks and
 //! checkpoint barriers — travel in-band between batches ([`StreamElement`]),
-//! so every operator sees them in order with the data. The only channel is
-//! the bounded one between the source thread and the chain (an I/O boundary):
-//! when the chain falls behind, the source blocks (lossless backpressure) and
-//! the time it spends blocked is counted.
+//! so every operator sees them in order with the data. The source runs in
+//! its own thread, joined to the operators by a bounded channel: when they
+//! fall behind, the source blocks (lossless backpressure) and the time it
+//! spends blocked is counted. With `workers > 1`, keyed operators run in
+//! parallel stages behind key-by exchanges ([`parallel`]), whose threads
+//! combine their inputs in input gates (minimum watermark, aligned
+//! barriers).
 
 mod chain;
 mod executor;

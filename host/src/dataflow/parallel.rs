@@ -129,10 +129,7 @@ impl Sink for ForwardSink {
                 &self.merger,
                 ToMerger::Output(self.route.clone(), records.to_vec()),
             )
-            .map_err(|()| DataflowError::Operator {
-                name: "exchange".into(),
-                message: "the sinks have stopped".into(),
-            })
+            .map_err(|()| DataflowError::operator("exchange", "the sinks have stopped"))
     }
 
     fn flush(&mut self) -> Result<(), DataflowError> {
@@ -154,9 +151,8 @@ impl ExchangeSink {
     fn send(&self, worker: usize, element: StreamElement) -> Result<(), DataflowError> {
         self.backpressure
             .send(&self.workers[worker], element)
-            .map_err(|()| DataflowError::Operator {
-                name: "exchange".into(),
-                message: format!("worker {worker} has stopped"),
+            .map_err(|()| {
+                DataflowError::operator("exchange", format!("worker {worker} has stopped"))
             })
     }
 
@@ -297,10 +293,7 @@ impl Instance {
                 };
                 self.merger
                     .send(message)
-                    .map_err(|_| DataflowError::Operator {
-                        name: self.name.clone(),
-                        message: "the sinks have stopped".into(),
-                    })
+                    .map_err(|_| DataflowError::operator(&self.name, "the sinks have stopped"))
             }
         }
     }
@@ -310,9 +303,8 @@ impl Instance {
         std::thread::Builder::new()
             .name(format!("sluice-{name}"))
             .spawn(move || self.run())
-            .map_err(|error| DataflowError::Operator {
-                name: "exchange".into(),
-                message: format!("cannot start thread {name}: {error}"),
+            .map_err(|error| {
+                DataflowError::operator("exchange", format!("cannot start thread {name}: {error}"))
             })
     }
 }
@@ -520,10 +512,10 @@ fn merge(
             ToMerger::Failed(error) => return Err(error),
         }
     }
-    Err(DataflowError::Operator {
-        name: "exchange".into(),
-        message: "every worker stopped before the end of the input".into(),
-    })
+    Err(DataflowError::operator(
+        "exchange",
+        "every worker stopped before the end of the input",
+    ))
 }
 
 fn flush_all(sinks: &mut SinkSet) -> Result<(), DataflowError> {
