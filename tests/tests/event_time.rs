@@ -1,5 +1,5 @@
-//! Event time on a real Kafka source: per-partition watermarks and idle
-//! partitions.
+//! Event time on a real Kafka source: per-partition watermarks, idle
+//! partitions, and the windows they fire.
 
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -32,6 +32,7 @@ fn pipeline(topic: &str, idle_timeout: &str) -> String {
     format!(
         "[pipeline]\nname = \"idle\"\nbatch_size = 50\nmax_out_of_orderness_ms = 500\n{idle_timeout}\n\n\
          [source.kafka]\nbootstrap_servers = \"{}\"\ntopics = [\"{topic}\"]\ngroup_id = \"{}\"\nstart = \"earliest\"\npoll_timeout_ms = 100\nproperties = {{ \"session.timeout.ms\" = \"6000\" }}\n\n\
+         [[operators]]\nname = \"per-10s\"\nwindow = {{ tumbling_ms = 10_000 }}\naggregate = {{ function = \"count\" }}\n\n\
          [sink]\nblackhole = {{}}\n",
         bootstrap(),
         unique_topic("idle-group"),
@@ -40,21 +41,24 @@ fn pipeline(topic: &str, idle_timeout: &str) -> String {
 
 /// One partition of two carries all the data; the other is silent. With an
 /// idle timeout the silent partition stops holding the watermark back after
-/// the timeout; without one the watermark never moves (the failure mode the
-/// setting exists for).
+/// the timeout and the windows fire; without one the watermark never moves
+/// and no window fires (the failure mode the setting exists for).
 #[test]
 fn a_silent_partition_holds_the_watermark_back_until_idle() {
     let topic = unique_topic("idle");
     create_topic(&topic, 2);
     produce_to_partition(&topic, 0, 100);
 
+    // Records at 1 s .. 100 s: the windows ending at 10 s .. 90 s close
+    // once the watermark reaches 99_499 (100_000 minus the 500 ms bound,
+    // minus one); the one ending at 100 s stays open.
     let (_, snapshot) = run_pipeline_until(
         &pipeline(&topic, "idle_timeout_ms = 1000"),
         Duration::from_secs(60),
-        |s| s.watermark.is_some(),
+        |s| s.records_out >= 9,
     );
-    // Highest event time 100_000 minus the 500 ms bound, minus one.
     assert_eq!(snapshot.watermark, Some(99_499), "{snapshot:?}");
+    assert_eq!(snapshot.records_out, 9, "{snapshot:?}");
     // The silent partition is idle (by now the drained one may be too).
     assert!(snapshot.idle_splits >= 1, "{snapshot:?}");
 
@@ -72,4 +76,5 @@ fn a_silent_partition_holds_the_watermark_back_until_idle() {
     });
     assert_eq!(snapshot.records_in, 100);
     assert_eq!(snapshot.watermark, None, "{snapshot:?}");
+    assert_eq!(snapshot.records_out, 0, "no window fired: {snapshot:?}");
 }
