@@ -287,6 +287,11 @@ impl Operator for EpochTagger {
     }
 }
 
+/// Keys records by their source offset (spreads them over the workers).
+fn keyed_by_offset() -> Partitioner {
+    Arc::new(|record: &Record| Some(record.source.offset.to_be_bytes().to_vec()))
+}
+
 /// A keyed operator (keyed by offset) that checks every record arrives in
 /// the epoch it was tagged with: barriers were aligned across its inputs.
 /// Slow by `work` per batch, to backpressure what is upstream of it.
@@ -305,9 +310,7 @@ impl Operator for EpochChecker {
         &self.metrics
     }
     fn partitioner(&self) -> Option<Partitioner> {
-        Some(Arc::new(|record: &Record| {
-            Some(record.source.offset.to_be_bytes().to_vec())
-        }))
+        Some(keyed_by_offset())
     }
     fn process_batch(
         &mut self,
@@ -461,9 +464,7 @@ impl Operator for FailAt {
         &self.metrics
     }
     fn partitioner(&self) -> Option<Partitioner> {
-        Some(Arc::new(|record: &Record| {
-            Some(record.source.offset.to_be_bytes().to_vec())
-        }))
+        Some(keyed_by_offset())
     }
     fn process_batch(
         &mut self,
