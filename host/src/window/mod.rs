@@ -5,8 +5,10 @@
 //! * [`aggregate`]: how a window's records become its result — built-in
 //!   count / sum / min / max / avg over a field, or a plugin's
 //!   create / add / merge / finish over an accumulator the host stores.
-//! * [`WindowOperator`] keeps one accumulator per key and window in the
-//!   operator's state (RocksDB), fires a window when the watermark passes its
+//! * `states` keeps one accumulator per key and window in the operator's
+//!   store (RocksDB), with recently used keys' windows cached in memory.
+//! * [`WindowOperator`] assigns records to windows, fires a window when the
+//!   watermark passes its
 //!   end, keeps it `allowed_lateness` longer so that each late record within
 //!   it re-fires an updated result (marked `update: true` with a sequence
 //!   number), and sends records later than that to the late output with
@@ -19,6 +21,7 @@
 pub mod aggregate;
 pub mod fields;
 mod operator;
+mod states;
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};

@@ -3,13 +3,13 @@
 
 use super::aggregate::{AggregateError, Aggregator};
 use super::fields::{FieldPath, extract};
+use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
-use crate::state::{StateError, StateStore, StateWrite};
-use foldhash::HashMap;
+use crate::state::{StateError, StateStore};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -81,87 +81,6 @@ pub struct WindowResult {
     pub seq: u64,
 }
 
-/// One key's window state: the accumulator and how many results it has
-/// produced.
-#[derive(Debug, Clone)]
-struct WindowState {
-    accumulator: Vec<u8>,
-    /// Results emitted so far (the next result's `seq`).
-    emitted: u64,
-    /// Changed since it was last written to the store.
-    dirty: bool,
-    /// Written to the store at least once (so dropping it must delete it
-    /// there too).
-    persisted: bool,
-}
-
-/// The start of every store key of `key`'s windows.
-fn store_key_prefix(max_parallelism: u16, key: &[u8]) -> Vec<u8> {
-    let group = key_group::key_group(key, max_parallelism);
-    let mut prefix = Vec::with_capacity(2 + 4 + key.len());
-    prefix.extend_from_slice(&group.to_be_bytes());
-    prefix.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    prefix.extend_from_slice(key);
-    prefix
-}
-
-/// A window's key in the store: key group (so that key-group ranges are key
-/// ranges), key length, key, window start and end.
-fn store_key(max_parallelism: u16, key: &[u8], window: &Window) -> Vec<u8> {
-    let mut full = store_key_prefix(max_parallelism, key);
-    full.extend_from_slice(&window.start.to_be_bytes());
-    full.extend_from_slice(&window.end.to_be_bytes());
-    full
-}
-
-/// The key and window of a store key (`None`: not a window's key).
-fn parse_store_key(full: &[u8]) -> Option<(&[u8], Window)> {
-    let length = u32::from_be_bytes(full.get(2..6)?.try_into().ok()?) as usize;
-    let key = full.get(6..6 + length)?;
-    let rest = full.get(6 + length..)?;
-    if rest.len() != 16 {
-        return None;
-    }
-    let start = i64::from_be_bytes(rest[..8].try_into().ok()?);
-    let end = i64::from_be_bytes(rest[8..].try_into().ok()?);
-    Some((key, Window { start, end }))
-}
-
-/// A window state as stored: results emitted so far, then the accumulator.
-fn encode_state(state: &WindowState) -> Vec<u8> {
-    let mut value = Vec::with_capacity(8 + state.accumulator.len());
-    value.extend_from_slice(&state.emitted.to_le_bytes());
-    value.extend_from_slice(&state.accumulator);
-    value
-}
-
-/// A window state read back from the store (`None`: not a window state).
-fn decode_state(value: &[u8]) -> Option<WindowState> {
-    let emitted = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
-    Some(WindowState {
-        accumulator: value[8..].to_vec(),
-        emitted,
-        dirty: false,
-        persisted: true,
-    })
-}
-
-/// Approximate memory of one window's state, for the cache's budget.
-fn window_bytes(key: &[u8], state: &WindowState) -> usize {
-    const OVERHEAD: usize = 96;
-    OVERHEAD + key.len() + state.accumulator.len()
-}
-
-/// The windows of one key held in memory.
-#[derive(Debug, Default)]
-struct CachedKey {
-    windows: BTreeMap<Window, WindowState>,
-    /// The cache clock when the key was last used (for LRU eviction).
-    last_used: u64,
-    /// Approximate memory of the windows, as last measured.
-    bytes: usize,
-}
-
 /// Windowed aggregation on event time (see the module docs of
 /// [`crate::window`]).
 ///
@@ -175,19 +94,11 @@ pub struct WindowOperator {
     options: WindowOperatorOptions,
     key_path: Option<FieldPath>,
     aggregator: Box<dyn Aggregator>,
-    store: Arc<dyn StateStore>,
     metrics: Arc<OperatorMetrics>,
     topic: Arc<str>,
     watermark: i64,
-    /// Window states of recently used keys.
-    cache: HashMap<Vec<u8>, CachedKey>,
-    /// Approximate memory of `cache`, bytes.
-    cached_bytes: usize,
-    /// Advances once per batch and per watermark: the LRU clock.
-    clock: u64,
-    /// Per key, how many of its windows are only in the store (evicted, or
-    /// found there at start-up).
-    stored_only: HashMap<Vec<u8>, usize>,
+    /// Window states: in the store, recently used ones also in memory.
+    states: WindowStates,
     /// Windows not fired yet, by the time the watermark must pass.
     fire_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Windows with state, by the time their state is dropped.
@@ -203,18 +114,20 @@ impl WindowOperator {
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
     ) -> Result<Self, StateError> {
+        let states = WindowStates::new(
+            store,
+            metrics.clone(),
+            options.max_parallelism,
+            options.cache_bytes,
+        );
         let mut operator = WindowOperator {
             key_path: options.key_field.as_deref().map(FieldPath::parse),
             topic: Arc::from(options.name.as_str()),
             options,
             aggregator,
-            store,
             metrics,
             watermark: i64::MIN,
-            cache: HashMap::default(),
-            cached_bytes: 0,
-            clock: 0,
-            stored_only: HashMap::default(),
+            states,
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
         };
@@ -226,21 +139,21 @@ impl WindowOperator {
     /// instance's key groups (left there by an earlier run on the same
     /// state directory). Their states are read when first needed.
     fn restore(&mut self) -> Result<(), StateError> {
-        let mut restored = 0;
-        for (full, value) in self.store.range_of_key_groups(self.options.key_groups)? {
-            let (Some((key, window)), Some(state)) = (parse_store_key(&full), decode_state(&value))
-            else {
-                continue;
-            };
-            if state.emitted == 0 {
+        let restored = self.states.restore(self.options.key_groups)?;
+        for RestoredWindow {
+            key,
+            window,
+            emitted,
+        } in &restored
+        {
+            if *emitted == 0 {
                 self.fire_timers
-                    .insert((window.max_timestamp(), key.to_vec(), window));
+                    .insert((window.max_timestamp(), key.clone(), *window));
             }
             self.cleanup_timers
-                .insert((self.cleanup_time(&window), key.to_vec(), window));
-            *self.stored_only.entry(key.to_vec()).or_default() += 1;
-            restored += 1;
+                .insert((self.cleanup_time(window), key.clone(), *window));
         }
+        let restored = restored.len();
         if restored > 0 {
             self.metrics
                 .add_plugin_counter("windows_restored", restored as u64);
@@ -286,100 +199,12 @@ impl WindowOperator {
         self.cleanup_time(window) <= self.watermark
     }
 
-    /// Marks `key` as used now; whether it has windows in memory.
-    fn touch(&mut self, key: &[u8]) -> bool {
-        match self.cache.get_mut(key) {
-            Some(cached) => {
-                cached.last_used = self.clock;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Puts `key`'s `window` state into the cache.
-    fn cache_insert(&mut self, key: &[u8], window: Window, state: WindowState) {
-        let bytes = window_bytes(key, &state);
-        let cached = self.cache.entry(key.to_vec()).or_default();
-        cached.last_used = self.clock;
-        cached.bytes += bytes;
-        cached.windows.insert(window, state);
-        self.cached_bytes += bytes;
-    }
-
-    /// Counts one of `key`'s windows as no longer only in the store;
-    /// whether it was.
-    fn unmark_stored_only(&mut self, key: &[u8]) -> bool {
-        let Some(count) = self.stored_only.get_mut(key) else {
-            return false;
-        };
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            self.stored_only.remove(key);
-        }
-        true
-    }
-
-    /// Puts `state`, read from the store, into the cache.
-    fn cache_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
-        self.cache_insert(key, window, state);
-        self.metrics.add_plugin_counter("state_cache_loads", 1);
-        self.unmark_stored_only(key);
-    }
-
-    /// Brings `key`'s `window` into memory if it is only in the store.
-    fn load_window(&mut self, key: &[u8], window: Window) -> Result<(), DataflowError> {
-        if let Some(cached) = self.cache.get_mut(key) {
-            cached.last_used = self.clock;
-            if cached.windows.contains_key(&window) {
-                return Ok(());
-            }
-        }
-        if !self.stored_only.contains_key(key) {
-            return Ok(());
-        }
-        let full = store_key(self.options.max_parallelism, key, &window);
-        let stored = self.store.get(&full).map_err(|e| self.state_error(e))?;
-        if let Some(state) = stored.as_deref().and_then(decode_state) {
-            self.cache_loaded(key, window, state);
-        }
-        Ok(())
-    }
-
-    /// Brings all of `key`'s windows into memory (sessions merge with any of
-    /// them).
-    fn load_all_windows(&mut self, key: &[u8]) -> Result<(), DataflowError> {
-        self.touch(key);
-        if !self.stored_only.contains_key(key) {
-            return Ok(());
-        }
-        let entries = self
-            .store
-            .scan(&store_key_prefix(self.options.max_parallelism, key))
-            .map_err(|e| self.state_error(e))?;
-        for (full, value) in entries {
-            let Some((_, window)) = parse_store_key(&full) else {
-                continue;
-            };
-            let cached = self
-                .cache
-                .get(key)
-                .is_some_and(|cached| cached.windows.contains_key(&window));
-            if let (false, Some(state)) = (cached, decode_state(&value)) {
-                self.cache_loaded(key, window, state);
-            }
-        }
-        self.stored_only.remove(key);
-        Ok(())
-    }
-
     /// The state of `key`'s `window`, created if new.
     fn state_mut(&mut self, key: &[u8], window: Window) -> Result<&mut WindowState, DataflowError> {
-        self.load_window(key, window)?;
         let exists = self
-            .cache
-            .get(key)
-            .is_some_and(|cached| cached.windows.contains_key(&window));
+            .states
+            .contains(key, window)
+            .map_err(|e| self.state_error(e))?;
         if !exists {
             // A window already behind the watermark is fired by its records
             // as they come (see `add_to_window`), not by a timer.
@@ -393,44 +218,15 @@ impl WindowOperator {
                 .aggregator
                 .create()
                 .map_err(|e| self.aggregate_error(e))?;
-            let state = WindowState {
-                accumulator,
-                emitted: 0,
-                dirty: true,
-                persisted: false,
-            };
-            self.cache_insert(key, window, state);
+            self.states
+                .insert(key, window, WindowState::new(accumulator));
         }
         let name = &self.options.name;
-        self.cache
-            .get_mut(key)
-            .and_then(|cached| cached.windows.get_mut(&window))
-            .ok_or_else(|| DataflowError::Operator {
-                name: name.clone(),
-                message: "window state vanished".into(),
-            })
-    }
-
-    /// Replaces the accumulator of `key`'s `window` (whose previous one was
-    /// `previous_len` bytes long) and marks it changed.
-    fn put_accumulator(
-        &mut self,
-        key: &[u8],
-        window: Window,
-        accumulator: Vec<u8>,
-        previous_len: usize,
-    ) {
-        let Some(cached) = self.cache.get_mut(key) else {
-            return;
-        };
-        let Some(state) = cached.windows.get_mut(&window) else {
-            return;
-        };
-        let grown = accumulator.len();
-        state.accumulator = accumulator;
-        state.dirty = true;
-        cached.bytes = (cached.bytes + grown).saturating_sub(previous_len);
-        self.cached_bytes = (self.cached_bytes + grown).saturating_sub(previous_len);
+        match self.states.get_mut(key, window) {
+            Ok(Some(state)) => Ok(state),
+            Ok(None) => Err(DataflowError::operator(name, "window state vanished")),
+            Err(error) => Err(DataflowError::operator(name, error)),
+        }
     }
 
     /// Removes `key`'s `window` (state, timers, stored copy).
@@ -439,83 +235,13 @@ impl WindowOperator {
         key: &[u8],
         window: Window,
     ) -> Result<Option<WindowState>, DataflowError> {
-        let state = match self.cache.get_mut(key) {
-            Some(cached) => {
-                let state = cached.windows.remove(&window);
-                if let Some(state) = &state {
-                    let bytes = window_bytes(key, state);
-                    cached.bytes = cached.bytes.saturating_sub(bytes);
-                    self.cached_bytes = self.cached_bytes.saturating_sub(bytes);
-                }
-                if cached.windows.is_empty() {
-                    self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
-                    self.cache.remove(key);
-                }
-                state
-            }
-            None => None,
-        };
         self.fire_timers
             .remove(&(window.max_timestamp(), key.to_vec(), window));
         self.cleanup_timers
             .remove(&(self.cleanup_time(&window), key.to_vec(), window));
-        let stored = match &state {
-            Some(state) => state.persisted,
-            // Not in memory: only in the store, if anywhere.
-            None => self.unmark_stored_only(key),
-        };
-        if stored {
-            self.store
-                .delete(&store_key(self.options.max_parallelism, key, &window))
-                .map_err(|e| self.state_error(e))?;
-        }
-        Ok(state)
-    }
-
-    /// Evicts the least recently used keys, writing their changed windows to
-    /// the store, until the cache is down to 80 % of its budget.
-    fn evict_over_budget(&mut self) -> Result<(), DataflowError> {
-        if self.cached_bytes <= self.options.cache_bytes {
-            return Ok(());
-        }
-        let target = self.options.cache_bytes / 10 * 8;
-        let mut by_age: Vec<(u64, usize, &Vec<u8>)> = self
-            .cache
-            .iter()
-            .map(|(key, cached)| (cached.last_used, cached.bytes, key))
-            .collect();
-        by_age.sort_unstable_by_key(|(last_used, ..)| *last_used);
-        let mut remaining = self.cached_bytes;
-        let mut victims = Vec::new();
-        for (_, bytes, key) in by_age {
-            if remaining <= target {
-                break;
-            }
-            remaining = remaining.saturating_sub(bytes);
-            victims.push(key.clone());
-        }
-        let mut writes = Vec::new();
-        for key in victims {
-            let Some(cached) = self.cache.remove(&key) else {
-                continue;
-            };
-            for (window, state) in &cached.windows {
-                if state.dirty {
-                    writes.push(StateWrite::Put(
-                        store_key(self.options.max_parallelism, &key, window),
-                        encode_state(state),
-                    ));
-                }
-            }
-            self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
-            self.metrics
-                .add_plugin_counter("state_cache_evictions", cached.windows.len() as u64);
-            *self.stored_only.entry(key).or_default() += cached.windows.len();
-        }
-        if !writes.is_empty() {
-            self.store.write(writes).map_err(|e| self.state_error(e))?;
-        }
-        Ok(())
+        self.states
+            .remove(key, window)
+            .map_err(|e| self.state_error(e))
     }
 
     /// Emits the current result of `key`'s `window`.
@@ -525,18 +251,16 @@ impl WindowOperator {
         window: Window,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.load_window(key, window)?;
-        let Some(state) = self
-            .cache
-            .get_mut(key)
-            .and_then(|cached| cached.windows.get_mut(&window))
-        else {
-            return Ok(());
+        let name = &self.options.name;
+        let (seq, finished) = match self.states.get_mut(key, window) {
+            Ok(Some(state)) => {
+                let seq = state.emitted;
+                state.emitted += 1;
+                (seq, self.aggregator.finish(&state.accumulator))
+            }
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(DataflowError::operator(name, error)),
         };
-        let seq = state.emitted;
-        state.emitted += 1;
-        state.dirty = true;
-        let finished = self.aggregator.finish(&state.accumulator);
         let result = WindowResult {
             key: String::from_utf8_lossy(key).into_owned(),
             window_start: window.start,
@@ -603,11 +327,10 @@ impl WindowOperator {
         } else {
             vec![records]
         };
-        self.load_window(key, window)?;
         let created = !self
-            .cache
-            .get(key)
-            .is_some_and(|cached| cached.windows.contains_key(&window));
+            .states
+            .contains(key, window)
+            .map_err(|e| self.state_error(e))?;
         let mut accepted = 0;
         let mut offset = 0;
         for chunk in chunks {
@@ -615,7 +338,8 @@ impl WindowOperator {
             let mut accumulator = std::mem::take(&mut state.accumulator);
             let previous_len = accumulator.len();
             let added = self.aggregator.add(&mut accumulator, chunk);
-            self.put_accumulator(key, window, accumulator, previous_len);
+            self.states
+                .put_accumulator(key, window, accumulator, previous_len);
             let failed = added.map_err(|e| self.aggregate_error(e))?;
             let all_failed = failed.len() == chunk.len();
             accepted += chunk.len() - failed.len();
@@ -646,19 +370,13 @@ impl WindowOperator {
     ) -> Result<bool, DataflowError> {
         let time = record.event_time.unwrap_or_default();
         let mut merged = self.options.spec.assign(time)[0];
-        self.load_all_windows(key)?;
         let touching: Vec<Window> = self
-            .cache
-            .get(key)
-            .map(|cached| {
-                cached
-                    .windows
-                    .keys()
-                    .filter(|w| w.intersects(&merged))
-                    .copied()
-                    .collect()
-            })
-            .unwrap_or_default();
+            .states
+            .windows_of(key)
+            .map_err(|e| self.state_error(e))?
+            .into_iter()
+            .filter(|w| w.intersects(&merged))
+            .collect();
         for window in &touching {
             merged = merged.cover(window);
         }
@@ -683,7 +401,8 @@ impl WindowOperator {
         state.emitted = emitted;
         let previous_len = state.accumulator.len();
         if let Some(accumulator) = accumulator {
-            self.put_accumulator(key, merged, accumulator, previous_len);
+            self.states
+                .put_accumulator(key, merged, accumulator, previous_len);
         }
         if emitted > 0 {
             // A session that had fired became a new (larger) window: it is
@@ -695,27 +414,9 @@ impl WindowOperator {
         Ok(true)
     }
 
-    /// Writes changed window states to the store.
-    fn flush(&mut self) -> Result<(), DataflowError> {
-        let mut writes = Vec::new();
-        let dirty = self
-            .cache
-            .iter_mut()
-            .flat_map(|(key, cached)| cached.windows.iter_mut().map(move |(w, s)| (key, w, s)))
-            .filter(|(_, _, s)| s.dirty);
-        for (key, window, state) in dirty {
-            state.dirty = false;
-            state.persisted = true;
-            let full = store_key(self.options.max_parallelism, key, window);
-            writes.push(StateWrite::Put(full, encode_state(state)));
-        }
-        if !writes.is_empty() {
-            self.store.write(writes).map_err(|e| self.state_error(e))?;
-        }
-        let usage = self
-            .store
-            .flush_and_measure()
-            .map_err(|e| self.state_error(e))?;
+    /// Writes changed window states to the store and measures it.
+    fn write_back(&mut self) -> Result<(), DataflowError> {
+        let usage = self.states.write_back().map_err(|e| self.state_error(e))?;
         self.metrics.set_state_usage(usage);
         Ok(())
     }
@@ -754,7 +455,7 @@ impl Operator for WindowOperator {
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
         add(&self.metrics.records_in, batch.len() as u64);
-        self.clock += 1;
+        self.states.tick();
         let mut rejected: BTreeMap<usize, String> = BTreeMap::new();
         let mut late: BTreeSet<usize> = BTreeSet::new();
         let mut keys: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
@@ -820,7 +521,9 @@ impl Operator for WindowOperator {
                 self.dead_letter(record, &format!("cannot aggregate: {reason}"), out);
             }
         }
-        self.evict_over_budget()
+        self.states
+            .evict_over_budget()
+            .map_err(|e| self.state_error(e))
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), DataflowError> {
@@ -828,7 +531,7 @@ impl Operator for WindowOperator {
             return Ok(());
         }
         self.watermark = watermark;
-        self.clock += 1;
+        self.states.tick();
         while let Some((time, key, window)) = self.fire_timers.first().cloned() {
             if time > watermark {
                 break;
@@ -842,7 +545,9 @@ impl Operator for WindowOperator {
             }
             self.drop_window(&key, window)?;
         }
-        self.evict_over_budget()
+        self.states
+            .evict_over_budget()
+            .map_err(|e| self.state_error(e))
     }
 
     fn on_barrier(
@@ -850,10 +555,10 @@ impl Operator for WindowOperator {
         _barrier: &CheckpointBarrier,
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.flush()
+        self.write_back()
     }
 
     fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
-        self.flush()
+        self.write_back()
     }
 }

@@ -1,0 +1,418 @@
+//! Window states: one accumulator per key and window, kept in the
+//! operator's store (RocksDB by default), with the windows of recently used
+//! keys cached in memory.
+//!
+//! The cache is write-back: changes are written to the store at each
+//! checkpoint barrier ([`WindowStates::write_back`]) and when a key is
+//! evicted. Past its byte budget, the least recently used keys are evicted
+//! (down to 80 % of the budget). A window not in memory is read back with
+//! one point lookup when it is needed; [`WindowStates::windows_of`] (for
+//! sessions, which merge with any window of their key) reads all of a
+//! key's windows with one prefix scan. A window only in the store is
+//! removed with a blind delete.
+
+use super::Window;
+use crate::metrics::OperatorMetrics;
+use crate::state::key_group::{self, KeyGroupRange};
+use crate::state::{StateError, StateStore, StateUsage, StateWrite};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One key's window state: the accumulator and how many results it has
+/// produced.
+#[derive(Debug, Clone)]
+pub(super) struct WindowState {
+    /// The aggregate's accumulator.
+    pub(super) accumulator: Vec<u8>,
+    /// Results emitted so far (the next result's `seq`).
+    pub(super) emitted: u64,
+    /// Changed since it was last written to the store.
+    dirty: bool,
+    /// Written to the store at least once (so removing it must delete it
+    /// there too).
+    persisted: bool,
+}
+
+impl WindowState {
+    /// A new window's state around `accumulator`.
+    pub(super) fn new(accumulator: Vec<u8>) -> Self {
+        WindowState {
+            accumulator,
+            emitted: 0,
+            dirty: true,
+            persisted: false,
+        }
+    }
+}
+
+/// The start of every store key of `key`'s windows: key group (so that
+/// key-group ranges are key ranges), key length, key.
+fn store_key_prefix(max_parallelism: u16, key: &[u8]) -> Vec<u8> {
+    let group = key_group::key_group(key, max_parallelism);
+    let mut prefix = Vec::with_capacity(2 + 4 + key.len());
+    prefix.extend_from_slice(&group.to_be_bytes());
+    prefix.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    prefix.extend_from_slice(key);
+    prefix
+}
+
+/// A window's key in the store: its key's prefix, window start and end.
+fn store_key(max_parallelism: u16, key: &[u8], window: &Window) -> Vec<u8> {
+    let mut full = store_key_prefix(max_parallelism, key);
+    full.extend_from_slice(&window.start.to_be_bytes());
+    full.extend_from_slice(&window.end.to_be_bytes());
+    full
+}
+
+/// The key and window of a store key (`None`: not a window's key).
+fn parse_store_key(full: &[u8]) -> Option<(&[u8], Window)> {
+    let length = u32::from_be_bytes(full.get(2..6)?.try_into().ok()?) as usize;
+    let key = full.get(6..6 + length)?;
+    let rest = full.get(6 + length..)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let start = i64::from_be_bytes(rest[..8].try_into().ok()?);
+    let end = i64::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((key, Window { start, end }))
+}
+
+/// A window state as stored: results emitted so far, then the accumulator.
+fn encode_state(state: &WindowState) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + state.accumulator.len());
+    value.extend_from_slice(&state.emitted.to_le_bytes());
+    value.extend_from_slice(&state.accumulator);
+    value
+}
+
+/// A window state read back from the store (`None`: not a window state).
+fn decode_state(value: &[u8]) -> Option<WindowState> {
+    let emitted = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+    Some(WindowState {
+        accumulator: value[8..].to_vec(),
+        emitted,
+        dirty: false,
+        persisted: true,
+    })
+}
+
+/// Approximate memory of one window's state, for the cache's budget.
+fn window_bytes(key: &[u8], state: &WindowState) -> usize {
+    const OVERHEAD: usize = 96;
+    OVERHEAD + key.len() + state.accumulator.len()
+}
+
+/// The windows of one key held in memory.
+#[derive(Debug, Default)]
+struct CachedKey {
+    windows: BTreeMap<Window, WindowState>,
+    /// The cache clock when the key was last used (for LRU eviction).
+    last_used: u64,
+    /// Approximate memory of the windows.
+    bytes: usize,
+}
+
+/// A window found in the store at start-up.
+pub(super) struct RestoredWindow {
+    /// Its key.
+    pub(super) key: Vec<u8>,
+    /// The window.
+    pub(super) window: Window,
+    /// Results it had emitted (0: it has not fired yet).
+    pub(super) emitted: u64,
+}
+
+/// The window states of one operator instance (see the module docs).
+pub(super) struct WindowStates {
+    store: Arc<dyn StateStore>,
+    metrics: Arc<OperatorMetrics>,
+    max_parallelism: u16,
+    /// Memory budget of the cache, bytes.
+    budget: usize,
+    /// Window states of recently used keys.
+    cache: HashMap<Vec<u8>, CachedKey>,
+    /// Approximate memory of `cache`, bytes.
+    cached_bytes: usize,
+    /// Advanced by [`WindowStates::tick`]: the LRU clock.
+    clock: u64,
+    /// Per key, how many of its windows are only in the store (evicted, or
+    /// found there at start-up).
+    stored_only: HashMap<Vec<u8>, usize>,
+}
+
+impl WindowStates {
+    /// Window states in `store`, keyed under `max_parallelism` key groups,
+    /// caching up to `budget` bytes in memory.
+    pub(super) fn new(
+        store: Arc<dyn StateStore>,
+        metrics: Arc<OperatorMetrics>,
+        max_parallelism: u16,
+        budget: usize,
+    ) -> Self {
+        WindowStates {
+            store,
+            metrics,
+            max_parallelism,
+            budget,
+            cache: HashMap::default(),
+            cached_bytes: 0,
+            clock: 0,
+            stored_only: HashMap::default(),
+        }
+    }
+
+    /// The windows the store holds for the key groups `groups` (left there
+    /// by an earlier run on the same state directory). Their states stay in
+    /// the store until needed.
+    pub(super) fn restore(
+        &mut self,
+        groups: KeyGroupRange,
+    ) -> Result<Vec<RestoredWindow>, StateError> {
+        let mut restored = Vec::new();
+        for (full, value) in self.store.range_of_key_groups(groups)? {
+            let (Some((key, window)), Some(state)) = (parse_store_key(&full), decode_state(&value))
+            else {
+                continue;
+            };
+            *self.stored_only.entry(key.to_vec()).or_default() += 1;
+            restored.push(RestoredWindow {
+                key: key.to_vec(),
+                window,
+                emitted: state.emitted,
+            });
+        }
+        Ok(restored)
+    }
+
+    /// Advances the LRU clock (once per batch and per watermark).
+    pub(super) fn tick(&mut self) {
+        self.clock += 1;
+    }
+
+    /// Whether `key` has a `window` (read back into memory if it is only in
+    /// the store).
+    pub(super) fn contains(&mut self, key: &[u8], window: Window) -> Result<bool, StateError> {
+        if let Some(cached) = self.cache.get_mut(key) {
+            cached.last_used = self.clock;
+            if cached.windows.contains_key(&window) {
+                return Ok(true);
+            }
+        }
+        if !self.stored_only.contains_key(key) {
+            return Ok(false);
+        }
+        let stored = self
+            .store
+            .get(&store_key(self.max_parallelism, key, &window))?;
+        match stored.as_deref().and_then(decode_state) {
+            Some(state) => {
+                self.insert_loaded(key, window, state);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The state of `key`'s `window`, if it has one, to change: it is
+    /// marked as changed (written back at the next barrier).
+    pub(super) fn get_mut(
+        &mut self,
+        key: &[u8],
+        window: Window,
+    ) -> Result<Option<&mut WindowState>, StateError> {
+        if !self.contains(key, window)? {
+            return Ok(None);
+        }
+        let Some(state) = self
+            .cache
+            .get_mut(key)
+            .and_then(|cached| cached.windows.get_mut(&window))
+        else {
+            return Ok(None);
+        };
+        state.dirty = true;
+        Ok(Some(state))
+    }
+
+    /// Every window of `key` (all read into memory).
+    pub(super) fn windows_of(&mut self, key: &[u8]) -> Result<Vec<Window>, StateError> {
+        if self.stored_only.remove(key).is_some() {
+            let prefix = store_key_prefix(self.max_parallelism, key);
+            for (full, value) in self.store.scan(&prefix)? {
+                let Some((_, window)) = parse_store_key(&full) else {
+                    continue;
+                };
+                let cached = self
+                    .cache
+                    .get(key)
+                    .is_some_and(|cached| cached.windows.contains_key(&window));
+                if let (false, Some(state)) = (cached, decode_state(&value)) {
+                    self.insert(key, window, state);
+                    self.metrics.add_plugin_counter("state_cache_loads", 1);
+                }
+            }
+        }
+        Ok(match self.cache.get_mut(key) {
+            Some(cached) => {
+                cached.last_used = self.clock;
+                cached.windows.keys().copied().collect()
+            }
+            None => Vec::new(),
+        })
+    }
+
+    /// Puts `key`'s `window` state into memory.
+    pub(super) fn insert(&mut self, key: &[u8], window: Window, state: WindowState) {
+        let bytes = window_bytes(key, &state);
+        let cached = self.cache.entry(key.to_vec()).or_default();
+        cached.last_used = self.clock;
+        cached.bytes += bytes;
+        cached.windows.insert(window, state);
+        self.cached_bytes += bytes;
+    }
+
+    /// Puts a state read back from the store into memory.
+    fn insert_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
+        self.insert(key, window, state);
+        self.metrics.add_plugin_counter("state_cache_loads", 1);
+        self.unmark_stored_only(key);
+    }
+
+    /// Counts one of `key`'s windows as no longer only in the store;
+    /// whether it was.
+    fn unmark_stored_only(&mut self, key: &[u8]) -> bool {
+        let Some(count) = self.stored_only.get_mut(key) else {
+            return false;
+        };
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.stored_only.remove(key);
+        }
+        true
+    }
+
+    /// Replaces the accumulator of `key`'s `window` (in memory; its
+    /// previous one was `previous_len` bytes long) and marks it changed.
+    pub(super) fn put_accumulator(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        accumulator: Vec<u8>,
+        previous_len: usize,
+    ) {
+        let Some(cached) = self.cache.get_mut(key) else {
+            return;
+        };
+        let Some(state) = cached.windows.get_mut(&window) else {
+            return;
+        };
+        let grown = accumulator.len();
+        state.accumulator = accumulator;
+        state.dirty = true;
+        cached.bytes = (cached.bytes + grown).saturating_sub(previous_len);
+        self.cached_bytes = (self.cached_bytes + grown).saturating_sub(previous_len);
+    }
+
+    /// Removes `key`'s `window` from memory and the store; its state if it
+    /// was in memory.
+    pub(super) fn remove(
+        &mut self,
+        key: &[u8],
+        window: Window,
+    ) -> Result<Option<WindowState>, StateError> {
+        let state = match self.cache.get_mut(key) {
+            Some(cached) => {
+                let state = cached.windows.remove(&window);
+                if let Some(state) = &state {
+                    let bytes = window_bytes(key, state);
+                    cached.bytes = cached.bytes.saturating_sub(bytes);
+                    self.cached_bytes = self.cached_bytes.saturating_sub(bytes);
+                }
+                if cached.windows.is_empty() {
+                    self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
+                    self.cache.remove(key);
+                }
+                state
+            }
+            None => None,
+        };
+        let stored = match &state {
+            Some(state) => state.persisted,
+            // Not in memory: only in the store, if anywhere.
+            None => self.unmark_stored_only(key),
+        };
+        if stored {
+            self.store
+                .delete(&store_key(self.max_parallelism, key, &window))?;
+        }
+        Ok(state)
+    }
+
+    /// Evicts the least recently used keys, writing their changed windows to
+    /// the store, until the cache is down to 80 % of its budget.
+    pub(super) fn evict_over_budget(&mut self) -> Result<(), StateError> {
+        if self.cached_bytes <= self.budget {
+            return Ok(());
+        }
+        let target = self.budget / 10 * 8;
+        let mut by_age: Vec<(u64, usize, &Vec<u8>)> = self
+            .cache
+            .iter()
+            .map(|(key, cached)| (cached.last_used, cached.bytes, key))
+            .collect();
+        by_age.sort_unstable_by_key(|(last_used, ..)| *last_used);
+        let mut remaining = self.cached_bytes;
+        let mut victims = Vec::new();
+        for (_, bytes, key) in by_age {
+            if remaining <= target {
+                break;
+            }
+            remaining = remaining.saturating_sub(bytes);
+            victims.push(key.clone());
+        }
+        let mut writes = Vec::new();
+        for key in victims {
+            let Some(cached) = self.cache.remove(&key) else {
+                continue;
+            };
+            for (window, state) in &cached.windows {
+                if state.dirty {
+                    writes.push(StateWrite::Put(
+                        store_key(self.max_parallelism, &key, window),
+                        encode_state(state),
+                    ));
+                }
+            }
+            self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
+            self.metrics
+                .add_plugin_counter("state_cache_evictions", cached.windows.len() as u64);
+            *self.stored_only.entry(key).or_default() += cached.windows.len();
+        }
+        if !writes.is_empty() {
+            self.store.write(writes)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every changed window to the store, flushes it to disk and
+    /// measures it (at a checkpoint barrier and at the end).
+    pub(super) fn write_back(&mut self) -> Result<StateUsage, StateError> {
+        let mut writes = Vec::new();
+        let changed = self
+            .cache
+            .iter_mut()
+            .flat_map(|(key, cached)| cached.windows.iter_mut().map(move |(w, s)| (key, w, s)))
+            .filter(|(_, _, s)| s.dirty);
+        for (key, window, state) in changed {
+            state.dirty = false;
+            state.persisted = true;
+            let full = store_key(self.max_parallelism, key, window);
+            writes.push(StateWrite::Put(full, encode_state(state)));
+        }
+        if !writes.is_empty() {
+            self.store.write(writes)?;
+        }
+        self.store.flush_and_measure()
+    }
+}
