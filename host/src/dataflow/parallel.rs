@@ -13,7 +13,7 @@
 //! partition by key group). Between stages, a key-by exchange sends each
 //! record to the worker owning its key's key group; watermarks, barriers
 //! and the end of input go to every worker. A worker reads its inputs (one
-//! per upstream instance) through an [`InputGate`]: minimum watermark,
+//! per upstream instance) through an input gate: minimum watermark,
 //! aligned barriers. The merger writes what the stages emit to the sinks,
 //! takes the minimum of the last stage's watermarks, and acknowledges a
 //! checkpoint barrier once every last-stage worker has passed it.

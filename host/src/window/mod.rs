@@ -8,11 +8,10 @@
 //! * `states` keeps one accumulator per key and window in the operator's
 //!   store (RocksDB), with recently used keys' windows cached in memory.
 //! * [`WindowOperator`] assigns records to windows, fires a window when the
-//!   watermark passes its
-//!   end, keeps it `allowed_lateness` longer so that each late record within
-//!   it re-fires an updated result (marked `update: true` with a sequence
-//!   number), and sends records later than that to the late output with
-//!   `late_arrival = true`.
+//!   watermark passes its end, keeps it `allowed_lateness` longer so that
+//!   each late record within it re-fires an updated result (marked
+//!   `update: true` with a sequence number), and sends records later than
+//!   that to the late output with `late_arrival = true`.
 //!
 //! Times are milliseconds since the Unix epoch. A window `[start, end)`
 //! holds event times `start <= t < end`; its results carry event time
