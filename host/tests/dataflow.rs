@@ -287,6 +287,38 @@ impl Operator for EpochTagger {
     }
 }
 
+/// Two keyed stages of two workers each, running `make(stage, worker)`,
+/// behind `head`, into counting sinks (main output into `written`), with
+/// channels of one batch.
+fn two_by_two(
+    head: Vec<Box<dyn Operator>>,
+    written: Arc<Mutex<Vec<i64>>>,
+    mut make: impl FnMut(usize, usize) -> Box<dyn Operator>,
+) -> ParallelChains {
+    let stages = (0..2)
+        .map(|stage| {
+            let workers: Vec<Vec<Box<dyn Operator>>> =
+                (0..2).map(|worker| vec![make(stage, worker)]).collect();
+            KeyedStage {
+                partitioner: keyed_by_offset(),
+                workers,
+            }
+        })
+        .collect();
+    ParallelChains {
+        head,
+        stages,
+        max_parallelism: 128,
+        sinks: SinkSet {
+            main: Box::new(CountingSink(written)),
+            dead_letter: Box::new(CountingSink(Arc::default())),
+            side: BTreeMap::new(),
+        },
+        side_outputs: Vec::new(),
+        channel_capacity: 1,
+    }
+}
+
 /// Keys records by their source offset (spreads them over the workers).
 fn keyed_by_offset() -> Partitioner {
     Arc::new(|record: &Record| Some(record.source.offset.to_be_bytes().to_vec()))
@@ -346,45 +378,22 @@ fn two_keyed_stages_on_two_workers_align_barriers_and_report_backpressure() {
     let misplaced = Arc::new(Mutex::new(Vec::new()));
     let tagger_metrics = OperatorMetrics::new("tagger");
     let mut stage_metrics = Vec::new();
-    let mut stages = Vec::new();
-    for (stage, work) in [Duration::ZERO, Duration::from_micros(300)]
-        .into_iter()
-        .enumerate()
-    {
-        let workers: Vec<Vec<Box<dyn Operator>>> = (0..2)
-            .map(|worker| {
-                let metrics = OperatorMetrics::new(format!("checker{stage}#{worker}"));
-                stage_metrics.push((stage, metrics.clone()));
-                vec![Box::new(EpochChecker {
-                    metrics,
-                    barriers: 0,
-                    misplaced: misplaced.clone(),
-                    work,
-                }) as Box<dyn Operator>]
-            })
-            .collect();
-        let partitioner = workers[0][0].partitioner().unwrap();
-        stages.push(KeyedStage {
-            partitioner,
-            workers,
-        });
-    }
     let written = Arc::new(Mutex::new(Vec::new()));
-    let parallel = ParallelChains {
-        head: vec![Box::new(EpochTagger {
-            metrics: tagger_metrics.clone(),
+    let head: Vec<Box<dyn Operator>> = vec![Box::new(EpochTagger {
+        metrics: tagger_metrics.clone(),
+        barriers: 0,
+    })];
+    let parallel = two_by_two(head, written.clone(), |stage, worker| {
+        let metrics = OperatorMetrics::new(format!("checker{stage}#{worker}"));
+        stage_metrics.push((stage, metrics.clone()));
+        Box::new(EpochChecker {
+            metrics,
             barriers: 0,
-        })],
-        stages,
-        max_parallelism: 128,
-        sinks: SinkSet {
-            main: Box::new(CountingSink(written.clone())),
-            dead_letter: Box::new(CountingSink(Arc::default())),
-            side: BTreeMap::new(),
-        },
-        side_outputs: Vec::new(),
-        channel_capacity: 1,
-    };
+            misplaced: misplaced.clone(),
+            // The second stage is slow.
+            work: Duration::from_micros(300 * stage as u64),
+        })
+    });
     let metrics = Arc::new(PipelineMetrics::default());
     let source = GeneratorSource::new(
         "g",
@@ -483,36 +492,14 @@ impl Operator for FailAt {
 fn a_failing_worker_in_the_last_stage_stops_every_thread_and_reports_why() {
     // Small channels everywhere, so that upstream threads are blocked on
     // full channels when the worker fails: they must all be released.
-    let mut stages = Vec::new();
-    for _ in 0..2 {
-        let workers: Vec<Vec<Box<dyn Operator>>> = (0..2)
-            .map(|_| {
-                vec![Box::new(FailAt {
-                    metrics: OperatorMetrics::new("fail-at"),
-                    // Only reached in the second stage: the first fails on
-                    // nothing (an offset the input does not have).
-                    offset: if stages.is_empty() { -1 } else { 5_000 },
-                }) as Box<dyn Operator>]
-            })
-            .collect();
-        let partitioner = workers[0][0].partitioner().unwrap();
-        stages.push(KeyedStage {
-            partitioner,
-            workers,
-        });
-    }
-    let parallel = ParallelChains {
-        head: Vec::new(),
-        stages,
-        max_parallelism: 128,
-        sinks: SinkSet {
-            main: Box::new(CountingSink(Arc::default())),
-            dead_letter: Box::new(CountingSink(Arc::default())),
-            side: BTreeMap::new(),
-        },
-        side_outputs: Vec::new(),
-        channel_capacity: 1,
-    };
+    let parallel = two_by_two(Vec::new(), Arc::default(), |stage, _| {
+        Box::new(FailAt {
+            metrics: OperatorMetrics::new("fail-at"),
+            // Only the second stage fails; the first fails on nothing (an
+            // offset the input does not have).
+            offset: if stage == 0 { -1 } else { 5_000 },
+        })
+    });
     let source = GeneratorSource::new(
         "g",
         GeneratorOptions {
