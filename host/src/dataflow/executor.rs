@@ -5,7 +5,7 @@
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::metrics::{PipelineMetrics, add};
 use crate::time::{SplitWatermarks, WatermarkStrategy};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -264,19 +264,9 @@ impl SourceReader<'_> {
     /// Sends `element`, counting the time blocked on a full channel as
     /// backpressure. Returns `false` if the chain has gone away.
     fn send(&self, element: StreamElement) -> bool {
-        match self.sender.try_send(element) {
-            Ok(()) => true,
-            Err(TrySendError::Disconnected(_)) => false,
-            Err(TrySendError::Full(element)) => {
-                let blocked = Instant::now();
-                let sent = self.sender.send(element).is_ok();
-                add(
-                    &self.metrics.source_backpressured_ns,
-                    blocked.elapsed().as_nanos() as u64,
-                );
-                sent
-            }
-        }
+        super::send_timing_backpressure(self.sender, element, |ns| {
+            add(&self.metrics.source_backpressured_ns, ns)
+        })
     }
 }
 

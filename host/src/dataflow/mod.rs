@@ -153,6 +153,26 @@ pub enum DataflowError {
     },
 }
 
+/// Sends `message` on the bounded `channel`, blocking while it is full;
+/// the nanoseconds spent blocked (backpressure) go to `blocked`. `false`
+/// when the receiver has gone.
+pub(crate) fn send_timing_backpressure<T>(
+    channel: &crossbeam_channel::Sender<T>,
+    message: T,
+    blocked: impl FnOnce(u64),
+) -> bool {
+    match channel.try_send(message) {
+        Ok(()) => true,
+        Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+        Err(crossbeam_channel::TrySendError::Full(message)) => {
+            let started = std::time::Instant::now();
+            let sent = channel.send(message).is_ok();
+            blocked(started.elapsed().as_nanos() as u64);
+            sent
+        }
+    }
+}
+
 impl DataflowError {
     /// A failure of the operator `name`.
     pub fn operator(name: &str, message: impl std::fmt::Display) -> Self {

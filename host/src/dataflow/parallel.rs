@@ -24,15 +24,16 @@
 //! operators share their thread's).
 
 use super::input_gate::InputGate;
-use super::{DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement};
+use super::{
+    DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement, send_timing_backpressure,
+};
 use crate::metrics::{OperatorMetrics, PipelineMetrics, add};
 use crate::record::Record;
 use crate::state::key_group;
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 /// The key of a record at the key-by exchange (`None`: no key; such
 /// records go to worker 0, whose operator dead-letters them).
@@ -92,22 +93,15 @@ impl Backpressure {
     /// Sends `message` on `channel`, counting the time blocked on a full
     /// channel. `Err` when the receiver has gone.
     fn send<T>(&self, channel: &Sender<T>, message: T) -> Result<(), ()> {
-        match channel.try_send(message) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Disconnected(_)) => Err(()),
-            Err(TrySendError::Full(message)) => {
-                let blocked = Instant::now();
-                let sent = channel.send(message).map_err(|_| ());
-                let ns = blocked.elapsed().as_nanos() as u64;
-                for operator in &self.operators {
-                    add(&operator.backpressured_ns, ns);
-                }
-                if let Some(pipeline) = &self.pipeline {
-                    add(&pipeline.exchange_backpressured_ns, ns);
-                }
-                sent
+        let sent = send_timing_backpressure(channel, message, |ns| {
+            for operator in &self.operators {
+                add(&operator.backpressured_ns, ns);
             }
-        }
+            if let Some(pipeline) = &self.pipeline {
+                add(&pipeline.exchange_backpressured_ns, ns);
+            }
+        });
+        if sent { Ok(()) } else { Err(()) }
     }
 }
 

@@ -81,6 +81,25 @@ pub struct WindowResult {
     pub seq: u64,
 }
 
+/// The key of `record`: the value's field at `path`, or the record key
+/// (records without one share the empty key) when there is no path.
+/// `Ok(None)`: the field is missing; `Err`: the value cannot be read.
+fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, String> {
+    match path {
+        None => Ok(Some(
+            record
+                .key
+                .as_deref()
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default(),
+        )),
+        Some(path) => Ok(extract(&record.value, &[path])?
+            .pop()
+            .flatten()
+            .map(|value| value.key_bytes())),
+    }
+}
+
 /// Windowed aggregation on event time (see the module docs of
 /// [`crate::window`]).
 ///
@@ -171,20 +190,12 @@ impl WindowOperator {
 
     /// The key of `record`, or why it has none.
     fn key_of(&self, record: &Record) -> Result<Vec<u8>, String> {
-        match &self.key_path {
-            None => Ok(record
-                .key
-                .as_deref()
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default()),
-            Some(path) => match extract(&record.value, &[path])?.pop().flatten() {
-                Some(value) => Ok(value.key_bytes()),
-                None => Err(format!(
-                    "key field `{}` is missing",
-                    self.options.key_field.as_deref().unwrap_or_default()
-                )),
-            },
-        }
+        key_of(self.key_path.as_ref(), record)?.ok_or_else(|| {
+            format!(
+                "key field `{}` is missing",
+                self.options.key_field.as_deref().unwrap_or_default()
+            )
+        })
     }
 
     fn cleanup_time(&self, window: &Window) -> i64 {
@@ -429,19 +440,8 @@ impl Operator for WindowOperator {
 
     fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
         let path = self.key_path.clone();
-        Some(Arc::new(move |record: &Record| match &path {
-            None => Some(
-                record
-                    .key
-                    .as_deref()
-                    .map(<[u8]>::to_vec)
-                    .unwrap_or_default(),
-            ),
-            Some(path) => extract(&record.value, &[path])
-                .ok()?
-                .pop()
-                .flatten()
-                .map(|value| value.key_bytes()),
+        Some(Arc::new(move |record: &Record| {
+            key_of(path.as_ref(), record).ok().flatten()
         }))
     }
 
