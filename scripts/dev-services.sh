@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Development and CI services: a real single-node Apache Kafka broker (KRaft)
 # on 127.0.0.1:9092, assembled from Maven Central and run on the machine's
-# Java 17 (docs/adr/0004-real-kafka-broker.md).
+# Java 17 (docs/adr/0004-real-kafka-broker.md), and a real S3-compatible
+# server (moto, from PyPI, in its own virtualenv) on 127.0.0.1:9000 for
+# checkpoint storage.
 #
-#   scripts/dev-services.sh up       install if missing, start, wait until it answers
-#   scripts/dev-services.sh down     stop the broker this script started
+#   scripts/dev-services.sh up       install if missing, start, wait until they answer
+#   scripts/dev-services.sh down     stop what this script started
 #   scripts/dev-services.sh status   say whether it runs
 #   scripts/dev-services.sh restart  stop and start again, keeping the data
 #
@@ -21,6 +23,11 @@ DATA=${SLUICE_KAFKA_DATA:-/tmp/sluice-kafka}
 PORT=${SLUICE_KAFKA_PORT:-9092}
 CONTROLLER_PORT=$((PORT + 1))
 PIDFILE="$DATA/broker.pid"
+S3_PORT=${SLUICE_S3_PORT:-9000}
+S3_DATA=${SLUICE_S3_DATA:-/tmp/sluice-s3}
+S3_PIDFILE="$S3_DATA/moto.pid"
+MOTO_VERSION=5.2.5
+VENV="$CACHE/venv-moto-$MOTO_VERSION"
 
 java_cmd() {
   java -Xms256m -Xmx768m -XX:+UseG1GC \
@@ -47,7 +54,52 @@ answers() {
   (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && grep -q "Kafka Server started" "$DATA/broker.log" 2>/dev/null
 }
 
+s3_running() {
+  [ -f "$S3_PIDFILE" ] && kill -0 "$(cat "$S3_PIDFILE")" 2>/dev/null
+}
+
+s3_answers() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null
+}
+
+# The S3 server: moto's standalone server (in memory; every `up` starts empty).
+s3_up() {
+  if [ ! -x "$VENV/bin/moto_server" ]; then
+    echo "dev-services: installing moto[server]==$MOTO_VERSION into $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  fi
+  if s3_running; then
+    echo "dev-services: S3 already running (pid $(cat "$S3_PIDFILE")) on 127.0.0.1:$S3_PORT"
+    return
+  fi
+  rm -rf "$S3_DATA"
+  mkdir -p "$S3_DATA"
+  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$S3_DATA/moto.log" 2>&1 &
+  echo $! >"$S3_PIDFILE"
+  for _ in $(seq 1 120); do
+    if s3_answers; then
+      echo "dev-services: S3 (moto $MOTO_VERSION) up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
+      return
+    fi
+    if ! s3_running; then
+      echo "dev-services: moto exited during start-up:"; tail -n 20 "$S3_DATA/moto.log"; exit 1
+    fi
+    sleep 0.25
+  done
+  echo "dev-services: moto did not answer within 30 s"; exit 1
+}
+
+s3_down() {
+  if s3_running; then
+    kill "$(cat "$S3_PIDFILE")" 2>/dev/null || true
+    echo "dev-services: S3 stopped"
+  fi
+  rm -f "$S3_PIDFILE"
+}
+
 up() {
+  s3_up
   install
   if running; then
     echo "dev-services: Kafka already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"
@@ -114,11 +166,16 @@ restart() {
   if ! running; then
     echo "dev-services: Kafka not running; use up"; exit 1
   fi
-  down
+  kafka_down
   start_broker
 }
 
 down() {
+  s3_down
+  kafka_down
+}
+
+kafka_down() {
   if ! running; then
     echo "dev-services: Kafka not running"
     rm -f "$PIDFILE"
@@ -136,6 +193,11 @@ down() {
 }
 
 status() {
+  if s3_running && s3_answers; then
+    echo "dev-services: S3 up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
+  else
+    echo "dev-services: S3 down"
+  fi
   if running && answers; then
     echo "dev-services: Kafka up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"
   elif running; then

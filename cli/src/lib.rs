@@ -6,8 +6,10 @@
 //! * [`inspect`]: `sluice plugin inspect` — what a component is.
 //! * [`try_plugin`]: `sluice plugin test` — run a component on sample records.
 //! * [`run`]: `sluice run` — run a pipeline file with progress and summary.
+//! * [`checkpoints`]: `sluice checkpoints list|show` — a pipeline's checkpoints.
 
 pub mod build;
+pub mod checkpoints;
 pub mod inspect;
 pub mod run;
 pub mod scaffold;

@@ -2,7 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use sluice_cli::{build, inspect, run, scaffold, try_plugin};
+use sluice_cli::{build, checkpoints, inspect, run, scaffold, try_plugin};
+use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::connectors::file::FileFormat;
 use sluice_host::runtime::CallMode;
 use std::io::IsTerminal;
@@ -34,10 +35,40 @@ enum Command {
         /// Do not draw the live progress line.
         #[arg(long)]
         quiet: bool,
+        /// Start over: ignore existing checkpoints (and drop uncommitted output).
+        #[arg(long, conflicts_with = "from_checkpoint")]
+        fresh: bool,
+        /// Restore this checkpoint (an id, or a manifest's URI as
+        /// `sluice checkpoints list` prints it) instead of the latest.
+        #[arg(long, value_name = "ID|URI")]
+        from_checkpoint: Option<String>,
     },
+    /// List and show the checkpoints of a pipeline.
+    #[command(subcommand)]
+    Checkpoints(CheckpointsCommand),
     /// Build, scaffold, inspect and try plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum CheckpointsCommand {
+    /// Every retained checkpoint: id, time, state size, uploaded bytes,
+    /// duration, and which one a restart would use.
+    List {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One checkpoint's manifest.
+    Show {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Checkpoint id (default: the latest).
+        id: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -96,6 +127,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match execute(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,9 +140,28 @@ fn main() -> ExitCode {
 
 fn execute(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Run { pipeline, quiet } => {
-            let report = run::run_pipeline(&pipeline, !quiet && std::io::stderr().is_terminal())?;
+        Command::Run {
+            pipeline,
+            quiet,
+            fresh,
+            from_checkpoint,
+        } => {
+            let from = match (fresh, from_checkpoint) {
+                (true, _) => RestoreFrom::Fresh,
+                (false, Some(text)) => {
+                    RestoreFrom::Checkpoint(checkpoints::parse_checkpoint_ref(&text)?)
+                }
+                (false, None) => RestoreFrom::Latest,
+            };
+            let progress = !quiet && std::io::stderr().is_terminal();
+            let report = run::run_pipeline(&pipeline, progress, &from)?;
             eprint!("{}", run::summary(&report));
+        }
+        Command::Checkpoints(CheckpointsCommand::List { pipeline, json }) => {
+            print!("{}", checkpoints::list(&pipeline, json)?);
+        }
+        Command::Checkpoints(CheckpointsCommand::Show { pipeline, id }) => {
+            print!("{}", checkpoints::show(&pipeline, id)?);
         }
         Command::Plugin(PluginCommand::Build { dir, output }) => {
             let built =

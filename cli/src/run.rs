@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::config::LoadedConfig;
 use sluice_host::dataflow::RunOutcome;
 use sluice_host::metrics::PipelineSnapshot;
@@ -24,13 +25,17 @@ pub struct RunReport {
     pub elapsed: Duration,
 }
 
-/// Loads, builds and runs the pipeline in `file`. SIGINT and SIGTERM stop it
-/// cleanly (drain, flush, summary); `progress` draws a live line on stderr.
-pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
+/// Loads, builds and runs the pipeline in `file`, restoring `from` if it
+/// checkpoints. SIGINT and SIGTERM stop it cleanly (drain, flush, final
+/// checkpoint, summary); `progress` draws a live line on stderr.
+pub fn run_pipeline(file: &Path, progress: bool, from: &RestoreFrom) -> Result<RunReport> {
     let loaded = LoadedConfig::load(file)?;
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
-    let state = sluice_host::pipeline::open_state_backend(&loaded)?;
-    let pipeline = Pipeline::build(&loaded, &runtime, state, &crate::build::resolve_plugin)?;
+    let pipeline = Pipeline::open(&loaded, &runtime, &crate::build::resolve_plugin, from)?;
+    let restored = pipeline.restored_checkpoint();
+    if let Some(id) = restored {
+        eprintln!("restored checkpoint {id}");
+    }
     let metrics = pipeline.metrics();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -60,8 +65,21 @@ pub fn run_pipeline(file: &Path, progress: bool) -> Result<RunReport> {
                     .total_lag()
                     .map(|lag| format!(" lag {lag}"))
                     .unwrap_or_default();
+                let checkpoint = now
+                    .checkpoints
+                    .last()
+                    .map(|last| {
+                        format!(
+                            " | chk {} {:.0} ms, age {:.1} s",
+                            last.id,
+                            last.stats.total_ms,
+                            (sluice_host::checkpoint::now_ms() - last.completed_at_ms) as f64
+                                / 1000.0
+                        )
+                    })
+                    .unwrap_or_default();
                 bar.set_message(format!(
-                    "in {:>9.0}/s  out {:>9.0}/s  dlq {:>7.0}/s  | total in {} out {} dlq {}{lag}",
+                    "in {:>9.0}/s  out {:>9.0}/s  dlq {:>7.0}/s  | total in {} out {} dlq {}{lag}{checkpoint}",
                     rate(now.records_in, last.records_in),
                     rate(now.records_out, last.records_out),
                     rate(now.dead_letters, last.dead_letters),
@@ -130,6 +148,31 @@ pub fn summary(report: &RunReport) -> String {
         watermark_text(s.watermark, now_ms),
         s.source_backpressured_ns as f64 / 1e6
     );
+    let checkpoints = &s.checkpoints;
+    if checkpoints.completed + checkpoints.failed > 0 {
+        let _ = write!(
+            text,
+            "checkpoints {} completed, {} failed",
+            checkpoints.completed, checkpoints.failed
+        );
+        if let Some(last) = checkpoints.last() {
+            let st = &last.stats;
+            let _ = write!(
+                text,
+                "; last {}: {:.1} ms (sync {:.1} ms, alignment {:.1} ms, async {:.1} ms), state {} bytes, uploaded {} bytes in {} files, age {:.1} s",
+                last.id,
+                st.total_ms,
+                st.sync_ms,
+                st.alignment_ms,
+                st.async_ms,
+                st.state_bytes,
+                st.uploaded_bytes,
+                st.uploaded_files,
+                (now_ms - last.completed_at_ms) as f64 / 1000.0
+            );
+        }
+        let _ = writeln!(text);
+    }
     for (topic, partition, stats) in &s.source_partitions {
         let lag = stats
             .lag

@@ -1,7 +1,7 @@
 //! # sluice-host: the Sluice stream host
 //!
 //! The host owns what must be correct and fast: reading and writing records,
-//! event time, state and (later) checkpoints. User logic runs as sandboxed
+//! event time, state and checkpoints. User logic runs as sandboxed
 //! WebAssembly components called through the `sluice:plugin` WIT interfaces.
 //!
 //! Modules, in the order data flows:
@@ -12,10 +12,13 @@
 //! * [`runtime`]: the WebAssembly plugin runtime (one shared engine, compiled
 //!   component cache, pooling allocator, CPU deadlines, memory limits).
 //! * [`state`]: keyed state that plugins reach through the `state` interface.
+//! * [`checkpoint`]: consistent snapshots of state, source positions and
+//!   sink pre-commits, stored on a local disk or S3, and restores from them.
 //! * [`config`]: the pipeline file, with errors that name file, line and field.
 //! * [`pipeline`]: builds a runnable pipeline from its config.
 //! * [`metrics`]: counters shown by progress lines and run summaries.
 
+pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod dataflow;

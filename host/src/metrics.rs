@@ -185,6 +185,82 @@ pub struct PipelineMetrics {
     pub source_partitions: Arc<PartitionMetrics>,
     /// Records delivered per sink topic-partition (Kafka sinks).
     pub sink_partitions: Arc<PartitionMetrics>,
+    /// Checkpoints taken (when the pipeline checkpoints).
+    pub checkpoints: Arc<CheckpointMetrics>,
+}
+
+/// One completed checkpoint, as the progress line, the summary and the
+/// metrics endpoint report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointRecord {
+    /// Checkpoint id.
+    pub id: u64,
+    /// When it was published, ms since the Unix epoch.
+    pub completed_at_ms: i64,
+    /// Its figures.
+    pub stats: crate::checkpoint::CheckpointStats,
+}
+
+/// How many completed checkpoints [`CheckpointMetrics`] remembers.
+pub const CHECKPOINT_HISTORY: usize = 32;
+
+/// Counters of a pipeline's checkpoints.
+#[derive(Debug, Default)]
+pub struct CheckpointMetrics {
+    /// Checkpoints published.
+    pub completed: AtomicU64,
+    /// Checkpoints that failed (the pipeline then fails and restarts).
+    pub failed: AtomicU64,
+    /// The latest completed checkpoints, oldest first.
+    pub history: Mutex<std::collections::VecDeque<CheckpointRecord>>,
+}
+
+impl CheckpointMetrics {
+    /// Records a published checkpoint.
+    pub fn record(&self, record: CheckpointRecord) {
+        add(&self.completed, 1);
+        let mut history = self
+            .history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if history.len() == CHECKPOINT_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(record);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> CheckpointSnapshot {
+        CheckpointSnapshot {
+            completed: load(&self.completed),
+            failed: load(&self.failed),
+            history: self
+                .history
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .iter()
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// A copy of a pipeline's checkpoint counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CheckpointSnapshot {
+    /// Checkpoints published.
+    pub completed: u64,
+    /// Checkpoints failed.
+    pub failed: u64,
+    /// The latest completed checkpoints, oldest first.
+    pub history: Vec<CheckpointRecord>,
+}
+
+impl CheckpointSnapshot {
+    /// The latest completed checkpoint.
+    pub fn last(&self) -> Option<&CheckpointRecord> {
+        self.history.last()
+    }
 }
 
 impl Default for PipelineMetrics {
@@ -203,6 +279,7 @@ impl Default for PipelineMetrics {
             operators: Mutex::new(Vec::new()),
             source_partitions: Arc::default(),
             sink_partitions: Arc::default(),
+            checkpoints: Arc::default(),
         }
     }
 }
@@ -238,6 +315,7 @@ impl PipelineMetrics {
                 .collect(),
             source_partitions: self.source_partitions.snapshot(),
             sink_partitions: self.sink_partitions.snapshot(),
+            checkpoints: self.checkpoints.snapshot(),
         }
     }
 }
@@ -302,7 +380,7 @@ impl OperatorSnapshot {
 }
 
 /// A copy of a pipeline's counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PipelineSnapshot {
     /// Records read.
     pub records_in: u64,
@@ -330,6 +408,8 @@ pub struct PipelineSnapshot {
     pub source_partitions: Vec<(String, i32, PartitionStats)>,
     /// Sink topic-partitions: records delivered.
     pub sink_partitions: Vec<(String, i32, PartitionStats)>,
+    /// Checkpoints.
+    pub checkpoints: CheckpointSnapshot,
 }
 
 impl PipelineSnapshot {

@@ -1,14 +1,24 @@
 //! Builds a runnable pipeline from a loaded pipeline file.
 
+use crate::checkpoint::coordinator::CoordinatorParts;
+use crate::checkpoint::restore::CheckpointError;
+use crate::checkpoint::workdir::{WorkDir, new_open_id};
+use crate::checkpoint::{
+    CheckpointCoordinator, CheckpointMode, CheckpointSettings, CheckpointStore, RestoreFrom,
+    StorageLocation,
+};
 use crate::config::StateBackendKind;
 use crate::config::{
-    ConfigError, KafkaStart, LoadedConfig, SinkConfig, SourceConfig, ValueFormatName,
+    ConfigError, Delivery, KafkaStart, LoadedConfig, SinkConfig, SourceConfig, ValueFormatName,
 };
 use crate::connectors::blackhole::BlackholeSink;
-use crate::connectors::file::{FileSource, FileSourceOptions, JsonLinesSink, OutputFormat};
+use crate::connectors::file::{
+    ExactlyOnceFileSink, FileSource, FileSourceOptions, JsonLinesSink, OutputFormat,
+};
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
 use crate::connectors::kafka::{
-    KafkaSink, KafkaSinkOptions, KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat,
+    DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KafkaSink, KafkaSinkOptions, KafkaSource,
+    KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
 };
 use crate::dataflow::{
     DataflowError, ExecutorConfig, KeyedStage, Operator, OperatorChain, ParallelChains, RunOutcome,
@@ -41,6 +51,33 @@ pub enum PipelineError {
     /// The pipeline failed while running.
     #[error(transparent)]
     Dataflow(#[from] DataflowError),
+    /// Checkpoints could not be read, written or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+impl From<crate::checkpoint::StorageError> for PipelineError {
+    fn from(error: crate::checkpoint::StorageError) -> Self {
+        PipelineError::Checkpoint(CheckpointError::Storage(error))
+    }
+}
+
+/// How the sinks of a pipeline write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SinkMode {
+    /// No checkpoints: files are created afresh, barriers flush.
+    Plain,
+    /// Checkpoints at-least-once: files continue (`append`) after a
+    /// restore.
+    AtLeastOnce {
+        /// Whether a checkpoint will be restored.
+        append: bool,
+    },
+    /// Checkpoints exactly-once: sinks that can commit in two phases do.
+    ExactlyOnce {
+        /// This process's database open (names part files).
+        open_id: String,
+    },
 }
 
 /// Turns an operator's `plugin` path into a component file. The CLI's
@@ -69,7 +106,13 @@ pub struct Pipeline {
     executor: ExecutorConfig,
     metrics: Arc<PipelineMetrics>,
     /// Kept open (and, if temporary, on disk) while the pipeline lives.
-    _state: Arc<dyn StateBackend>,
+    state: Arc<dyn StateBackend>,
+    /// Set when the pipeline checkpoints.
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
+    /// The run's local directory (checkpointed pipelines), removed last.
+    workdir: Option<WorkDir>,
+    /// The checkpoint this run was restored from.
+    restored: Option<u64>,
 }
 
 /// Opens the state backend `loaded`'s `[pipeline]` section asks for.
@@ -94,16 +137,187 @@ pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>
 }
 
 impl Pipeline {
-    /// Builds the pipeline described by `loaded`: loads and instantiates its
-    /// plugins (calling their `init`), opens its source and sinks.
+    /// Opens the pipeline described by `loaded` as `sluice run` does: with
+    /// `[checkpoints]`, restores `from` (state, source position, sinks'
+    /// outputs) and checkpoints as it runs; without, builds it on the
+    /// state backend its `[pipeline]` section asks for.
+    pub fn open(
+        loaded: &LoadedConfig,
+        runtime: &PluginRuntime,
+        resolve_plugin: PluginResolver<'_>,
+        from: &RestoreFrom,
+    ) -> Result<Self, PipelineError> {
+        let Some(section) = &loaded.config.checkpoints else {
+            let state = open_state_backend(loaded)?;
+            return Self::build(loaded, runtime, state, resolve_plugin);
+        };
+        let pipeline = &loaded.config.pipeline;
+        let location = checkpoint_location(loaded)?;
+        let storage = crate::checkpoint::open_storage(
+            &location,
+            &section.s3,
+            &pipeline.tenant,
+            &pipeline.name,
+        )?;
+        let store = CheckpointStore::new(storage.clone());
+        let aborted = storage.abort_incomplete_uploads()?;
+        if aborted > 0 {
+            tracing::info!(aborted, "aborted uploads a crash left incomplete");
+        }
+        // Fence first: from here on no earlier process can publish, so
+        // what is chosen below stays the latest.
+        let open_id = new_open_id();
+        let fence = store.fence(&pipeline.tenant, &pipeline.name, &open_id)?;
+        let metrics = Arc::new(PipelineMetrics::default());
+        let mode = match section.mode {
+            CheckpointMode::ExactlyOnce => SinkMode::ExactlyOnce {
+                open_id: open_id.clone(),
+            },
+            CheckpointMode::AtLeastOnce => SinkMode::AtLeastOnce {
+                append: *from != RestoreFrom::Fresh && !store.completed()?.is_empty(),
+            },
+        };
+        let sinks = build_sinks(loaded, &metrics, &mode)?;
+        let committers = sinks.committers();
+        let restored = store.choose(from, &committers)?;
+        if let Some(manifest) = &restored
+            && manifest.max_parallelism != pipeline.max_parallelism
+        {
+            return Err(loaded
+                .error_at(
+                    "pipeline.max_parallelism",
+                    format!(
+                        "checkpoint {} splits state into {} key groups; it cannot change to {}",
+                        manifest.id, manifest.max_parallelism, pipeline.max_parallelism
+                    ),
+                )
+                .into());
+        }
+
+        // A fresh local directory; the state comes from the checkpoint alone.
+        let root = match &pipeline.state_dir {
+            Some(dir) => loaded.resolve_path(dir),
+            None => std::env::temp_dir().join("sluice-state"),
+        };
+        let workdir =
+            WorkDir::create(&root, &pipeline.tenant, &pipeline.name, &open_id).map_err(|e| {
+                loaded.error_at(
+                    "pipeline.state_dir",
+                    format!(
+                        "cannot create a state directory under {}: {e}",
+                        root.display()
+                    ),
+                )
+            })?;
+        if let Some(manifest) = &restored {
+            crate::checkpoint::snapshot::download(
+                storage.as_ref(),
+                &manifest.state,
+                &workdir.db(),
+            )?;
+        }
+        let backend = RocksStateBackend::open(&workdir.db())
+            .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+        backend
+            .claim_max_parallelism(pipeline.max_parallelism)
+            .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
+        let backend = Arc::new(backend);
+
+        let mut built = Self::assemble(
+            loaded,
+            runtime,
+            backend.clone(),
+            resolve_plugin,
+            metrics.clone(),
+            sinks,
+        )?;
+        if let Some(manifest) = &restored {
+            built
+                .source
+                .restore_position(&manifest.source["position"])?;
+            built.executor.restored_watermarks = Some(manifest.source["watermarks"].clone());
+        }
+        for committer in &committers {
+            let restored_commit = restored.as_ref().map(|manifest| {
+                (
+                    manifest.id,
+                    manifest
+                        .sinks
+                        .get(committer.name())
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            });
+            committer
+                .restore(restored_commit.as_ref().map(|(id, c)| (*id, c)))
+                .map_err(|e| CheckpointError::Other(e.to_string()))?;
+        }
+        if let Some(manifest) = &restored {
+            tracing::info!(
+                checkpoint = manifest.id,
+                storage = %storage.describe(),
+                "restored"
+            );
+        }
+        let settings = CheckpointSettings {
+            storage,
+            interval: Duration::from_millis(section.interval_ms),
+            timeout: Duration::from_millis(section.timeout_ms),
+            retained: section.retained,
+            mode: section.mode,
+            tenant: pipeline.tenant.clone(),
+            pipeline: pipeline.name.clone(),
+            max_parallelism: pipeline.max_parallelism,
+            workers: pipeline.workers,
+        };
+        built.executor.barrier_interval = Some(settings.interval);
+        built.restored = restored.as_ref().map(|m| m.id);
+        built.checkpoints = Some(CheckpointCoordinator::new(
+            settings,
+            CoordinatorParts {
+                store,
+                backend,
+                snapshots_dir: workdir.snapshots(),
+                open_id,
+                first_id: fence + 1,
+                restored,
+                committers,
+                metrics: metrics.checkpoints.clone(),
+            },
+        ));
+        built.workdir = Some(workdir);
+        Ok(built)
+    }
+
+    /// Builds the pipeline described by `loaded` on `state`, without
+    /// checkpoints: loads and instantiates its plugins (calling their
+    /// `init`), opens its source and sinks.
     pub fn build(
         loaded: &LoadedConfig,
         runtime: &PluginRuntime,
         state: Arc<dyn StateBackend>,
         resolve_plugin: PluginResolver<'_>,
     ) -> Result<Self, PipelineError> {
-        let config = &loaded.config;
         let metrics = Arc::new(PipelineMetrics::default());
+        let sinks = build_sinks(loaded, &metrics, &SinkMode::Plain)?;
+        Self::assemble(loaded, runtime, state, resolve_plugin, metrics, sinks)
+    }
+
+    /// The checkpoint this run restored, if any.
+    pub fn restored_checkpoint(&self) -> Option<u64> {
+        self.restored
+    }
+
+    /// Builds source, operators and topology around `sinks`.
+    fn assemble(
+        loaded: &LoadedConfig,
+        runtime: &PluginRuntime,
+        state: Arc<dyn StateBackend>,
+        resolve_plugin: PluginResolver<'_>,
+        metrics: Arc<PipelineMetrics>,
+        sinks: SinkSet,
+    ) -> Result<Self, PipelineError> {
+        let config = &loaded.config;
         let source = build_source(loaded, &metrics)?;
 
         let build = |index: usize, worker: Option<usize>| {
@@ -150,30 +364,6 @@ impl Pipeline {
             }
         }
 
-        let mut side = BTreeMap::new();
-        for (name, sink) in &config.side_outputs {
-            side.insert(
-                name.clone(),
-                build_sink(
-                    loaded,
-                    &metrics,
-                    &format!("side_outputs.{name}"),
-                    sink,
-                    OutputFormat::Value,
-                )?,
-            );
-        }
-        let sinks = SinkSet {
-            main: build_sink(loaded, &metrics, "sink", &config.sink, OutputFormat::Value)?,
-            dead_letter: build_sink(
-                loaded,
-                &metrics,
-                "dead_letter",
-                &config.dead_letter,
-                OutputFormat::Record,
-            )?,
-            side,
-        };
         let executor = ExecutorConfig {
             batch_size: config.pipeline.batch_size,
             channel_capacity: config.pipeline.channel_capacity,
@@ -185,6 +375,7 @@ impl Pipeline {
             },
             barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
                 .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
+            restored_watermarks: None,
         };
         let topology = if stages.is_empty() {
             Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))
@@ -204,7 +395,10 @@ impl Pipeline {
             topology,
             executor,
             metrics,
-            _state: state,
+            state,
+            checkpoints: None,
+            workdir: None,
+            restored: None,
         })
     }
 
@@ -213,15 +407,24 @@ impl Pipeline {
         self.metrics.clone()
     }
 
-    /// Runs until the input ends or `stop` is set.
+    /// Runs until the input ends or `stop` is set (a clean stop takes a
+    /// final checkpoint).
     pub fn run(self, stop: Arc<AtomicBool>) -> Result<RunOutcome, DataflowError> {
-        crate::dataflow::run(
-            self.source,
-            self.topology,
-            self.executor,
-            self.metrics,
-            stop,
-        )
+        let Pipeline {
+            source,
+            topology,
+            executor,
+            metrics,
+            state,
+            checkpoints,
+            workdir,
+            ..
+        } = self;
+        let result = crate::dataflow::run(source, topology, executor, metrics, stop, checkpoints);
+        // The database closes before its directory goes.
+        drop(state);
+        drop(workdir);
+        result
     }
 }
 
@@ -496,6 +699,14 @@ fn build_source(
                         properties: k.properties.clone(),
                         poll_timeout: Duration::from_millis(k.poll_timeout_ms),
                         timestamp_field: k.timestamp_field.clone(),
+                        // A checkpointed pipeline restarts quickly after a
+                        // crash: its restart takes over at once.
+                        group_instance_id: loaded.config.checkpoints.as_ref().map(|_| {
+                            format!(
+                                "sluice.{}.{}",
+                                loaded.config.pipeline.tenant, loaded.config.pipeline.name
+                            )
+                        }),
                     },
                     metrics.source_partitions.clone(),
                 )
@@ -505,56 +716,229 @@ fn build_source(
     })
 }
 
-fn build_sink(
+/// Where `[checkpoints] storage` points (default: `.sluice/checkpoints`
+/// beside the pipeline file).
+pub fn checkpoint_location(loaded: &LoadedConfig) -> Result<StorageLocation, PipelineError> {
+    let storage = loaded
+        .config
+        .checkpoints
+        .as_ref()
+        .and_then(|c| c.storage.clone())
+        .unwrap_or_else(|| ".sluice/checkpoints".to_string());
+    crate::checkpoint::storage_location(&storage, &loaded.file)
+        .map_err(|message| loaded.error_at("checkpoints.storage", message).into())
+}
+
+/// The main, dead-letter and side-output sinks of `loaded`.
+fn build_sinks(
     loaded: &LoadedConfig,
     metrics: &PipelineMetrics,
-    field: &str,
-    sink: &SinkConfig,
-    default_format: OutputFormat,
-) -> Result<Box<dyn Sink>, PipelineError> {
-    Ok(match sink {
-        SinkConfig::File { path, format } => {
-            let path = loaded.resolve_path(path);
-            Box::new(
-                JsonLinesSink::create(field, &path, format.unwrap_or(default_format)).map_err(
-                    |error| {
-                        loaded.error_at(
-                            &format!("{field}.file.path"),
-                            format!("cannot create {}: {error}", path.display()),
-                        )
-                    },
-                )?,
-            )
+    mode: &SinkMode,
+) -> Result<SinkSet, PipelineError> {
+    let config = &loaded.config;
+    let mut factory = SinkFactory {
+        loaded,
+        metrics,
+        mode,
+        kafka_transactions: None,
+    };
+    let mut side = BTreeMap::new();
+    for (name, sink) in &config.side_outputs {
+        let field = format!("side_outputs.{name}");
+        side.insert(
+            name.clone(),
+            factory.build(&field, sink, OutputFormat::Value)?,
+        );
+    }
+    let main = factory.build("sink", &config.sink, OutputFormat::Value)?;
+    let dead_letter = factory.build("dead_letter", &config.dead_letter, OutputFormat::Record)?;
+    let sinks = SinkSet {
+        main,
+        dead_letter,
+        side,
+    };
+    if let SinkMode::ExactlyOnce { .. } = mode {
+        let all = std::iter::once(&sinks.main)
+            .chain(sinks.side.values())
+            .chain(std::iter::once(&sinks.dead_letter));
+        for sink in all.filter(|sink| sink.committer().is_none()) {
+            tracing::warn!(
+                sink = %sink.name(),
+                "this sink cannot commit in two phases: after a restore it may write records again (at-least-once)"
+            );
         }
-        SinkConfig::Stdout { format } => Box::new(JsonLinesSink::new(
-            field,
-            Box::new(std::io::stdout()),
-            format.unwrap_or(default_format),
-        )),
-        SinkConfig::Stderr { format } => Box::new(JsonLinesSink::new(
-            field,
-            Box::new(std::io::stderr()),
-            format.unwrap_or(default_format),
-        )),
-        SinkConfig::Blackhole {} => Box::new(BlackholeSink),
-        SinkConfig::Kafka {
-            bootstrap_servers,
-            topic,
-            partition,
-            properties,
-        } => Box::new(
-            KafkaSink::new(
+    }
+    Ok(sinks)
+}
+
+/// Builds the sinks of one pipeline; exactly-once Kafka sinks share one
+/// set of transactions.
+struct SinkFactory<'a> {
+    loaded: &'a LoadedConfig,
+    metrics: &'a PipelineMetrics,
+    mode: &'a SinkMode,
+    /// The pipeline's Kafka transactions, and the sink that set them up.
+    kafka_transactions: Option<(String, Arc<KafkaTransactions>)>,
+}
+
+impl SinkFactory<'_> {
+    fn build(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+        default_format: OutputFormat,
+    ) -> Result<Box<dyn Sink>, PipelineError> {
+        let loaded = self.loaded;
+        Ok(match sink {
+            SinkConfig::File { path, format } => {
+                let path = loaded.resolve_path(path);
+                let format = format.unwrap_or(default_format);
+                let error = |error: std::io::Error| {
+                    loaded.error_at(
+                        &format!("{field}.file.path"),
+                        format!("cannot create {}: {error}", path.display()),
+                    )
+                };
+                match self.mode {
+                    SinkMode::Plain | SinkMode::AtLeastOnce { append: false } => {
+                        Box::new(JsonLinesSink::create(field, &path, format).map_err(error)?)
+                    }
+                    SinkMode::AtLeastOnce { append: true } => {
+                        Box::new(JsonLinesSink::append(field, &path, format).map_err(error)?)
+                    }
+                    SinkMode::ExactlyOnce { open_id } => Box::new(
+                        ExactlyOnceFileSink::new(field, &path, format, open_id).map_err(error)?,
+                    ),
+                }
+            }
+            SinkConfig::Stdout { format } => Box::new(JsonLinesSink::new(
                 field,
-                KafkaSinkOptions {
-                    bootstrap_servers: bootstrap_servers.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                    properties: properties.clone(),
-                    flush_timeout: Duration::from_secs(60),
-                },
-                metrics.sink_partitions.clone(),
-            )
-            .map_err(|error| loaded.error_at(&format!("{field}.kafka"), error.to_string()))?,
-        ),
-    })
+                Box::new(std::io::stdout()),
+                format.unwrap_or(default_format),
+            )),
+            SinkConfig::Stderr { format } => Box::new(JsonLinesSink::new(
+                field,
+                Box::new(std::io::stderr()),
+                format.unwrap_or(default_format),
+            )),
+            SinkConfig::Blackhole {} => Box::new(BlackholeSink),
+            SinkConfig::Kafka {
+                bootstrap_servers,
+                topic,
+                partition,
+                properties,
+                delivery,
+                ..
+            } => {
+                let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
+                    && *delivery != Some(Delivery::AtLeastOnce);
+                if exactly_once {
+                    let transactions = self.kafka_transactions(field, sink)?;
+                    Box::new(ExactlyOnceKafkaSink::new(
+                        field,
+                        topic.clone(),
+                        *partition,
+                        transactions,
+                    ))
+                } else {
+                    if *delivery == Some(Delivery::ExactlyOnce) {
+                        return Err(loaded
+                            .error_at(
+                                &format!("{field}.kafka.delivery"),
+                                "exactly-once delivery needs `[checkpoints]` with mode = \"exactly-once\"",
+                            )
+                            .into());
+                    }
+                    Box::new(
+                        KafkaSink::new(
+                            field,
+                            KafkaSinkOptions {
+                                bootstrap_servers: bootstrap_servers.clone(),
+                                topic: topic.clone(),
+                                partition: *partition,
+                                properties: properties.clone(),
+                                flush_timeout: Duration::from_secs(60),
+                            },
+                            self.metrics.sink_partitions.clone(),
+                        )
+                        .map_err(|error| {
+                            loaded.error_at(&format!("{field}.kafka"), error.to_string())
+                        })?,
+                    )
+                }
+            }
+        })
+    }
+
+    /// The pipeline's Kafka transactions, set up by the first exactly-once
+    /// Kafka sink; later ones must name the same cluster and settings (one
+    /// transaction spans them all).
+    fn kafka_transactions(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+    ) -> Result<Arc<KafkaTransactions>, PipelineError> {
+        let loaded = self.loaded;
+        let SinkConfig::Kafka {
+            bootstrap_servers,
+            properties,
+            progress_topic,
+            transaction_timeout_ms,
+            ..
+        } = sink
+        else {
+            return Err(loaded.error_at(field, "not a Kafka sink").into());
+        };
+        let checkpoints = loaded.config.checkpoints.as_ref();
+        let interval_ms = checkpoints.map_or(0, |c| c.interval_ms);
+        let options = KafkaTransactionOptions {
+            bootstrap_servers: bootstrap_servers.clone(),
+            properties: properties.clone(),
+            tenant: loaded.config.pipeline.tenant.clone(),
+            pipeline: loaded.config.pipeline.name.clone(),
+            progress_topic: progress_topic
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROGRESS_TOPIC.to_string()),
+            transaction_timeout: Duration::from_millis(
+                transaction_timeout_ms.unwrap_or(interval_ms.saturating_mul(3).max(60_000)),
+            ),
+            operation_timeout: Duration::from_secs(60),
+            open_id: match self.mode {
+                SinkMode::ExactlyOnce { open_id } => open_id.clone(),
+                _ => String::new(),
+            },
+        };
+        if let Some((first, transactions)) = &self.kafka_transactions {
+            let shared = &transactions.options();
+            if shared.bootstrap_servers != options.bootstrap_servers
+                || shared.properties != options.properties
+                || shared.progress_topic != options.progress_topic
+                || shared.transaction_timeout != options.transaction_timeout
+            {
+                return Err(loaded
+                    .error_at(
+                        &format!("{field}.kafka"),
+                        format!(
+                            "exactly-once Kafka sinks share one transaction: this one must name the same cluster, properties, progress topic and transaction timeout as `{first}`"
+                        ),
+                    )
+                    .into());
+            }
+            return Ok(transactions.clone());
+        }
+        if options.transaction_timeout.as_millis() <= u128::from(interval_ms) {
+            return Err(loaded
+                .error_at(
+                    &format!("{field}.kafka.transaction_timeout_ms"),
+                    format!(
+                        "must exceed checkpoints.interval_ms = {interval_ms}: a transaction stays open for an interval plus the checkpoint's duration"
+                    ),
+                )
+                .into());
+        }
+        let transactions = KafkaTransactions::new(options, self.metrics.sink_partitions.clone())
+            .map_err(|message| loaded.error_at(&format!("{field}.kafka"), message))?;
+        self.kafka_transactions = Some((field.to_string(), transactions.clone()));
+        Ok(transactions)
+    }
 }

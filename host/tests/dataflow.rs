@@ -81,9 +81,12 @@ impl Source for CheckpointedSource {
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
         self.inner.next_batch(max_records)
     }
-    fn snapshot_position(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+    fn snapshot_position(
+        &mut self,
+        checkpoint_id: u64,
+    ) -> Result<serde_json::Value, DataflowError> {
         self.snapshots.lock().unwrap().push(checkpoint_id);
-        Ok(())
+        Ok(serde_json::Value::Null)
     }
     fn on_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
         self.completed.lock().unwrap().push(checkpoint_id);
@@ -155,6 +158,7 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
             idle_timeout: None,
         },
         barrier_interval: Some(Duration::from_millis(20)),
+        ..ExecutorConfig::default()
     };
     let outcome = run(
         Box::new(source),
@@ -162,6 +166,7 @@ fn watermarks_and_barriers_reach_every_operator_in_order() {
         config,
         metrics.clone(),
         Arc::new(AtomicBool::new(false)),
+        None,
     )
     .unwrap();
     assert_eq!(outcome, RunOutcome::Completed);
@@ -415,6 +420,7 @@ fn two_keyed_stages_on_two_workers_align_barriers_and_report_backpressure() {
         config,
         metrics.clone(),
         Arc::new(AtomicBool::new(false)),
+        None,
     )
     .unwrap();
     assert_eq!(outcome, RunOutcome::Completed);
@@ -519,6 +525,7 @@ fn a_failing_worker_in_the_last_stage_stops_every_thread_and_reports_why() {
         config,
         Arc::new(PipelineMetrics::default()),
         Arc::new(AtomicBool::new(false)),
+        None,
     )
     .expect_err("the failure is reported");
     assert!(error.to_string().contains("failed on purpose"), "{error}");

@@ -252,7 +252,12 @@ pub mod kafka {
             .unwrap_or_else(|e| {
                 panic!("Kafka admin client: {e} (is the broker up? scripts/dev-services.sh up)")
             });
-        let topics = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
+        // Test records carry event times from 2023 as their Kafka
+        // timestamps: with time-based retention the broker would delete
+        // their segments as soon as they roll.
+        let topics =
+            [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))
+                .set("retention.ms", "-1")];
         let results =
             futures::executor::block_on(admin.create_topics(&topics, &AdminOptions::new()));
         for result in results.unwrap_or_else(|e| {
@@ -416,6 +421,73 @@ pub mod kafka {
         out
     }
 
+    /// Every record of `topic` partitions `0..partitions`, read to the end
+    /// with `read_committed` (`committed = true`) or `read_uncommitted`;
+    /// and whether every partition's end as seen by the reader is its high
+    /// watermark (with `read_committed`: no transaction is left open, which
+    /// would hold the reader back at the last stable offset).
+    pub fn read_to_end(topic: &str, partitions: i32, committed: bool) -> (Vec<Read>, bool) {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", unique_topic("reader"))
+            .set(
+                "isolation.level",
+                if committed {
+                    "read_committed"
+                } else {
+                    "read_uncommitted"
+                },
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .create()
+            .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment
+                .add_partition_offset(topic, partition, Offset::Beginning)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        consumer
+            .assign(&assignment)
+            .unwrap_or_else(|e| panic!("assign: {e}"));
+        let highs = crate::kafka_end_offsets(topic, partitions);
+        let mut ended = std::collections::BTreeMap::new();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while ended.len() < partitions as usize {
+            assert!(
+                Instant::now() < deadline,
+                "reading {topic} to its end timed out"
+            );
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(message)) => out.push(Read {
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().unwrap_or_default().to_vec(),
+                    headers: Vec::new(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                }),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(partition))) => {
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition(topic, partition);
+                    let position = consumer
+                        .position()
+                        .ok()
+                        .and_then(|p| p.find_partition(topic, partition).map(|e| e.offset()));
+                    ended.insert(partition, position);
+                }
+                Some(Err(error)) => panic!("reading {topic}: {error}"),
+                None => {}
+            }
+        }
+        let at_high_watermark = ended.iter().all(|(partition, position)| {
+            matches!(position, Some(Offset::Offset(o)) if *o == highs[*partition as usize])
+                || highs[*partition as usize] == 0
+        });
+        (out, at_high_watermark)
+    }
+
     /// The group's committed offsets of `topic` partitions `0..partitions`.
     pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
         let consumer: BaseConsumer = ClientConfig::new()
@@ -458,4 +530,72 @@ pub fn kafka_end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
             },
         )
         .collect()
+}
+
+/// Helpers for tests against the S3 server that `scripts/dev-services.sh up`
+/// starts (moto, or `$SLUICE_S3_ENDPOINT`).
+pub mod s3 {
+    use sluice_host::checkpoint::CheckpointStorage as _;
+
+    /// The server's endpoint URL.
+    pub fn endpoint() -> String {
+        std::env::var("SLUICE_S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9000".to_string())
+    }
+
+    /// Credentials and region for the test server, as environment
+    /// variables for a `sluice` process.
+    pub fn environment() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "sluice-test"),
+            ("AWS_SECRET_ACCESS_KEY", "sluice-test"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+    }
+
+    /// Creates `bucket` (PUT on the bucket, path style; moto needs no
+    /// signature for it).
+    pub fn create_bucket(bucket: &str) {
+        let endpoint = endpoint();
+        let address = endpoint.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).unwrap_or_else(|e| {
+            panic!("S3 server at {endpoint}: {e} (scripts/dev-services.sh up)")
+        });
+        use std::io::{Read as _, Write as _};
+        let request = format!(
+            "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "creating bucket {bucket}: {response}"
+        );
+    }
+
+    /// The storage the pipeline `tenant`/`pipeline` checkpoints to in
+    /// `s3://bucket/prefix`.
+    pub fn storage(bucket: &str, prefix: &str) -> sluice_host::checkpoint::s3::S3Storage {
+        for (name, value) in environment() {
+            // SAFETY: set before the client reads them, in a test process.
+            unsafe { std::env::set_var(name, value) };
+        }
+        sluice_host::checkpoint::s3::S3Storage::connect(
+            bucket,
+            prefix,
+            &sluice_host::checkpoint::s3::S3Options {
+                endpoint: Some(endpoint()),
+                region: Some("us-east-1".into()),
+                path_style: Some(true),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every key under the storage's root.
+    pub fn keys(storage: &sluice_host::checkpoint::s3::S3Storage) -> Vec<String> {
+        storage.list("").unwrap_or_else(|e| panic!("{e}"))
+    }
 }

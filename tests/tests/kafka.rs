@@ -218,6 +218,7 @@ fn read_committed_never_sees_an_aborted_transaction() {
             properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
             poll_timeout: Duration::from_millis(200),
             timestamp_field: None,
+            group_instance_id: None,
         },
         Default::default(),
     )
@@ -269,6 +270,7 @@ fn source_options(
         properties: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
         poll_timeout: Duration::from_millis(200),
         timestamp_field: None,
+        group_instance_id: None,
     }
 }
 

@@ -52,7 +52,12 @@ fn quickstart_output_matches_the_model_record_by_record() {
         .replace("../../out/quickstart/", "");
     let pipeline = dir.path().join("pipeline.toml");
     std::fs::write(&pipeline, &text).unwrap();
-    let report = sluice_cli::run::run_pipeline(&pipeline, false).unwrap();
+    let report = sluice_cli::run::run_pipeline(
+        &pipeline,
+        false,
+        &sluice_host::checkpoint::RestoreFrom::Latest,
+    )
+    .unwrap();
 
     // The model: regenerate the same input and apply the rules in plain Rust.
     let mut generator = GeneratorSource::new(

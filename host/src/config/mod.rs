@@ -74,6 +74,55 @@ pub struct PipelineConfig {
     /// Sinks for named side outputs.
     #[serde(default)]
     pub side_outputs: BTreeMap<String, SinkConfig>,
+    /// Checkpoints to durable storage, restored on restart. Absent: the
+    /// pipeline keeps no checkpoint (barriers still flush the sinks and
+    /// commit Kafka offsets: at-least-once).
+    pub checkpoints: Option<CheckpointsSection>,
+}
+
+/// `[checkpoints]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsSection {
+    /// `file:///dir`, a path (relative to the pipeline file), or
+    /// `s3://bucket/prefix`. Default: `.sluice/checkpoints` beside the
+    /// pipeline file. Checkpoints of a pipeline go under
+    /// `<storage>/<tenant>/<pipeline>/`.
+    pub storage: Option<String>,
+    /// Between checkpoints, ms.
+    #[serde(default = "default_checkpoint_interval")]
+    pub interval_ms: u64,
+    /// A checkpoint not completed within this fails the pipeline, ms.
+    #[serde(default = "default_checkpoint_timeout")]
+    pub timeout_ms: u64,
+    /// Completed checkpoints kept.
+    #[serde(default = "default_retained")]
+    pub retained: usize,
+    /// `exactly-once` (default) or `at-least-once`.
+    #[serde(default)]
+    pub mode: crate::checkpoint::CheckpointMode,
+    /// Checkpoints in flight at once (only 1 is supported).
+    #[serde(default = "default_max_concurrent")]
+    pub max_concurrent: usize,
+    /// S3 settings overriding the AWS environment chain.
+    #[serde(default)]
+    pub s3: crate::checkpoint::s3::S3Options,
+}
+
+fn default_checkpoint_interval() -> u64 {
+    10_000
+}
+
+fn default_checkpoint_timeout() -> u64 {
+    600_000
+}
+
+fn default_retained() -> usize {
+    3
+}
+
+fn default_max_concurrent() -> usize {
+    1
 }
 
 /// `[pipeline]`.
@@ -509,7 +558,27 @@ pub enum SinkConfig {
         /// Extra librdkafka producer properties.
         #[serde(default)]
         properties: BTreeMap<String, String>,
+        /// `exactly-once` (the default when `[checkpoints] mode =
+        /// "exactly-once"`: records become visible when their checkpoint
+        /// commits) or `at-least-once`.
+        delivery: Option<Delivery>,
+        /// Compacted topic for the progress records of exactly-once
+        /// transactions (default `sluice-progress`).
+        progress_topic: Option<String>,
+        /// `transaction.timeout.ms` of exactly-once transactions (default:
+        /// the larger of 60 s and three checkpoint intervals).
+        transaction_timeout_ms: Option<u64>,
     },
+}
+
+/// `delivery` of a Kafka sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// One transaction per checkpoint.
+    ExactlyOnce,
+    /// Idempotent producer, flushed at each barrier.
+    AtLeastOnce,
 }
 
 fn default_dead_letter() -> SinkConfig {
@@ -624,6 +693,35 @@ impl LoadedConfig {
             .unwrap_or_else(|| path.to_path_buf())
     }
 
+    fn validate_checkpoints(&self, checkpoints: &CheckpointsSection) -> Result<(), ConfigError> {
+        if checkpoints.interval_ms == 0 {
+            return Err(self.error_at("checkpoints.interval_ms", "must be at least 1"));
+        }
+        if checkpoints.timeout_ms == 0 {
+            return Err(self.error_at("checkpoints.timeout_ms", "must be at least 1"));
+        }
+        if checkpoints.retained == 0 {
+            return Err(self.error_at("checkpoints.retained", "must be at least 1"));
+        }
+        if checkpoints.max_concurrent != 1 {
+            return Err(self.error_at(
+                "checkpoints.max_concurrent",
+                "only 1 is supported: a checkpoint starts after the previous one completed",
+            ));
+        }
+        if self.config.pipeline.state_backend != StateBackendKind::Rocksdb {
+            return Err(self.error_at(
+                "pipeline.state_backend",
+                "checkpoints need the `rocksdb` state backend",
+            ));
+        }
+        if let Some(storage) = &checkpoints.storage {
+            crate::checkpoint::storage_location(storage, &self.file)
+                .map_err(|message| self.error_at("checkpoints.storage", message))?;
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.config;
         if c.pipeline.name.trim().is_empty() {
@@ -696,6 +794,9 @@ impl LoadedConfig {
                     _ => {}
                 }
             }
+        }
+        if let Some(checkpoints) = &c.checkpoints {
+            self.validate_checkpoints(checkpoints)?;
         }
         let mut names = std::collections::BTreeSet::new();
         for (index, operator) in c.operators.iter().enumerate() {

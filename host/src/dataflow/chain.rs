@@ -1,6 +1,7 @@
 //! An operator chain: operators run in sequence in one thread, ending in sinks.
 
 use super::{Collector, DataflowError, Operator, Sink, StreamElement};
+use crate::checkpoint::{CheckpointCoordinator, Committable, Committer};
 use crate::metrics::{PipelineMetrics, add};
 use crate::record::{Record, into_dead_letter};
 use std::collections::BTreeMap;
@@ -19,13 +20,64 @@ pub struct SinkSet {
 }
 
 impl SinkSet {
-    fn flush_all(&mut self) -> Result<(), DataflowError> {
-        self.main.flush()?;
-        for sink in self.side.values_mut() {
-            sink.flush()?;
-        }
-        self.dead_letter.flush()
+    /// Every sink, main first and dead letters last.
+    fn all_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn Sink>> {
+        std::iter::once(&mut self.main)
+            .chain(self.side.values_mut())
+            .chain(std::iter::once(&mut self.dead_letter))
     }
+
+    /// Flushes every sink (end of input, or a barrier without checkpoints).
+    pub(crate) fn flush_all(&mut self) -> Result<(), DataflowError> {
+        self.all_mut().try_for_each(|sink| sink.flush())
+    }
+
+    /// Phase one of checkpoint `checkpoint` in every sink: the pre-commits
+    /// of the sinks that commit in two phases, by sink name.
+    pub(crate) fn pre_commit_all(
+        &mut self,
+        checkpoint: u64,
+    ) -> Result<BTreeMap<String, Committable>, DataflowError> {
+        let mut committables = BTreeMap::new();
+        for sink in self.all_mut() {
+            if let Some(committable) = sink.pre_commit(checkpoint)? {
+                // Keyed by committer: sinks sharing one (Kafka sinks share
+                // their transaction) pre-commit once.
+                let key = sink
+                    .committer()
+                    .map_or_else(|| sink.name().to_string(), |c| c.name().to_string());
+                committables.insert(key, committable);
+            }
+        }
+        Ok(committables)
+    }
+
+    /// The committers of the sinks that commit in two phases (one per
+    /// name: sinks may share one).
+    pub fn committers(&self) -> Vec<Arc<dyn Committer>> {
+        let mut committers: Vec<Arc<dyn Committer>> = Vec::new();
+        let sinks = std::iter::once(&self.main)
+            .chain(self.side.values())
+            .chain(std::iter::once(&self.dead_letter));
+        for committer in sinks.filter_map(|sink| sink.committer()) {
+            if !committers.iter().any(|c| c.name() == committer.name()) {
+                committers.push(committer);
+            }
+        }
+        committers
+    }
+}
+
+/// At a barrier with checkpoints: pre-commits every sink and hands the
+/// pre-commits to the coordinator.
+pub(crate) fn pre_commit_sinks(
+    sinks: &mut SinkSet,
+    checkpoint: u64,
+    coordinator: &CheckpointCoordinator,
+) -> Result<(), DataflowError> {
+    let committables = sinks.pre_commit_all(checkpoint)?;
+    coordinator.record_pre_commits(checkpoint, committables);
+    Ok(())
 }
 
 /// Operators chained in one thread, and their sinks.
@@ -33,6 +85,9 @@ pub struct OperatorChain {
     operators: Vec<Box<dyn Operator>>,
     sinks: SinkSet,
     metrics: Arc<PipelineMetrics>,
+    /// Set when this chain is the whole pipeline and it checkpoints: the
+    /// chain then takes part in the snapshot and pre-commits its sinks.
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
 }
 
 impl OperatorChain {
@@ -49,7 +104,14 @@ impl OperatorChain {
             operators,
             sinks,
             metrics,
+            checkpoints: None,
         }
+    }
+
+    /// Makes the chain take part in checkpoints (it runs the whole
+    /// pipeline: its operators' state and its sinks are the checkpoint's).
+    pub fn set_checkpoints(&mut self, checkpoints: Option<Arc<CheckpointCoordinator>>) {
+        self.checkpoints = checkpoints;
     }
 
     /// Handles one element. Returns `false` after [`StreamElement::End`].
@@ -77,7 +139,13 @@ impl OperatorChain {
                     timed(operator.as_mut(), |op| op.on_barrier(&barrier, &mut out))?;
                     self.route(index, out)?;
                 }
-                self.sinks.flush_all()?;
+                match &self.checkpoints {
+                    Some(coordinator) => {
+                        coordinator.arrive(barrier.id)?;
+                        pre_commit_sinks(&mut self.sinks, barrier.id, coordinator)?;
+                    }
+                    None => self.sinks.flush_all()?,
+                }
                 add(&self.metrics.barriers, 1);
             }
             StreamElement::End => {

@@ -3,6 +3,7 @@
 //! flowing back.
 
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
+use crate::checkpoint::CheckpointCoordinator;
 use crate::metrics::{PipelineMetrics, add};
 use crate::time::{SplitWatermarks, WatermarkStrategy};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
@@ -26,6 +27,9 @@ pub struct ExecutorConfig {
     /// Interval between checkpoint barriers; `None` injects none (except the
     /// final one when the run ends).
     pub barrier_interval: Option<Duration>,
+    /// The per-split watermark state of a restored checkpoint (see
+    /// [`SplitWatermarks::snapshot`]).
+    pub restored_watermarks: Option<serde_json::Value>,
 }
 
 impl Default for ExecutorConfig {
@@ -35,6 +39,7 @@ impl Default for ExecutorConfig {
             channel_capacity: 16,
             watermarks: WatermarkStrategy::default(),
             barrier_interval: Some(Duration::from_secs(10)),
+            restored_watermarks: None,
         }
     }
 }
@@ -60,19 +65,32 @@ pub enum RunOutcome {
 /// Runs `source` into `chain` until the input ends or `stop` is set, then
 /// drains and flushes. Counters go to `metrics`.
 ///
-/// Every barrier, once the chain has passed it and flushed the sinks, is
-/// acknowledged back to the source ([`Source::on_checkpoint_complete`]). When
-/// the run ends, a final barrier covers everything read, so a clean stop
-/// commits all of it.
+/// Without `checkpoints`, every barrier, once the chain has passed it and
+/// flushed the sinks, is acknowledged back to the source
+/// ([`Source::on_checkpoint_complete`]). With them, barrier ids come from
+/// the coordinator, the threads holding operators meet at its rendezvous to
+/// snapshot state, the sinks pre-commit, and the coordinator acknowledges
+/// a barrier once its checkpoint is published and committed. When the run
+/// ends, a final barrier covers everything read, so a clean stop commits
+/// all of it.
 pub fn run(
     mut source: Box<dyn Source>,
     topology: Topology,
     config: ExecutorConfig,
     metrics: Arc<PipelineMetrics>,
     stop: Arc<AtomicBool>,
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
 ) -> Result<RunOutcome, DataflowError> {
     let (sender, receiver) = bounded::<StreamElement>(config.channel_capacity.max(1));
     let (ack_sender, ack_receiver) = unbounded::<u64>();
+    if let Some(coordinator) = &checkpoints {
+        coordinator.set_parties(match &topology {
+            Topology::Chain(_) => 1,
+            Topology::Parallel(parallel) => parallel.threads(),
+        });
+        coordinator.start(ack_sender.clone())?;
+    }
+    let source_checkpoints = checkpoints.clone();
     let source_metrics = metrics.clone();
     let source_stop = stop.clone();
     let source_name = source.name().to_string();
@@ -86,6 +104,7 @@ pub fn run(
                 config: &config,
                 metrics: &source_metrics,
                 barrier_id: 0,
+                checkpoints: source_checkpoints.as_deref(),
             };
             reader.run(&source_stop)
         })
@@ -96,6 +115,7 @@ pub fn run(
 
     let chain_result = match topology {
         Topology::Chain(mut chain) => {
+            chain.set_checkpoints(checkpoints.clone());
             let mut chain_result = Ok(());
             for element in receiver.iter() {
                 let barrier = match &element {
@@ -110,7 +130,9 @@ pub fn run(
                         break;
                     }
                 }
-                if let Some(id) = barrier {
+                if let Some(id) = barrier
+                    && checkpoints.is_none()
+                {
                     // The source may already be gone (stopped); nothing to confirm then.
                     let _ = ack_sender.send(id);
                 }
@@ -124,19 +146,37 @@ pub fn run(
             ack_sender,
             metrics.clone(),
             &stop,
+            checkpoints.clone(),
         ),
     };
-    if chain_result.is_err() {
+    if let Err(error) = &chain_result {
         // Unblock and stop the source; its result no longer matters.
         stop.store(true, Ordering::Relaxed);
+        if let Some(coordinator) = &checkpoints {
+            coordinator.abort(&error.to_string());
+        }
     }
     drop(receiver);
     let source_result = source_thread.join().map_err(|_| DataflowError::Source {
         name: source_name,
         message: "source thread panicked".into(),
-    })?;
+    });
+    if let Some(coordinator) = &checkpoints {
+        coordinator.finish();
+    }
     chain_result?;
-    source_result
+    source_result?
+}
+
+/// What came of an attempt to inject a barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Injection {
+    /// The barrier is on its way.
+    Sent,
+    /// The previous checkpoint is still in flight: no barrier now.
+    InFlight,
+    /// The chain has gone away.
+    Closed,
 }
 
 /// The source thread's state: reads batches, derives watermarks, injects
@@ -148,11 +188,15 @@ struct SourceReader<'a> {
     config: &'a ExecutorConfig,
     metrics: &'a PipelineMetrics,
     barrier_id: u64,
+    checkpoints: Option<&'a CheckpointCoordinator>,
 }
 
 impl SourceReader<'_> {
     fn run(&mut self, stop: &AtomicBool) -> Result<RunOutcome, DataflowError> {
         let mut watermarks = SplitWatermarks::new(self.config.watermarks);
+        if let Some(restored) = &self.config.restored_watermarks {
+            watermarks.restore(restored, Instant::now());
+        }
         let mut last_watermark = i64::MIN;
         let mut next_barrier = self
             .config
@@ -162,6 +206,7 @@ impl SourceReader<'_> {
 
         while !stop.load(Ordering::Relaxed) {
             self.confirm_acknowledged()?;
+            self.check_checkpoints()?;
             let Some(batch) = self.source.next_batch(self.config.batch_size)? else {
                 outcome = RunOutcome::Completed;
                 break;
@@ -199,9 +244,11 @@ impl SourceReader<'_> {
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due
             {
-                next_barrier = Some(Instant::now() + interval);
-                if !self.inject_barrier()? {
-                    return Ok(RunOutcome::Stopped);
+                match self.inject_barrier(&watermarks)? {
+                    Injection::Sent => next_barrier = Some(Instant::now() + interval),
+                    // Try again with the next batch.
+                    Injection::InFlight => {}
+                    Injection::Closed => return Ok(RunOutcome::Stopped),
                 }
             }
         }
@@ -210,22 +257,37 @@ impl SourceReader<'_> {
             self.send(StreamElement::Watermark(i64::MAX));
         }
         // A final barrier covers everything read; wait for the chain to flush
-        // it so the source can commit its final position.
-        if self.inject_barrier()? {
+        // it (and, with checkpoints, for its checkpoint to complete) so the
+        // source can commit its final position.
+        if let Some(checkpoints) = self.checkpoints {
+            // One checkpoint at a time: the final one follows the one in flight.
+            while checkpoints.in_flight() {
+                self.check_checkpoints()?;
+                if let Ok(id) = self.acks.recv_timeout(Duration::from_millis(50)) {
+                    self.source.on_checkpoint_complete(id)?;
+                }
+            }
+        }
+        if self.inject_barrier(&watermarks)? == Injection::Sent {
             let final_id = self.barrier_id;
             self.send(StreamElement::End);
-            let deadline = Instant::now() + FINAL_ACK_TIMEOUT;
+            let timeout = self
+                .checkpoints
+                .map_or(FINAL_ACK_TIMEOUT, |c| c.settings().timeout);
+            let deadline = Instant::now() + timeout;
             loop {
-                match self
-                    .acks
-                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                {
+                self.check_checkpoints()?;
+                let wait = deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100));
+                match self.acks.recv_timeout(wait) {
                     Ok(id) => {
                         self.source.on_checkpoint_complete(id)?;
                         if id == final_id {
                             break;
                         }
                     }
+                    Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                     Err(RecvTimeoutError::Timeout) => {
                         tracing::warn!(
                             checkpoint = final_id,
@@ -241,6 +303,14 @@ impl SourceReader<'_> {
         Ok(outcome)
     }
 
+    /// Fails the source thread (and so the run) if checkpointing failed.
+    fn check_checkpoints(&self) -> Result<(), DataflowError> {
+        match self.checkpoints.and_then(CheckpointCoordinator::failure) {
+            Some(reason) => Err(DataflowError::operator("checkpoints", reason)),
+            None => Ok(()),
+        }
+    }
+
     /// Hands every acknowledgement received so far to the source.
     fn confirm_acknowledged(&mut self) -> Result<(), DataflowError> {
         while let Ok(id) = self.acks.try_recv() {
@@ -249,16 +319,29 @@ impl SourceReader<'_> {
         Ok(())
     }
 
-    /// Snapshots the source position and sends the next barrier. Returns
-    /// `false` if the chain has gone away.
-    fn inject_barrier(&mut self) -> Result<bool, DataflowError> {
-        self.barrier_id += 1;
-        self.source.snapshot_position(self.barrier_id)?;
-        let barrier = CheckpointBarrier {
-            id: self.barrier_id,
-            timestamp_ms: now_millis(),
+    /// Snapshots the source position (and, for the checkpoint, the
+    /// watermark state) and sends the next barrier.
+    fn inject_barrier(&mut self, watermarks: &SplitWatermarks) -> Result<Injection, DataflowError> {
+        let (id, timestamp_ms) = match self.checkpoints {
+            Some(checkpoints) => match checkpoints.next_barrier() {
+                Some(next) => next,
+                None => return Ok(Injection::InFlight),
+            },
+            None => (self.barrier_id + 1, crate::checkpoint::now_ms()),
         };
-        Ok(self.send(StreamElement::Barrier(barrier)))
+        self.barrier_id = id;
+        let position = self.source.snapshot_position(id)?;
+        if let Some(checkpoints) = self.checkpoints {
+            checkpoints.record_source(
+                id,
+                serde_json::json!({ "position": position, "watermarks": watermarks.snapshot() }),
+            );
+        }
+        let barrier = CheckpointBarrier { id, timestamp_ms };
+        Ok(match self.send(StreamElement::Barrier(barrier)) {
+            true => Injection::Sent,
+            false => Injection::Closed,
+        })
     }
 
     /// Sends `element`, counting the time blocked on a full channel as
@@ -268,11 +351,4 @@ impl SourceReader<'_> {
             add(&self.metrics.source_backpressured_ns, ns)
         })
     }
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

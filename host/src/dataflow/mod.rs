@@ -242,9 +242,23 @@ pub trait Source: Send {
     }
 
     /// Called just before barrier `checkpoint_id` is injected: the source
-    /// remembers its position (e.g. Kafka offsets) as of that barrier.
-    fn snapshot_position(&mut self, _checkpoint_id: u64) -> Result<(), DataflowError> {
-        Ok(())
+    /// remembers its position (e.g. Kafka offsets) as of that barrier and
+    /// returns it, to be recorded in the checkpoint. `Null`: the source
+    /// cannot resume from a position (a restore then fails).
+    fn snapshot_position(
+        &mut self,
+        _checkpoint_id: u64,
+    ) -> Result<serde_json::Value, DataflowError> {
+        Ok(serde_json::Value::Null)
+    }
+
+    /// Continues from `position` (what [`Source::snapshot_position`]
+    /// returned for the checkpoint being restored) instead of the start.
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<(), DataflowError> {
+        Err(DataflowError::Source {
+            name: self.name().to_string(),
+            message: format!("this source cannot resume from a checkpoint (position {position})"),
+        })
     }
 
     /// Called once every sink has flushed everything before barrier
@@ -274,4 +288,26 @@ pub trait Sink: Send {
 
     /// Makes everything written so far durable / visible.
     fn flush(&mut self) -> Result<(), DataflowError>;
+
+    /// Phase one of a two-phase commit, at checkpoint barrier `checkpoint`:
+    /// flush, wait for every delivery, and return what
+    /// [`Committer::commit`] needs to make this epoch's records visible
+    /// (recorded in the checkpoint's manifest). The default is
+    /// at-least-once: flush, nothing to commit.
+    ///
+    /// [`Committer::commit`]: crate::checkpoint::Committer::commit
+    fn pre_commit(
+        &mut self,
+        _checkpoint: u64,
+    ) -> Result<Option<crate::checkpoint::Committable>, DataflowError> {
+        self.flush()?;
+        Ok(None)
+    }
+
+    /// Phase two, for sinks that commit in two phases: the committer runs
+    /// after the checkpoint is published (on the checkpoint thread) and on
+    /// restore. `None` (the default): the sink is at-least-once.
+    fn committer(&self) -> Option<std::sync::Arc<dyn crate::checkpoint::Committer>> {
+        None
+    }
 }

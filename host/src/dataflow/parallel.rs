@@ -27,6 +27,7 @@ use super::input_gate::InputGate;
 use super::{
     DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement, send_timing_backpressure,
 };
+use crate::checkpoint::CheckpointCoordinator;
 use crate::metrics::{OperatorMetrics, PipelineMetrics, add};
 use crate::record::Record;
 use crate::state::key_group;
@@ -53,6 +54,14 @@ pub struct ParallelChains {
     pub side_outputs: Vec<String>,
     /// Capacity of each channel, in batches.
     pub channel_capacity: usize,
+}
+
+impl ParallelChains {
+    /// Threads that hold operators: the head and every worker of every
+    /// stage (they meet at each checkpoint's snapshot).
+    pub fn threads(&self) -> usize {
+        1 + self.stages.iter().map(|s| s.workers.len()).sum::<usize>()
+    }
 }
 
 /// A keyed operator and the operators after it up to the next keyed one,
@@ -196,6 +205,15 @@ enum Downstream {
     Merger(usize),
 }
 
+/// What every instance is wired to: the merger (with the side outputs it
+/// serves), the scratch counters of instance chains, the checkpoints.
+struct Wiring<'a> {
+    merger: &'a Sender<ToMerger>,
+    side_outputs: &'a [String],
+    scratch: &'a Arc<PipelineMetrics>,
+    checkpoints: &'a Option<Arc<CheckpointCoordinator>>,
+}
+
 /// One thread: an input gate, a chain, and where its output goes.
 struct Instance {
     name: String,
@@ -203,6 +221,7 @@ struct Instance {
     chain: OperatorChain,
     downstream: Downstream,
     merger: Sender<ToMerger>,
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
 }
 
 impl Instance {
@@ -213,10 +232,14 @@ impl Instance {
         operators: Vec<Box<dyn Operator>>,
         inputs: Vec<Receiver<StreamElement>>,
         mut downstream: Downstream,
-        merger: &Sender<ToMerger>,
-        side_outputs: &[String],
-        scratch: &Arc<PipelineMetrics>,
+        wiring: &Wiring<'_>,
     ) -> Self {
+        let &Wiring {
+            merger,
+            side_outputs,
+            scratch,
+            checkpoints,
+        } = wiring;
         let backpressure = Backpressure {
             operators: operators.iter().map(|op| op.metrics().clone()).collect(),
             pipeline: None,
@@ -249,6 +272,7 @@ impl Instance {
             chain: OperatorChain::new(operators, sinks, scratch.clone()),
             downstream,
             merger: merger.clone(),
+            checkpoints: checkpoints.clone(),
         }
     }
 
@@ -262,7 +286,17 @@ impl Instance {
                 _ => None,
             };
             let result = self.chain.handle(element).and_then(|_| match &control {
-                Some(control) => self.pass_on(control),
+                Some(control) => {
+                    self.pass_on(control)?;
+                    // After passing the barrier on (so the next stage can
+                    // reach it too): meet the other threads for the snapshot.
+                    match (control, &self.checkpoints) {
+                        (StreamElement::Barrier(barrier), Some(coordinator)) => {
+                            coordinator.arrive(barrier.id)
+                        }
+                        _ => Ok(()),
+                    }
+                }
                 None => Ok(()),
             });
             if let Err(error) = result {
@@ -311,6 +345,7 @@ pub(crate) fn drive(
     acks: Sender<u64>,
     metrics: Arc<PipelineMetrics>,
     stop: &AtomicBool,
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
 ) -> Result<(), DataflowError> {
     let ParallelChains {
         head,
@@ -335,6 +370,12 @@ pub(crate) fn drive(
         metrics.register_operator(operator.metrics().clone());
     }
 
+    let wiring = Wiring {
+        merger: &merger_sender,
+        side_outputs: &side_outputs,
+        scratch: &scratch,
+        checkpoints: &checkpoints,
+    };
     // Build from the last stage back, so each stage knows the exchange
     // into the next one.
     let widths: Vec<usize> = stages.iter().map(|stage| stage.workers.len()).collect();
@@ -358,9 +399,7 @@ pub(crate) fn drive(
                 operators,
                 receivers.pop().unwrap_or_default(),
                 downstream,
-                &merger_sender,
-                &side_outputs,
-                &scratch,
+                &wiring,
             ));
         }
         next = Some((senders, stage.partitioner));
@@ -374,9 +413,7 @@ pub(crate) fn drive(
         head,
         vec![input],
         head_downstream,
-        &merger_sender,
-        &side_outputs,
-        &scratch,
+        &wiring,
     ));
     drop(next);
 
@@ -386,6 +423,9 @@ pub(crate) fn drive(
             Ok(thread) => threads.push(thread),
             Err(error) => {
                 stop.store(true, Ordering::Relaxed);
+                if let Some(coordinator) = &checkpoints {
+                    coordinator.abort(&error.to_string());
+                }
                 drop(merger_sender);
                 drop(merger);
                 for thread in threads {
@@ -396,11 +436,22 @@ pub(crate) fn drive(
         }
     }
     drop(merger_sender);
-    let result = merge(merger, last_workers, &mut sinks, &metrics, &acks);
-    if result.is_err() {
+    let result = merge(
+        merger,
+        last_workers,
+        &mut sinks,
+        &metrics,
+        &acks,
+        checkpoints.as_deref(),
+    );
+    if let Err(error) = &result {
         // Stop the source (it then ends the head and the workers) and do
-        // not make it wait for acknowledgements that will not come.
+        // not make it wait for acknowledgements that will not come; free
+        // the threads waiting for a snapshot.
         stop.store(true, Ordering::Relaxed);
+        if let Some(coordinator) = &checkpoints {
+            coordinator.abort(&error.to_string());
+        }
         drop(acks);
     }
     for thread in threads {
@@ -460,6 +511,7 @@ fn merge(
     sinks: &mut SinkSet,
     metrics: &PipelineMetrics,
     acks: &Sender<u64>,
+    checkpoints: Option<&CheckpointCoordinator>,
 ) -> Result<(), DataflowError> {
     let mut watermarks: Vec<i64> = vec![i64::MIN; worker_count];
     let mut barriers: BTreeMap<u64, usize> = BTreeMap::new();
@@ -492,15 +544,23 @@ fn merge(
                 *passed += 1;
                 if *passed == worker_count {
                     barriers.remove(&id);
-                    flush_all(sinks)?;
                     add(&metrics.barriers, 1);
-                    let _ = acks.send(id);
+                    match checkpoints {
+                        // The coordinator acknowledges once it is published.
+                        Some(coordinator) => {
+                            super::chain::pre_commit_sinks(sinks, id, coordinator)?
+                        }
+                        None => {
+                            sinks.flush_all()?;
+                            let _ = acks.send(id);
+                        }
+                    }
                 }
             }
             ToMerger::Ended => {
                 ended += 1;
                 if ended == worker_count {
-                    return flush_all(sinks);
+                    return sinks.flush_all();
                 }
             }
             ToMerger::Failed(error) => return Err(error),
@@ -510,12 +570,4 @@ fn merge(
         "exchange",
         "every worker stopped before the end of the input",
     ))
-}
-
-fn flush_all(sinks: &mut SinkSet) -> Result<(), DataflowError> {
-    sinks.main.flush()?;
-    for sink in sinks.side.values_mut() {
-        sink.flush()?;
-    }
-    sinks.dead_letter.flush()
 }

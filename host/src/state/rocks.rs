@@ -111,6 +111,18 @@ impl RocksStateBackend {
         &self.path
     }
 
+    /// Takes a native RocksDB checkpoint into `dir` (which must not exist):
+    /// memtables are flushed, then every live SST file is hard-linked and
+    /// MANIFEST, CURRENT and OPTIONS are copied. Milliseconds, whatever
+    /// the state's size: this is the synchronous part of a checkpoint.
+    pub fn create_checkpoint(&self, dir: &Path) -> Result<(), StateError> {
+        let checkpoint =
+            rocksdb::checkpoint::Checkpoint::new(&self.db).map_err(|e| backend_error(dir, e))?;
+        checkpoint
+            .create_checkpoint(dir)
+            .map_err(|e| backend_error(dir, e))
+    }
+
     /// Records the number of key groups the state is split into on first
     /// use, and refuses a different one later: keys are stored under their
     /// key group, so changing it would file existing state under the wrong

@@ -130,6 +130,49 @@ impl SplitWatermarks {
         Some(watermark)
     }
 
+    /// The highest event time seen per split, for a checkpoint: restored
+    /// with [`SplitWatermarks::restore`], the watermark continues where it
+    /// was instead of starting over (a split with nothing more to read
+    /// would otherwise hold it back for ever).
+    pub fn snapshot(&self) -> serde_json::Value {
+        let splits: Vec<serde_json::Value> = self
+            .splits
+            .iter()
+            .filter_map(|((topic, partition), state)| {
+                state.max_event_time.map(|time| {
+                    serde_json::json!({ "topic": &**topic, "partition": partition, "max_event_time": time })
+                })
+            })
+            .collect();
+        serde_json::json!({ "splits": splits, "emitted": self.emitted })
+    }
+
+    /// Continues from a [`SplitWatermarks::snapshot`]; unreadable entries
+    /// are skipped (the watermark then starts lower, never wrong).
+    pub fn restore(&mut self, snapshot: &serde_json::Value, now: Instant) {
+        let entries = snapshot["splits"].as_array().cloned().unwrap_or_default();
+        for entry in entries {
+            let (Some(topic), Some(partition), Some(time)) = (
+                entry["topic"].as_str(),
+                entry["partition"]
+                    .as_i64()
+                    .and_then(|p| i32::try_from(p).ok()),
+                entry["max_event_time"].as_i64(),
+            ) else {
+                continue;
+            };
+            self.splits.insert(
+                (Arc::from(topic), partition),
+                SplitState {
+                    max_event_time: Some(time),
+                    last_record: now,
+                    idle: false,
+                },
+            );
+        }
+        self.emitted = snapshot["emitted"].as_i64();
+    }
+
     /// Splits currently idle.
     pub fn idle_splits(&self) -> usize {
         self.splits.values().filter(|s| s.idle).count()

@@ -1,8 +1,11 @@
 //! File connectors: JSON lines and Avro object container files in, JSON
-//! lines out (to a file, stdout or stderr).
+//! lines out (to a file, stdout or stderr), exactly once across restores
+//! when the pipeline checkpoints ([`ExactlyOnceFileSink`]).
 
+mod exactly_once;
 mod sink;
 mod source;
 
+pub use exactly_once::ExactlyOnceFileSink;
 pub use sink::{JsonLinesSink, OutputFormat, bytes_to_json, record_to_json};
 pub use source::{FileFormat, FileSource, FileSourceOptions};

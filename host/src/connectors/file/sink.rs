@@ -49,10 +49,34 @@ impl JsonLinesSink {
         path: &Path,
         format: OutputFormat,
     ) -> std::io::Result<Self> {
+        Self::open(name, path, format, false)
+    }
+
+    /// Opens the file at `path` for appending (created if missing): a
+    /// restored at-least-once pipeline continues its output.
+    pub fn append(
+        name: impl Into<String>,
+        path: &Path,
+        format: OutputFormat,
+    ) -> std::io::Result<Self> {
+        Self::open(name, path, format, true)
+    }
+
+    fn open(
+        name: impl Into<String>,
+        path: &Path,
+        format: OutputFormat,
+        append: bool,
+    ) -> std::io::Result<Self> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let file = std::fs::File::create(path)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)?;
         Ok(Self::new(name, Box::new(file), format))
     }
 
@@ -72,14 +96,7 @@ impl Sink for JsonLinesSink {
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
         for record in records {
             self.line.clear();
-            match self.format {
-                OutputFormat::Value => write_value(&mut self.line, &record.value),
-                OutputFormat::Record => {
-                    let document = record_to_json(record);
-                    serde_json::to_writer(&mut self.line, &document).map_err(|e| self.error(e))?;
-                }
-            }
-            self.line.push(b'\n');
+            format_line(&mut self.line, record, self.format);
             self.writer
                 .write_all(&self.line)
                 .map_err(|e| self.error(e))?;
@@ -90,6 +107,18 @@ impl Sink for JsonLinesSink {
     fn flush(&mut self) -> Result<(), DataflowError> {
         self.writer.flush().map_err(|e| self.error(e))
     }
+}
+
+/// Appends `record` as one JSON line (with its newline) in `format`.
+pub(crate) fn format_line(line: &mut Vec<u8>, record: &Record, format: OutputFormat) {
+    match format {
+        OutputFormat::Value => write_value(line, &record.value),
+        OutputFormat::Record => {
+            // Serializing a Value into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *line, &record_to_json(record));
+        }
+    }
+    line.push(b'\n');
 }
 
 /// Appends `value` as one line's JSON: raw if it is single-line JSON.

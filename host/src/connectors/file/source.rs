@@ -199,6 +199,36 @@ impl Source for FileSource {
         }
         Ok(Some(batch))
     }
+
+    /// The number of lines (Avro: datums) consumed.
+    fn snapshot_position(&mut self, _checkpoint_id: u64) -> Result<Value, DataflowError> {
+        Ok(serde_json::json!({ "offset": self.offset }))
+    }
+
+    /// Reads (and drops) the records before the position.
+    fn restore_position(&mut self, position: &Value) -> Result<(), DataflowError> {
+        let target = position
+            .get("offset")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| DataflowError::Source {
+                name: self.name.clone(),
+                message: format!("unreadable file position {position}"),
+            })?;
+        // One record at a time: a batch could read past blank lines and
+        // overshoot the position.
+        while self.offset < target {
+            if self.next_batch(1)?.is_none() {
+                return Err(DataflowError::Source {
+                    name: self.name.clone(),
+                    message: format!(
+                        "the file has {} records, fewer than the checkpoint's position {target}: it changed since",
+                        self.offset
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 fn path_name(path: &Path) -> String {

@@ -6,14 +6,22 @@
 //!   has flushed everything before it (at-least-once).
 //! * [`KafkaSink`]: an idempotent producer; key and headers kept; delivery
 //!   errors retried by librdkafka, and a permanent failure fails the pipeline.
+//! * [`ExactlyOnceKafkaSink`]: in a checkpointed exactly-once pipeline,
+//!   every Kafka sink writes into one transaction per checkpoint
+//!   ([`KafkaTransactions`]), committed after the checkpoint is published.
 //! * [`TransactionalProducer`]: the transactional API (init, begin, send
 //!   offsets, commit, abort), for exactly-once sinks.
 
+mod exactly_once;
 mod format;
 mod sink;
 mod source;
 mod transactions;
 
+pub use exactly_once::{
+    DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KAFKA_TRANSACTIONS, KafkaTransactionOptions,
+    KafkaTransactions,
+};
 pub use format::ValueFormat;
 pub use sink::{KafkaSink, KafkaSinkOptions};
 pub use source::{KafkaSource, KafkaSourceOptions, StartPosition};

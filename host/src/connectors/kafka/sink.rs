@@ -28,10 +28,43 @@ pub struct KafkaSinkOptions {
 }
 
 /// Remembers the first delivery failure, reported by librdkafka's delivery
-/// callback (which runs inside `poll`/`flush` on the sink's thread).
-struct SinkContext {
-    failure: Arc<Mutex<Option<String>>>,
-    partitions: Arc<PartitionMetrics>,
+/// callback (which runs inside `poll`/`flush` on the sink's thread), and
+/// counts deliveries per partition.
+pub(super) struct SinkContext {
+    pub(super) failure: Arc<Mutex<Option<String>>>,
+    pub(super) partitions: Arc<PartitionMetrics>,
+}
+
+/// The Kafka message for `record` (key, headers and event time kept), to
+/// `topic` and, if set, `partition`.
+pub(super) fn message<'a>(
+    topic: &'a str,
+    partition: Option<i32>,
+    record: &'a Record,
+) -> BaseRecord<'a, [u8], [u8]> {
+    let mut message = BaseRecord::to(topic).payload(record.value.as_ref());
+    if !record.headers.is_empty() {
+        // librdkafka allocates a header list even when empty: only
+        // build one when there are headers.
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for header in &record.headers {
+            headers = headers.insert(KafkaHeader {
+                key: &header.key,
+                value: Some(header.value.as_ref()),
+            });
+        }
+        message = message.headers(headers);
+    }
+    if let Some(key) = &record.key {
+        message = message.key(key.as_ref());
+    }
+    if let Some(partition) = partition {
+        message = message.partition(partition);
+    }
+    if let Some(time) = record.event_time {
+        message = message.timestamp(time);
+    }
+    message
 }
 
 impl ClientContext for SinkContext {}
@@ -137,28 +170,7 @@ impl Sink for KafkaSink {
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
         for record in records {
-            let mut message = BaseRecord::to(&self.topic).payload(record.value.as_ref());
-            if !record.headers.is_empty() {
-                // librdkafka allocates a header list even when empty: only
-                // build one when there are headers.
-                let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-                for header in &record.headers {
-                    headers = headers.insert(KafkaHeader {
-                        key: &header.key,
-                        value: Some(header.value.as_ref()),
-                    });
-                }
-                message = message.headers(headers);
-            }
-            if let Some(key) = &record.key {
-                message = message.key(key.as_ref());
-            }
-            if let Some(partition) = self.partition {
-                message = message.partition(partition);
-            }
-            if let Some(time) = record.event_time {
-                message = message.timestamp(time);
-            }
+            let mut message = message(&self.topic, self.partition, record);
             loop {
                 match self.producer.send(message) {
                     Ok(()) => break,

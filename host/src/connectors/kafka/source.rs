@@ -49,6 +49,10 @@ pub struct KafkaSourceOptions {
     /// Field of the (JSON or Avro) value holding the event time, ms; absent:
     /// the Kafka record timestamp is the event time.
     pub timestamp_field: Option<String>,
+    /// Static group membership (`group.instance.id`): a process restarted
+    /// with the same id takes its predecessor's partitions at once, with no
+    /// rebalance and no wait for the session to time out.
+    pub group_instance_id: Option<String>,
 }
 
 /// Partitions revoked during a poll, reported by the rebalance callback
@@ -64,6 +68,8 @@ struct SourceContext {
     start: StartPosition,
     /// Partitions whose start position has been applied in this run.
     started: Mutex<HashSet<(String, i32)>>,
+    /// Offsets of the checkpoint restored: they win over `start`.
+    restored: Mutex<HashMap<(String, i32), i64>>,
 }
 
 impl SourceContext {
@@ -74,6 +80,24 @@ impl SourceContext {
         consumer: &BaseConsumer<Self>,
         assignment: &mut TopicPartitionList,
     ) {
+        {
+            let restored = self.restored.lock().unwrap_or_else(|p| p.into_inner());
+            let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+            for mut element in assignment.elements() {
+                let key = (element.topic().to_string(), element.partition());
+                if let Some(offset) = restored.get(&key)
+                    && started.insert(key)
+                {
+                    tracing::info!(
+                        topic = element.topic(),
+                        partition = element.partition(),
+                        offset,
+                        "partition starts at the restored checkpoint's offset"
+                    );
+                    let _ = element.set_offset(Offset::Offset(*offset));
+                }
+            }
+        }
         let target = match self.start {
             StartPosition::Committed => return,
             StartPosition::Earliest => Offset::Beginning,
@@ -144,6 +168,7 @@ impl ConsumerContext for SourceContext {
         let result = match error {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.apply_start_position(consumer, partitions);
+                tracing::info!(assigned = ?partitions.to_topic_map(), "Kafka partitions assigned");
                 if cooperative {
                     consumer.incremental_assign(partitions)
                 } else {
@@ -151,6 +176,7 @@ impl ConsumerContext for SourceContext {
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(revoked = ?partitions.to_topic_map(), "Kafka partitions revoked");
                 let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
                 log.revoked.extend(
                     partitions
@@ -238,9 +264,23 @@ impl KafkaSource {
                 // librdkafka's 500 ms default let a fetch sit on the broker
                 // long enough to dominate the p99 latency (docs/benchmarks.md).
                 ("fetch.wait.max.ms", "100"),
+                // librdkafka prefetches into one queue, partition after
+                // partition: with its defaults (1 MB per partition per fetch,
+                // 64 MB queued) a backlog is read one partition at a time,
+                // and the watermark (the minimum over partitions) stalls
+                // until the last one is reached. Small fetches interleave
+                // the partitions.
+                ("max.partition.fetch.bytes", "65536"),
+                ("queued.max.messages.kbytes", "2048"),
             ],
             &options.properties,
         );
+        let mut config = config;
+        if let Some(instance) = &options.group_instance_id
+            && !options.properties.contains_key("group.instance.id")
+        {
+            config.set("group.instance.id", instance);
+        }
         let rebalances = Arc::new(Mutex::new(RebalanceLog::default()));
         let consumer: BaseConsumer<SourceContext> = config
             .create_with_context(SourceContext {
@@ -248,6 +288,7 @@ impl KafkaSource {
                 partitions: partitions.clone(),
                 start: options.start,
                 started: Mutex::new(HashSet::new()),
+                restored: Mutex::new(HashMap::new()),
             })
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
@@ -423,9 +464,51 @@ impl Source for KafkaSource {
         Ok(Some(batch))
     }
 
-    fn snapshot_position(&mut self, checkpoint_id: u64) -> Result<(), DataflowError> {
+    /// The next offset of every partition read so far:
+    /// `{"offsets": [{"topic", "partition", "offset"}, ...]}`.
+    fn snapshot_position(
+        &mut self,
+        checkpoint_id: u64,
+    ) -> Result<serde_json::Value, DataflowError> {
         self.apply_rebalances();
         self.pending.insert(checkpoint_id, self.positions.clone());
+        let offsets: Vec<serde_json::Value> = self
+            .positions
+            .iter()
+            .map(|((topic, partition), offset)| {
+                serde_json::json!({ "topic": &**topic, "partition": partition, "offset": offset })
+            })
+            .collect();
+        Ok(serde_json::json!({ "offsets": offsets }))
+    }
+
+    /// Partitions in the checkpoint start at its offsets when assigned
+    /// (not at the consumer group's); others at the configured start.
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<(), DataflowError> {
+        let entries = position
+            .get("offsets")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| self.error(format!("unreadable Kafka position {position}")))?;
+        let mut restored = HashMap::new();
+        for entry in entries {
+            let topic = entry.get("topic").and_then(serde_json::Value::as_str);
+            let partition = entry.get("partition").and_then(serde_json::Value::as_i64);
+            let offset = entry.get("offset").and_then(serde_json::Value::as_i64);
+            match (topic, partition.and_then(|p| i32::try_from(p).ok()), offset) {
+                (Some(topic), Some(partition), Some(offset)) => {
+                    restored.insert((topic.to_string(), partition), offset);
+                    let key = (intern(&mut self.topics, topic), partition);
+                    self.positions.insert(key, offset);
+                }
+                _ => return Err(self.error(format!("unreadable Kafka offset {entry}"))),
+            }
+        }
+        *self
+            .consumer
+            .context()
+            .restored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = restored;
         Ok(())
     }
 

@@ -1,0 +1,150 @@
+//! `sluice checkpoints list|show`: what a pipeline's checkpoint storage
+//! holds, read without touching it.
+
+use anyhow::{Context, Result, bail};
+use sluice_host::checkpoint::{CheckpointStore, Manifest, RestoreFrom, open_storage};
+use sluice_host::config::LoadedConfig;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The checkpoints of the pipeline in `file`.
+fn store(file: &Path) -> Result<CheckpointStore> {
+    let loaded = LoadedConfig::load(file)?;
+    let Some(section) = &loaded.config.checkpoints else {
+        bail!(
+            "{}: the pipeline has no [checkpoints] section",
+            file.display()
+        );
+    };
+    let location = sluice_host::pipeline::checkpoint_location(&loaded)?;
+    let pipeline = &loaded.config.pipeline;
+    let storage = open_storage(&location, &section.s3, &pipeline.tenant, &pipeline.name)?;
+    Ok(CheckpointStore::new(storage))
+}
+
+/// A checkpoint named on the command line: an id, or a manifest's URI or
+/// path (`.../manifests/00000000000000000042.json`).
+pub fn parse_checkpoint_ref(text: &str) -> Result<u64> {
+    if let Ok(id) = text.parse::<u64>() {
+        return Ok(id);
+    }
+    let name = text.rsplit('/').next().unwrap_or(text);
+    name.strip_suffix(".json")
+        .and_then(|stem| stem.parse::<u64>().ok())
+        .with_context(|| {
+            format!(
+                "--from-checkpoint {text}: expected an id or a manifest URI ending in <id>.json"
+            )
+        })
+}
+
+/// The table (or JSON lines) `sluice checkpoints list` prints.
+pub fn list(file: &Path, json: bool) -> Result<String> {
+    let store = store(file)?;
+    let completed = store.completed()?;
+    let restart = store.choose(&RestoreFrom::Latest, &[])?.map(|m| m.id);
+    let storage = store.storage().describe();
+    let mut out = String::new();
+    if json {
+        for manifest in &completed {
+            let line = serde_json::json!({
+                "id": manifest.id,
+                "timestamp_ms": manifest.timestamp_ms,
+                "parent": manifest.parent,
+                "state_bytes": manifest.stats.state_bytes,
+                "uploaded_bytes": manifest.stats.uploaded_bytes,
+                "sync_ms": manifest.stats.sync_ms,
+                "total_ms": manifest.stats.total_ms,
+                "restart": restart == Some(manifest.id),
+                "uri": format!("{storage}/manifests/{:020}.json", manifest.id),
+            });
+            let _ = writeln!(out, "{line}");
+        }
+        return Ok(out);
+    }
+    let _ = writeln!(out, "checkpoints in {storage}");
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<24}  {:>8}  {:>14}  {:>14}  {:>9}  {:>9}",
+        "id", "time (UTC)", "parent", "state bytes", "uploaded", "sync ms", "total ms"
+    );
+    for manifest in &completed {
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<24}  {:>8}  {:>14}  {:>14}  {:>9.1}  {:>9.1}{}",
+            manifest.id,
+            utc(manifest.timestamp_ms),
+            manifest.parent.map_or("-".to_string(), |p| p.to_string()),
+            manifest.stats.state_bytes,
+            manifest.stats.uploaded_bytes,
+            manifest.stats.sync_ms,
+            manifest.stats.total_ms,
+            if restart == Some(manifest.id) {
+                "  <- a restart restores this one"
+            } else {
+                ""
+            }
+        );
+    }
+    if completed.is_empty() {
+        let _ = writeln!(out, "(none: a run starts from the beginning)");
+    }
+    Ok(out)
+}
+
+/// One manifest, as JSON.
+pub fn show(file: &Path, id: Option<u64>) -> Result<String> {
+    let store = store(file)?;
+    let manifest: Manifest = match id {
+        Some(id) => store.read(id)?,
+        None => store
+            .completed()?
+            .pop()
+            .context("the pipeline has no completed checkpoint")?,
+    };
+    Ok(format!(
+        "{}\n",
+        String::from_utf8_lossy(&manifest.to_bytes())
+    ))
+}
+
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS.mmm` (UTC).
+fn utc(ms: i64) -> String {
+    let seconds = ms.div_euclid(1000);
+    let days = seconds.div_euclid(86_400);
+    let in_day = seconds.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
+        in_day / 3600,
+        in_day % 3600 / 60,
+        in_day % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_references_and_times() {
+        assert_eq!(parse_checkpoint_ref("42").unwrap(), 42);
+        assert_eq!(
+            parse_checkpoint_ref("s3://b/p/t/pipe/manifests/00000000000000000007.json").unwrap(),
+            7
+        );
+        assert!(parse_checkpoint_ref("latest").is_err());
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14 22:13:20.123");
+    }
+}

@@ -1,0 +1,392 @@
+//! Checkpoints and restore, proven on `sluice run` processes: SIGKILL at
+//! random moments and at every failpoint of the checkpoint protocol, a
+//! zombie that wakes up after its replacement took over, all on embedded
+//! defaults (generator → keyed window on RocksDB → exactly-once file
+//! sinks, checkpoints in a local directory). The output after the last
+//! restart must equal, as a multiset, that of an uninterrupted run.
+
+use sluice_tests::wait_until;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A pipeline directory: its file, checkpoints and outputs.
+struct Job {
+    dir: tempfile::TempDir,
+}
+
+impl Job {
+    /// Nexmark events (paced, so that kills land mid-stream) counted per
+    /// auction in tumbling windows by `workers` workers; persons and
+    /// auctions (no `auction` field) are dead letters.
+    fn new(records: u64, workers: usize, mode: &str) -> Job {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let text = format!(
+            r#"[pipeline]
+name = "embedded"
+batch_size = 256
+workers = {workers}
+max_out_of_orderness_ms = 100
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 150
+mode = "{mode}"
+
+[source.generator]
+profile = "nexmark"
+count = {records}
+rate = 60000
+max_disorder_ms = 50
+
+[[operators]]
+name = "per-auction"
+window = {{ tumbling_ms = 1000 }}
+key_field = "auction"
+aggregate = {{ function = "count" }}
+
+[sink.file]
+path = "out/windows.jsonl"
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
+        Job { dir }
+    }
+
+    fn pipeline(&self) -> PathBuf {
+        self.dir.path().join("pipeline.toml")
+    }
+
+    fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("run")
+            .arg(self.pipeline())
+            .arg("--quiet")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        command.spawn().expect("spawn sluice")
+    }
+
+    /// Runs to the end; returns stderr.
+    fn run_to_end(&self, args: &[&str]) -> String {
+        let output = self
+            .spawn(args, &[])
+            .wait_with_output()
+            .expect("wait for sluice");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "sluice run failed:\n{stderr}");
+        stderr
+    }
+
+    fn output_len(&self) -> u64 {
+        std::fs::metadata(self.dir.path().join("out/windows.jsonl")).map_or(0, |m| m.len())
+            + std::fs::metadata(self.dir.path().join("out/dead-letters.jsonl"))
+                .map_or(0, |m| m.len())
+    }
+
+    /// Both outputs as multisets of lines (dead letters without the wall
+    /// clock time they were dead-lettered at).
+    fn outputs(&self) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+        let lines = |name: &str| -> BTreeMap<String, usize> {
+            let text =
+                std::fs::read_to_string(self.dir.path().join("out").join(name)).unwrap_or_default();
+            let mut counts = BTreeMap::new();
+            for line in text.lines() {
+                let mut value: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line}"));
+                if let Some(headers) = value.get_mut("headers").and_then(|h| h.as_object_mut()) {
+                    headers.remove("sluice.dlq.time");
+                }
+                *counts.entry(value.to_string()).or_default() += 1;
+            }
+            counts
+        };
+        (lines("windows.jsonl"), lines("dead-letters.jsonl"))
+    }
+
+    /// Every object in the checkpoint storage is a retained manifest or a
+    /// file a retained manifest references; returns the number of
+    /// completed checkpoints kept.
+    fn assert_storage_is_clean(&self) -> usize {
+        let root = self.dir.path().join("checkpoints/default/embedded");
+        let mut manifests = Vec::new();
+        for entry in std::fs::read_dir(root.join("manifests")).expect("manifests") {
+            let path = entry.expect("entry").path();
+            let manifest: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("read manifest"))
+                    .expect("manifest JSON");
+            manifests.push(manifest);
+        }
+        let referenced: std::collections::BTreeSet<String> = manifests
+            .iter()
+            .flat_map(|m| m["state"].as_array().cloned().unwrap_or_default())
+            .filter_map(|f| f["object"].as_str().map(str::to_string))
+            .collect();
+        let mut stored = std::collections::BTreeSet::new();
+        let mut pending = vec![root.join("shared")];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    let key = path.strip_prefix(&root).expect("under root");
+                    stored.insert(key.to_string_lossy().into_owned());
+                }
+            }
+        }
+        assert_eq!(
+            stored, referenced,
+            "the storage holds exactly the files retained manifests reference"
+        );
+        let completed = manifests
+            .iter()
+            .filter(|m| m["kind"] == "completed")
+            .count();
+        assert!(
+            (1..=4).contains(&completed),
+            "3 retained plus at most the latest's parent, not {completed}"
+        );
+        completed
+    }
+}
+
+/// An uninterrupted run's outputs.
+fn reference(records: u64, workers: usize) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let job = Job::new(records, workers, "exactly-once");
+    job.run_to_end(&[]);
+    job.outputs()
+}
+
+/// A small deterministic generator of kill delays (its seed is printed).
+struct Chaos(u64);
+
+impl Chaos {
+    fn new() -> Chaos {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("chaos seed {seed}");
+        Chaos(seed)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
+
+/// Kills `job`'s runs with SIGKILL `kills` times, each at a random moment
+/// after the committed output last grew, then runs it to the end.
+fn kill_loop(job: &Job, kills: usize) -> String {
+    let mut chaos = Chaos::new();
+    let mut landed_mid_stream = 0;
+    for _ in 0..kills {
+        let before = job.output_len();
+        let mut child = job.spawn(&[], &[]);
+        let started = Instant::now();
+        // Let it make some progress most of the time; sometimes kill it
+        // while it is still restoring.
+        if chaos.below(4) > 0 {
+            wait_until("the output to grow", WAIT, || {
+                job.output_len() > before || child.try_wait().ok().flatten().is_some()
+            });
+        }
+        std::thread::sleep(Duration::from_millis(chaos.below(300)));
+        if child.try_wait().expect("try_wait").is_none() {
+            landed_mid_stream += 1;
+        }
+        let _ = child.kill();
+        child.wait().expect("wait for the killed run");
+        assert!(started.elapsed() < WAIT);
+    }
+    assert!(
+        landed_mid_stream * 2 >= kills,
+        "only {landed_mid_stream} of {kills} kills landed before the run ended: the input is too short"
+    );
+    job.run_to_end(&[])
+}
+
+#[test]
+fn sigkill_at_random_moments_changes_nothing_in_the_output() {
+    const RECORDS: u64 = 120_000;
+    let expected = reference(RECORDS, 2);
+    let job = Job::new(RECORDS, 2, "exactly-once");
+    let last = kill_loop(&job, 20);
+    assert!(last.contains("restored checkpoint"), "{last}");
+    let (windows, dead_letters) = job.outputs();
+    assert_eq!(
+        windows.values().sum::<usize>(),
+        expected.0.values().sum::<usize>()
+    );
+    assert!(
+        windows == expected.0,
+        "window results differ from an uninterrupted run"
+    );
+    assert!(
+        dead_letters == expected.1,
+        "dead letters differ from an uninterrupted run"
+    );
+    job.assert_storage_is_clean();
+    assert_no_leftover_state();
+}
+
+#[test]
+fn at_least_once_mode_duplicates_what_exactly_once_does_not() {
+    const RECORDS: u64 = 60_000;
+    let expected = reference(RECORDS, 1);
+    let job = Job::new(RECORDS, 1, "at-least-once");
+    kill_loop(&job, 5);
+    let (windows, _) = job.outputs();
+    let written: usize = windows.values().sum();
+    let expected_count: usize = expected.0.values().sum();
+    assert!(
+        written > expected_count,
+        "at-least-once writes records again after a restore ({written} vs {expected_count}): the kill loop can tell the modes apart"
+    );
+    // Every expected result is there (nothing lost), some more than once.
+    for line in expected.0.keys() {
+        assert!(windows.contains_key(line), "lost: {line}");
+    }
+}
+
+#[test]
+fn every_failpoint_of_the_protocol_recovers() {
+    const RECORDS: u64 = 60_000;
+    let expected = reference(RECORDS, 1);
+    for failpoint in [
+        "after-state-upload",
+        "after-manifest",
+        "during-upload",
+        "during-restore",
+    ] {
+        let job = Job::new(RECORDS, 1, "exactly-once");
+        if failpoint == "during-restore" {
+            // A checkpoint to restore first.
+            let mut child = job.spawn(&[], &[]);
+            wait_until("some output", WAIT, || job.output_len() > 0);
+            let _ = child.kill();
+            child.wait().expect("wait");
+        }
+        // Fire from the third checkpoint on, so that some are complete (a
+        // restore happens before any checkpoint is taken).
+        let at = match failpoint {
+            "during-restore" => failpoint.to_string(),
+            _ => format!("{failpoint}@3"),
+        };
+        let output = job
+            .spawn(&[], &[(sluice_host::checkpoint::FAILPOINT_ENV, &at)])
+            .wait_with_output()
+            .expect("wait");
+        assert!(
+            !output.status.success(),
+            "{failpoint}: the failpoint did not kill the run"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("failpoint"), "{failpoint}: {stderr}");
+        job.run_to_end(&[]);
+        let (windows, dead_letters) = job.outputs();
+        assert!(windows == expected.0, "{failpoint}: window results differ");
+        assert!(
+            dead_letters == expected.1,
+            "{failpoint}: dead letters differ"
+        );
+        job.assert_storage_is_clean();
+    }
+}
+
+#[test]
+fn a_zombie_woken_after_its_replacement_took_over_adds_nothing() {
+    const RECORDS: u64 = 60_000;
+    let expected = reference(RECORDS, 1);
+    let job = Job::new(RECORDS, 1, "exactly-once");
+    let mut zombie = job.spawn(&[], &[]);
+    wait_until("some output", WAIT, || job.output_len() > 0);
+    signal(&zombie, "STOP");
+    let replacement = job.run_to_end(&[]);
+    assert!(replacement.contains("restored checkpoint"), "{replacement}");
+    let finished = job.outputs();
+    signal(&zombie, "CONT");
+    let status = zombie.wait().expect("wait for the zombie");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = zombie.stderr.take() {
+        use std::io::Read as _;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    assert!(
+        !status.success(),
+        "the zombie must fail, not finish: {stderr}"
+    );
+    assert!(stderr.contains("fenced"), "{stderr}");
+    assert!(job.outputs() == finished, "the zombie changed the output");
+    assert!(finished.0 == expected.0, "window results differ");
+    assert!(finished.1 == expected.1, "dead letters differ");
+}
+
+#[test]
+fn fresh_starts_over_and_list_shows_the_restart_point() {
+    let job = Job::new(20_000, 1, "exactly-once");
+    job.run_to_end(&[]);
+    let first = job.outputs();
+    // The input was consumed to its end: a second run has nothing to add.
+    let again = job.run_to_end(&[]);
+    assert!(again.contains("restored checkpoint"), "{again}");
+    assert!(job.outputs() == first);
+    let fresh = job.run_to_end(&["--fresh"]);
+    assert!(!fresh.contains("restored checkpoint"), "{fresh}");
+    assert!(
+        job.outputs() == first,
+        "a fresh run writes the same output once"
+    );
+
+    let list = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["checkpoints", "list"])
+        .arg(job.pipeline())
+        .output()
+        .expect("checkpoints list");
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success(), "{text}");
+    assert!(text.contains("a restart restores this one"), "{text}");
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// No state directory of a dead run is left behind (each run removes
+/// those of dead runs of its pipeline, and its own at the end).
+fn assert_no_leftover_state() {
+    let root = std::env::temp_dir().join("sluice-state");
+    let leftovers: Vec<String> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("default.embedded."))
+        .filter(|name| {
+            let pid =
+                std::fs::read_to_string(root.join(name).join("owner.pid")).unwrap_or_default();
+            !Path::new(&format!("/proc/{}", pid.trim())).exists()
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}

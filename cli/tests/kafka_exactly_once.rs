@@ -1,0 +1,460 @@
+//! End-to-end exactly-once with Kafka and S3 checkpoints, proven with
+//! SIGKILL: Kafka input (4 partitions, unique ids, 1,000 keys, event times
+//! with disorder) → a running count per key in host state (plugin
+//! `running-count`) → a tumbling event-time window sum on RocksDB →
+//! exactly-once Kafka sinks (windows, counts, dead letters), checkpoints
+//! every second to the S3 server of `scripts/dev-services.sh up`.
+//!
+//! `SLUICE_CHAOS_KILLS` sets the number of kills (default 20; the longer
+//! run in docs/benchmarks.md uses 100).
+
+use sluice_tests::kafka::{committed, create_topic, read_to_end, unique_topic};
+use sluice_tests::{kafka_end_offsets, s3, sigterm_and_wait, wait_until};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(180);
+const PARTITIONS: i32 = 4;
+const KEYS: u64 = 1000;
+const BOUND_MS: i64 = 500;
+const T0: i64 = 1_700_000_000_000;
+/// Where the pipeline's checkpoints are in the bucket.
+const CHECKPOINTS_PREFIX: &str = "checkpoints/default/exactly-once";
+
+/// The input record `i`: every 499th has no key (dead-lettered by the
+/// plugin); event times go 2 ms apart with up to 200 ms of disorder.
+fn input_value(i: u64) -> String {
+    let ts = T0 + i as i64 * 2 - ((i * 7919) % 200) as i64;
+    let amount = i % 7 + 1;
+    if i % 499 == 498 {
+        format!(r#"{{"id":{i},"amount":{amount},"ts":{ts}}}"#)
+    } else {
+        format!(
+            r#"{{"id":{i},"key":"k{}","amount":{amount},"ts":{ts}}}"#,
+            i % KEYS
+        )
+    }
+}
+
+/// Produces `records` inputs round-robin over the partitions, then one
+/// sentinel per partition far ahead in event time, so that every window of
+/// the real records fires.
+fn produce_input(topic: &str, records: u64) {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", sluice_tests::kafka::bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .create()
+        .unwrap_or_else(|e| panic!("Kafka producer: {e}"));
+    let sentinel_ts = T0 + records as i64 * 2 + 100_000;
+    let values = (0..records)
+        .map(input_value)
+        .chain((0..PARTITIONS as u64).map(|p| {
+            format!(
+                r#"{{"id":{},"key":"end","amount":0,"ts":{sentinel_ts}}}"#,
+                records + p
+            )
+        }));
+    for (i, value) in values.enumerate() {
+        let mut record = BaseRecord::<(), _>::to(topic)
+            .payload(value.as_bytes())
+            .partition(i as i32 % PARTITIONS);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, unsent)) => {
+                    record = unsent;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("flushing input: {e}"));
+}
+
+/// Topics, bucket and pipeline file of one run.
+struct Setup {
+    dir: tempfile::TempDir,
+    input: String,
+    windows: String,
+    counts: String,
+    dead_letters: String,
+    group: String,
+    bucket: String,
+    records: u64,
+    /// The pipeline's checkpoint storage, to watch checkpoints complete.
+    storage: sluice_host::checkpoint::s3::S3Storage,
+}
+
+impl Setup {
+    fn new(records: u64, mode: &str) -> Setup {
+        let bucket = unique_topic("eo-bucket").to_lowercase();
+        s3::create_bucket(&bucket);
+        let setup = Setup {
+            storage: s3::storage(&bucket, CHECKPOINTS_PREFIX),
+            dir: tempfile::Builder::new()
+                .prefix("sluice-eo-")
+                .disable_cleanup(std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some())
+                .tempdir()
+                .expect("temporary directory"),
+            input: unique_topic("eo-in"),
+            windows: unique_topic("eo-windows"),
+            counts: unique_topic("eo-counts"),
+            dead_letters: unique_topic("eo-dlq"),
+            group: unique_topic("eo-group"),
+            bucket,
+            records,
+        };
+        create_topic(&setup.input, PARTITIONS);
+        for topic in [&setup.windows, &setup.counts, &setup.dead_letters] {
+            create_topic(topic, 2);
+        }
+        produce_input(&setup.input, records);
+        let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/running-count");
+        let bootstrap = sluice_tests::kafka::bootstrap();
+        let text = format!(
+            r#"[pipeline]
+name = "exactly-once"
+batch_size = 200
+workers = 2
+max_out_of_orderness_ms = {BOUND_MS}
+
+[checkpoints]
+storage = "s3://{bucket}/checkpoints"
+interval_ms = 1000
+mode = "{mode}"
+s3 = {{ endpoint = "{endpoint}", region = "us-east-1" }}
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{input}"]
+group_id = "{group}"
+start = "earliest"
+value_format = "json"
+timestamp_field = "ts"
+properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "500" }}
+
+[[operators]]
+name = "running-count"
+plugin = {plugin:?}
+
+[[operators]]
+name = "sum-per-key"
+window = {{ tumbling_ms = 1000 }}
+key_field = "key"
+aggregate = {{ function = "sum", field = "amount" }}
+
+[sink.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{windows}"
+transaction_timeout_ms = 5000
+
+[side_outputs.counts.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{counts}"
+transaction_timeout_ms = 5000
+
+[dead_letter.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{dead_letters}"
+transaction_timeout_ms = 5000
+"#,
+            bucket = setup.bucket,
+            endpoint = s3::endpoint(),
+            input = setup.input,
+            group = setup.group,
+            windows = setup.windows,
+            counts = setup.counts,
+            dead_letters = setup.dead_letters,
+        );
+        std::fs::write(setup.pipeline(), text).expect("write pipeline");
+        setup
+    }
+
+    fn pipeline(&self) -> PathBuf {
+        self.dir.path().join("pipeline.toml")
+    }
+
+    fn spawn(&self) -> Child {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = std::fs::File::create(self.dir.path().join(format!("run-{run:03}.log")))
+            .expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("run")
+            .arg(self.pipeline())
+            .arg("--quiet")
+            .env("SLUICE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (name, value) in s3::environment() {
+            command.env(name, value);
+        }
+        command.spawn().expect("spawn sluice")
+    }
+
+    /// What the latest run wrote on stderr.
+    fn last_log(&self) -> String {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+            .expect("directory")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs.last()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// The newest manifest id (completed or fence).
+    fn newest_manifest(&self) -> u64 {
+        s3::keys(&self.storage)
+            .iter()
+            .filter_map(|key| sluice_host::checkpoint::manifest::manifest_id(key))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Records written to the outputs so far, committed or not.
+    fn written(&self) -> i64 {
+        [&self.windows, &self.counts, &self.dead_letters]
+            .iter()
+            .map(|topic| kafka_end_offsets(topic, 2).iter().sum::<i64>())
+            .sum()
+    }
+
+    /// Whether the group committed every input offset (the checkpoint
+    /// covering all input completed: offsets are committed after it).
+    fn drained(&self) -> bool {
+        let ends = kafka_end_offsets(&self.input, PARTITIONS);
+        committed(&self.group, &self.input, PARTITIONS)
+            .iter()
+            .zip(&ends)
+            .all(|(committed, end)| *committed == Some(*end))
+    }
+}
+
+/// Kills the pipeline's process `kills` times at random moments (each
+/// after it wrote something), once with an outage longer than the
+/// transaction timeout, then runs it until all input is committed and
+/// stops it cleanly.
+fn chaos(setup: &Setup, kills: usize) {
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    eprintln!("chaos seed {seed}");
+    let mut random = move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    for kill in 0..kills {
+        let before = setup.written();
+        let newest = setup.newest_manifest();
+        let mut child = KillOnDrop(setup.spawn());
+        wait_until("output from the restarted run", WAIT, || {
+            setup.written() > before || child.0.try_wait().ok().flatten().is_some()
+        });
+        // One kill in three comes after the run completed a checkpoint of
+        // its own (its fence is the first new manifest), the others while
+        // it may still be restoring or in its first epoch.
+        if random(3) == 0 {
+            wait_until("a checkpoint of the restarted run", WAIT, || {
+                setup.newest_manifest() >= newest + 2 || child.0.try_wait().ok().flatten().is_some()
+            });
+        }
+        std::thread::sleep(Duration::from_millis(random(400)));
+        let child = &mut child.0;
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!(
+                "run {kill} ended by itself ({status}): {}",
+                setup.last_log()
+            );
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        if kill == kills / 2 {
+            // Down longer than transaction.timeout.ms (5 s): the broker
+            // aborts the open transaction itself.
+            std::thread::sleep(Duration::from_secs(7));
+        }
+    }
+    let mut last = KillOnDrop(setup.spawn());
+    let started = Instant::now();
+    wait_until("every input record to be committed", WAIT, || {
+        setup.drained()
+    });
+    eprintln!("drained in {:?}", started.elapsed());
+    let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
+    sigterm_and_wait(last);
+    let log = setup.last_log();
+    assert!(log.contains("restored checkpoint"), "{log}");
+}
+
+/// A `sluice` process killed if the test fails while it runs.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a `read_committed` reader sees, checked against the input.
+struct Verdict {
+    /// Input ids seen more than once (counts plus dead letters).
+    duplicated: usize,
+    /// Input ids never seen.
+    missing: usize,
+}
+
+fn verdict(setup: &Setup) -> Verdict {
+    let total = setup.records + PARTITIONS as u64;
+    let (counts, clean) = read_to_end(&setup.counts, 2, true);
+    assert!(
+        clean,
+        "a transaction of the pipeline is left open on {}",
+        setup.counts
+    );
+    let (dead_letters, clean) = read_to_end(&setup.dead_letters, 2, true);
+    assert!(
+        clean,
+        "a transaction is left open on {}",
+        setup.dead_letters
+    );
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for record in &counts {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        let id = value["id"].as_u64().expect("id");
+        *seen.entry(id).or_default() += 1;
+        counts_by_key
+            .entry(value["key"].as_str().expect("key").to_string())
+            .or_default()
+            .push(value["count"].as_u64().expect("count"));
+    }
+    for record in &dead_letters {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
+    }
+    let duplicated = seen.values().filter(|n| **n > 1).count();
+    let missing = (0..total).filter(|id| !seen.contains_key(id)).count();
+    if duplicated == 0 && missing == 0 {
+        // State and output from the same cut: each key's counts are 1..n.
+        for (key, mut values) in counts_by_key {
+            values.sort_unstable();
+            let expected: Vec<u64> = (1..=values.len() as u64).collect();
+            assert_eq!(values, expected, "running counts of key {key}");
+        }
+    }
+    Verdict {
+        duplicated,
+        missing,
+    }
+}
+
+/// The window sums a model computes from the input.
+fn window_model(records: u64) -> BTreeMap<(String, i64), f64> {
+    let mut model = BTreeMap::new();
+    for i in 0..records {
+        let value: serde_json::Value = serde_json::from_str(&input_value(i)).expect("JSON");
+        let Some(key) = value["key"].as_str() else {
+            continue;
+        };
+        let ts = value["ts"].as_i64().expect("ts");
+        let start = ts - ts.rem_euclid(1000);
+        *model.entry((key.to_string(), start)).or_default() +=
+            value["amount"].as_f64().expect("amount");
+    }
+    model
+}
+
+fn assert_windows_match_the_model(setup: &Setup) {
+    let (windows, clean) = read_to_end(&setup.windows, 2, true);
+    assert!(clean, "a transaction is left open on {}", setup.windows);
+    let mut results: BTreeMap<(String, i64), f64> = BTreeMap::new();
+    for record in &windows {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        let key = (
+            value["key"].as_str().expect("key").to_string(),
+            value["window_start"].as_i64().expect("window_start"),
+        );
+        assert_eq!(value["update"], false, "no record is late: {value}");
+        let previous = results.insert(key.clone(), value["result"].as_f64().expect("result"));
+        assert!(previous.is_none(), "window {key:?} written twice");
+    }
+    let model = window_model(setup.records);
+    assert_eq!(results.len(), model.len(), "number of windows");
+    assert!(results == model, "window sums differ from the model");
+}
+
+/// Every object in the bucket is a retained manifest or referenced by one.
+fn assert_bucket_is_clean(setup: &Setup) {
+    let keys = s3::keys(&setup.storage);
+    let store = sluice_host::checkpoint::CheckpointStore::new(std::sync::Arc::new(s3::storage(
+        &setup.bucket,
+        CHECKPOINTS_PREFIX,
+    )));
+    let mut referenced = BTreeSet::new();
+    for id in store.ids().expect("ids") {
+        referenced.insert(sluice_host::checkpoint::manifest::manifest_key(id));
+        let manifest = store.read(id).expect("manifest");
+        referenced.extend(manifest.state.iter().map(|f| f.object.clone()));
+    }
+    let stored: BTreeSet<String> = keys.into_iter().collect();
+    assert_eq!(
+        stored, referenced,
+        "objects no retained manifest references"
+    );
+    let completed = store.completed().expect("completed");
+    assert!(
+        (1..=4).contains(&completed.len()),
+        "{} kept",
+        completed.len()
+    );
+}
+
+#[test]
+fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
+    let kills: usize = std::env::var("SLUICE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let exact = Setup::new(300_000, "exactly-once");
+    eprintln!("run logs in {}", exact.dir.path().display());
+    chaos(&exact, kills);
+    let result = verdict(&exact);
+    assert_eq!(result.missing, 0, "records lost");
+    assert_eq!(result.duplicated, 0, "records duplicated");
+    assert_windows_match_the_model(&exact);
+    let (uncommitted, _) = read_to_end(&exact.counts, 2, false);
+    let (committed, _) = read_to_end(&exact.counts, 2, true);
+    assert!(
+        uncommitted.len() > committed.len(),
+        "aborted transactions happened: a read_uncommitted reader saw {} records, read_committed {}",
+        uncommitted.len(),
+        committed.len()
+    );
+    assert_bucket_is_clean(&exact);
+
+    // The same with at-least-once sinks: the check can tell.
+    let loose = Setup::new(50_000, "at-least-once");
+    chaos(&loose, 4);
+    let result = verdict(&loose);
+    assert_eq!(result.missing, 0, "at-least-once loses nothing either");
+    assert!(
+        result.duplicated > 0,
+        "at-least-once sinks must have written records again after kills"
+    );
+}

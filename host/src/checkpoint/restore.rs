@@ -1,0 +1,247 @@
+//! The checkpoints of one pipeline in storage: listing, fencing,
+//! publication, retention, and the choice of what to restore.
+
+use super::manifest::{
+    MANIFESTS_DIR, Manifest, ManifestKind, SHARED_DIR, manifest_id, manifest_key,
+};
+use super::storage::{CheckpointStorage, StorageError};
+use super::{CommitKind, Committer};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+/// What a run starts from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RestoreFrom {
+    /// The latest completed checkpoint whose outputs were committed (the
+    /// default).
+    #[default]
+    Latest,
+    /// Nothing: state, positions and uncommitted outputs start over.
+    Fresh,
+    /// This checkpoint id.
+    Checkpoint(u64),
+}
+
+/// Why checkpoints could not be read, published or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A manifest is unreadable.
+    #[error("checkpoint {id}: {message}")]
+    Manifest {
+        /// Its id.
+        id: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// Another process published the id this one wanted: this process is
+    /// a zombie and must stop without committing anything.
+    #[error(
+        "checkpoint {id} was published by another process: this one has been fenced off and stops"
+    )]
+    Fenced {
+        /// The contested id.
+        id: u64,
+    },
+    /// Something else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The checkpoints of one pipeline.
+#[derive(Clone)]
+pub struct CheckpointStore {
+    storage: Arc<dyn CheckpointStorage>,
+}
+
+impl CheckpointStore {
+    /// The checkpoints in `storage` (scoped to one pipeline).
+    pub fn new(storage: Arc<dyn CheckpointStorage>) -> Self {
+        CheckpointStore { storage }
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Arc<dyn CheckpointStorage> {
+        &self.storage
+    }
+
+    /// Ids of every manifest (completed and fence), ascending.
+    pub fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
+        let mut ids: Vec<u64> = self
+            .storage
+            .list(MANIFESTS_DIR)?
+            .iter()
+            .filter_map(|key| manifest_id(key))
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The manifest of checkpoint `id`.
+    pub fn read(&self, id: u64) -> Result<Manifest, CheckpointError> {
+        let bytes = self.storage.get(&manifest_key(id))?;
+        Manifest::from_bytes(&bytes).map_err(|message| CheckpointError::Manifest { id, message })
+    }
+
+    /// Every completed checkpoint's manifest, oldest first.
+    pub fn completed(&self) -> Result<Vec<Manifest>, CheckpointError> {
+        let mut manifests = Vec::new();
+        for id in self.ids()? {
+            let manifest = self.read(id)?;
+            if manifest.kind == ManifestKind::Completed {
+                manifests.push(manifest);
+            }
+        }
+        Ok(manifests)
+    }
+
+    /// Writes a fence for a new process (`open_id`): takes the next id, so
+    /// that no older process can publish again. Returns the fence's id;
+    /// the process's own checkpoints follow it.
+    pub fn fence(
+        &self,
+        tenant: &str,
+        pipeline: &str,
+        open_id: &str,
+    ) -> Result<u64, CheckpointError> {
+        for _ in 0..100 {
+            let id = self.ids()?.last().copied().unwrap_or(0) + 1;
+            let fence = Manifest::fence(id, tenant, pipeline, open_id, super::now_ms());
+            if self
+                .storage
+                .put_if_absent(&manifest_key(id), &fence.to_bytes())?
+            {
+                return Ok(id);
+            }
+        }
+        Err(CheckpointError::Other(
+            "could not take a checkpoint id: another process keeps publishing".into(),
+        ))
+    }
+
+    /// Publishes `manifest`: fails with [`CheckpointError::Fenced`] if its
+    /// id is taken or a newer one exists (a newer process has started).
+    pub fn publish(&self, manifest: &Manifest) -> Result<(), CheckpointError> {
+        let key = manifest_key(manifest.id);
+        if !self.storage.put_if_absent(&key, &manifest.to_bytes())? {
+            return Err(CheckpointError::Fenced { id: manifest.id });
+        }
+        if self
+            .ids()?
+            .last()
+            .is_some_and(|newest| *newest > manifest.id)
+        {
+            // A newer process fenced us after our id was chosen; our
+            // manifest must not be restored.
+            self.storage.delete(&key)?;
+            return Err(CheckpointError::Fenced { id: manifest.id });
+        }
+        Ok(())
+    }
+
+    /// Deletes what no retained checkpoint needs: completed manifests
+    /// beyond the newest `retained` (the parent of the newest is kept too:
+    /// a restore may fall back to it), fences older than the oldest kept
+    /// checkpoint, and state files no kept manifest references. Runs only
+    /// in the process that just published (fenced processes cannot).
+    /// Returns the number of objects deleted.
+    pub fn collect_garbage(&self, retained: usize) -> Result<usize, CheckpointError> {
+        let ids = self.ids()?;
+        let mut manifests = Vec::new();
+        for id in &ids {
+            manifests.push(self.read(*id)?);
+        }
+        let completed: Vec<&Manifest> = manifests
+            .iter()
+            .filter(|m| m.kind == ManifestKind::Completed)
+            .collect();
+        let mut keep: BTreeSet<u64> = completed
+            .iter()
+            .rev()
+            .take(retained.max(1))
+            .map(|m| m.id)
+            .collect();
+        if let Some(parent) = completed.last().and_then(|m| m.parent) {
+            keep.insert(parent);
+        }
+        let oldest_kept = keep.first().copied().unwrap_or(0);
+        let mut deleted = 0;
+        let mut referenced: HashSet<&str> = HashSet::new();
+        for manifest in &manifests {
+            let kept = match manifest.kind {
+                ManifestKind::Completed => keep.contains(&manifest.id),
+                ManifestKind::Fence => manifest.id >= oldest_kept,
+            };
+            if kept {
+                referenced.extend(manifest.state.iter().map(|f| f.object.as_str()));
+            } else {
+                self.storage.delete(&manifest_key(manifest.id))?;
+                deleted += 1;
+            }
+        }
+        for object in self.storage.list(SHARED_DIR)? {
+            if !referenced.contains(object.as_str()) {
+                self.storage.delete(&object)?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The checkpoint a run starting `from` restores (`None`: start from
+    /// nothing). For [`RestoreFrom::Latest`]: the newest completed
+    /// checkpoint if every final committer says its commit happened, else
+    /// its parent (whose commits happened before its barrier).
+    pub fn choose(
+        &self,
+        from: &RestoreFrom,
+        committers: &[Arc<dyn Committer>],
+    ) -> Result<Option<Manifest>, CheckpointError> {
+        match from {
+            RestoreFrom::Fresh => Ok(None),
+            RestoreFrom::Checkpoint(id) => {
+                let manifest = self.read(*id)?;
+                if manifest.kind != ManifestKind::Completed {
+                    return Err(CheckpointError::Manifest {
+                        id: *id,
+                        message: "is a fence, not a completed checkpoint".into(),
+                    });
+                }
+                Ok(Some(manifest))
+            }
+            RestoreFrom::Latest => {
+                let Some(latest) = self.completed()?.pop() else {
+                    return Ok(None);
+                };
+                for committer in committers {
+                    if committer.kind() != CommitKind::Final {
+                        continue;
+                    }
+                    let committable = latest
+                        .sinks
+                        .get(committer.name())
+                        .cloned()
+                        .unwrap_or_default();
+                    let committed = committer
+                        .was_committed(latest.id, &committable)
+                        .map_err(|e| CheckpointError::Other(e.to_string()))?;
+                    if !committed {
+                        tracing::warn!(
+                            checkpoint = latest.id,
+                            sink = committer.name(),
+                            parent = ?latest.parent,
+                            "the sink's commit of the latest checkpoint did not happen: restoring its parent and replaying"
+                        );
+                        return match latest.parent {
+                            Some(parent) => Ok(Some(self.read(parent)?)),
+                            None => Ok(None),
+                        };
+                    }
+                }
+                Ok(Some(latest))
+            }
+        }
+    }
+}

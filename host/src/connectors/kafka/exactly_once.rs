@@ -1,0 +1,508 @@
+//! Exactly-once Kafka sinks: one Kafka transaction per checkpoint, shared
+//! by every Kafka sink of the pipeline (main, dead-letter, side outputs),
+//! committed only after the checkpoint is published.
+//!
+//! librdkafka cannot resume a transaction a dead producer prepared
+//! (`init_transactions` aborts it), so Flink's recovery cannot be copied
+//! (ADR 0008). Instead, every transaction also writes a *progress record*
+//! `{tenant, pipeline, checkpoint}` to a compacted progress topic. On
+//! restore, after `init_transactions` has aborted whatever a dead producer
+//! left open, a `read_committed` read of the progress topic tells whether
+//! the latest checkpoint's transaction committed: if it did, that
+//! checkpoint is restored; if not, its parent is restored and the epoch
+//! replayed, so state and output always come from the same cut.
+//!
+//! Two producers alternate (transactional ids `sluice.<tenant>.<pipeline>.0`
+//! and `.1`): while checkpoint N's transaction waits for N to be published,
+//! records after barrier N go to the other one. That is the whole, fixed
+//! set of ids of a pipeline; creating them fences any zombie producer.
+//! Epochs without records open no transaction and write no progress record.
+
+use super::client_config;
+use super::sink::{SinkContext, message};
+use crate::checkpoint::{CommitError, CommitKind, Committable, Committer};
+use crate::dataflow::{DataflowError, Sink};
+use crate::metrics::PartitionMetrics;
+use crate::record::Record;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The committer's name in manifests.
+pub const KAFKA_TRANSACTIONS: &str = "kafka-transactions";
+
+/// Default progress topic.
+pub const DEFAULT_PROGRESS_TOPIC: &str = "sluice-progress";
+
+/// Settings of a pipeline's Kafka transactions.
+#[derive(Debug, Clone)]
+pub struct KafkaTransactionOptions {
+    /// `host:port` list (every exactly-once Kafka sink of the pipeline
+    /// writes to this cluster).
+    pub bootstrap_servers: String,
+    /// Extra librdkafka producer properties.
+    pub properties: BTreeMap<String, String>,
+    /// Tenant and pipeline: the transactional ids and progress key.
+    pub tenant: String,
+    /// Pipeline name.
+    pub pipeline: String,
+    /// The compacted topic progress records go to (created if missing).
+    pub progress_topic: String,
+    /// `transaction.timeout.ms`: an open transaction older than this is
+    /// aborted by the broker.
+    pub transaction_timeout: Duration,
+    /// Longest wait for one Kafka operation (init, flush, commit).
+    pub operation_timeout: Duration,
+    /// This process's database open: progress records carry it, so that a
+    /// restore only believes progress written by the process that wrote
+    /// the checkpoint (never a stale record of an earlier pipeline of the
+    /// same name).
+    pub open_id: String,
+}
+
+/// A progress record, written inside each transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    tenant: String,
+    pipeline: String,
+    checkpoint: u64,
+    open_id: String,
+}
+
+/// What the transactions pre-commit for one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TransactionPreCommit {
+    /// The producer holding the transaction.
+    slot: usize,
+    /// Its transactional id (for people reading manifests).
+    transactional_id: String,
+    /// Records in it (0: no transaction was opened).
+    records: u64,
+    /// The process that wrote it (and its progress record).
+    open_id: String,
+}
+
+/// The epoch being written.
+#[derive(Debug, Default)]
+struct Epoch {
+    /// The producer of this epoch.
+    slot: usize,
+    /// Whether its transaction has begun.
+    open: bool,
+    /// Records sent in it.
+    records: u64,
+    /// The last checkpoint pre-committed.
+    pre_committed: Option<u64>,
+}
+
+/// The transactions of one pipeline, shared by its Kafka sinks and the
+/// committer.
+pub struct KafkaTransactions {
+    options: KafkaTransactionOptions,
+    producers: [ThreadedProducer<SinkContext>; 2],
+    ids: [String; 2],
+    epoch: Mutex<Epoch>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+fn transaction_error(error: impl std::fmt::Display) -> CommitError {
+    CommitError {
+        sink: KAFKA_TRANSACTIONS.into(),
+        message: error.to_string(),
+    }
+}
+
+impl KafkaTransactions {
+    /// Checks the transaction timeout against the broker, creates the
+    /// progress topic if needed, and initialises both producers: this
+    /// fences any earlier process of the pipeline and aborts what it left
+    /// open, so that `read_committed` readers (and the progress read) see
+    /// past it.
+    pub fn new(
+        options: KafkaTransactionOptions,
+        partitions: Arc<PartitionMetrics>,
+    ) -> Result<Arc<Self>, String> {
+        let admin: AdminClient<DefaultClientContext> =
+            client_config(&options.bootstrap_servers, &[], &BTreeMap::new())
+                .create()
+                .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
+        check_transaction_timeout(&admin, &options)?;
+        create_progress_topic(&admin, &options.progress_topic)?;
+        let failure = Arc::new(Mutex::new(None));
+        let timeout_ms = options.transaction_timeout.as_millis().to_string();
+        let make = |slot: usize| -> Result<(String, ThreadedProducer<SinkContext>), String> {
+            let id = format!("sluice.{}.{}.{slot}", options.tenant, options.pipeline);
+            let producer: ThreadedProducer<SinkContext> = client_config(
+                &options.bootstrap_servers,
+                &[
+                    ("transactional.id", id.as_str()),
+                    ("enable.idempotence", "true"),
+                    ("acks", "all"),
+                    ("linger.ms", "5"),
+                    ("transaction.timeout.ms", timeout_ms.as_str()),
+                ],
+                &options.properties,
+            )
+            .create_with_context(SinkContext {
+                failure: failure.clone(),
+                partitions: partitions.clone(),
+            })
+            .map_err(|e| format!("cannot create the transactional producer {id}: {e}"))?;
+            producer
+                .init_transactions(options.operation_timeout)
+                .map_err(|e| format!("cannot initialise transactions of {id}: {e}"))?;
+            Ok((id, producer))
+        };
+        let (id0, producer0) = make(0)?;
+        let (id1, producer1) = make(1)?;
+        Ok(Arc::new(KafkaTransactions {
+            options,
+            producers: [producer0, producer1],
+            ids: [id0, id1],
+            epoch: Mutex::new(Epoch::default()),
+            failure,
+        }))
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &KafkaTransactionOptions {
+        &self.options
+    }
+
+    fn epoch(&self) -> std::sync::MutexGuard<'_, Epoch> {
+        self.epoch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn delivery_failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sends `message` in the current epoch's transaction (begun on the
+    /// first record of the epoch).
+    fn send(&self, mut message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
+        let mut epoch = self.epoch();
+        let producer = &self.producers[epoch.slot];
+        if !epoch.open {
+            producer
+                .begin_transaction()
+                .map_err(|e| format!("cannot begin a transaction: {e}"))?;
+            epoch.open = true;
+        }
+        let started = Instant::now();
+        loop {
+            match producer.send(message) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), unsent))
+                    if started.elapsed() < self.options.operation_timeout =>
+                {
+                    // The producer's own thread serves deliveries meanwhile.
+                    message = unsent;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((error, _)) => return Err(format!("cannot produce: {error}")),
+            }
+        }
+        epoch.records += 1;
+        match self.delivery_failure() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+
+    /// Phase one for checkpoint `checkpoint` (once, whichever sink asks
+    /// first): the progress record, then every delivery awaited; the next
+    /// epoch goes to the other producer.
+    fn pre_commit(&self, checkpoint: u64) -> Result<Option<Committable>, String> {
+        let mut epoch = self.epoch();
+        if epoch.pre_committed == Some(checkpoint) {
+            return Ok(None);
+        }
+        let slot = epoch.slot;
+        let records = epoch.records;
+        if epoch.open {
+            let progress = serde_json::to_vec(&Progress {
+                tenant: self.options.tenant.clone(),
+                pipeline: self.options.pipeline.clone(),
+                checkpoint,
+                open_id: self.options.open_id.clone(),
+            })
+            .map_err(|e| e.to_string())?;
+            let key = progress_key(&self.options);
+            let producer = &self.producers[slot];
+            producer
+                .send(
+                    BaseRecord::to(&self.options.progress_topic)
+                        .key(key.as_bytes())
+                        .payload(&progress)
+                        .partition(0),
+                )
+                .map_err(|(e, _)| format!("cannot write the progress record: {e}"))?;
+            producer
+                .flush(self.options.operation_timeout)
+                .map_err(|e| format!("records not delivered in time: {e}"))?;
+            if let Some(failure) = self.delivery_failure() {
+                return Err(failure);
+            }
+        }
+        *epoch = Epoch {
+            slot: 1 - slot,
+            open: false,
+            records: 0,
+            pre_committed: Some(checkpoint),
+        };
+        serde_json::to_value(TransactionPreCommit {
+            slot,
+            transactional_id: self.ids[slot].clone(),
+            records,
+            open_id: self.options.open_id.clone(),
+        })
+        .map(Some)
+        .map_err(|e| e.to_string())
+    }
+
+    /// Whether the transaction of `checkpoint`, written by `open_id`,
+    /// committed: its progress record is in the progress topic
+    /// (`read_committed`, read to its end).
+    fn progress_committed(&self, checkpoint: u64, open_id: &str) -> Result<bool, String> {
+        let consumer: BaseConsumer = client_config(
+            &self.options.bootstrap_servers,
+            &[
+                ("group.id", "sluice-progress-reader"),
+                ("isolation.level", "read_committed"),
+                ("enable.auto.commit", "false"),
+                ("enable.partition.eof", "true"),
+            ],
+            &BTreeMap::new(),
+        )
+        .create()
+        .map_err(|e| format!("cannot create the progress reader: {e}"))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.options.progress_topic, 0, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+        consumer.assign(&assignment).map_err(|e| e.to_string())?;
+        let key = progress_key(&self.options);
+        let deadline = Instant::now() + self.options.operation_timeout;
+        let mut committed = false;
+        loop {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the progress topic {} was not read to its end in time (an open transaction?)",
+                    self.options.progress_topic
+                ));
+            }
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(committed),
+                Some(Err(error)) => return Err(format!("reading progress: {error}")),
+                Some(Ok(message)) => {
+                    if message.key() != Some(key.as_bytes()) {
+                        continue;
+                    }
+                    if let Some(progress) = message
+                        .payload()
+                        .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
+                    {
+                        committed |=
+                            progress.checkpoint == checkpoint && progress.open_id == open_id;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn progress_key(options: &KafkaTransactionOptions) -> String {
+    format!("{}/{}", options.tenant, options.pipeline)
+}
+
+/// Refuses a `transaction.timeout.ms` above the broker's
+/// `transaction.max.timeout.ms` (the producer would fail later, less
+/// clearly).
+fn check_transaction_timeout(
+    admin: &AdminClient<DefaultClientContext>,
+    options: &KafkaTransactionOptions,
+) -> Result<(), String> {
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, options.operation_timeout)
+        .map_err(|e| format!("cannot reach Kafka at {}: {e}", options.bootstrap_servers))?;
+    let Some(broker) = metadata.brokers().first() else {
+        return Err("the Kafka cluster reported no broker".into());
+    };
+    let described = futures::executor::block_on(admin.describe_configs(
+        &[ResourceSpecifier::Broker(broker.id())],
+        &AdminOptions::new().request_timeout(Some(options.operation_timeout)),
+    ))
+    .map_err(|e| format!("cannot read the broker's configuration: {e}"))?;
+    for resource in described.into_iter().flatten() {
+        if let Some(entry) = resource.get("transaction.max.timeout.ms")
+            && let Some(max) = entry.value.as_deref().and_then(|v| v.parse::<u128>().ok())
+            && options.transaction_timeout.as_millis() > max
+        {
+            return Err(format!(
+                "transaction_timeout_ms = {} exceeds the broker's transaction.max.timeout.ms = {max}",
+                options.transaction_timeout.as_millis()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn create_progress_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Result<(), String> {
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
+    let results = futures::executor::block_on(admin.create_topics(&[new], &AdminOptions::new()))
+        .map_err(|e| format!("cannot create the progress topic {topic}: {e}"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(format!("cannot create the progress topic {name}: {code}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Commits (and resolves on restore) the pipeline's Kafka transactions.
+struct TransactionCommitter {
+    transactions: Arc<KafkaTransactions>,
+}
+
+fn parse(committable: &Committable) -> Result<TransactionPreCommit, CommitError> {
+    serde_json::from_value(committable.clone())
+        .map_err(|e| transaction_error(format!("unreadable pre-commit {committable}: {e}")))
+}
+
+impl Committer for TransactionCommitter {
+    fn name(&self) -> &str {
+        KAFKA_TRANSACTIONS
+    }
+
+    fn kind(&self) -> CommitKind {
+        CommitKind::Final
+    }
+
+    /// Commits the checkpoint's transaction. A failure or a timeout is an
+    /// unknown outcome: the pipeline fails, and the restore learns from
+    /// the progress topic whether the commit happened.
+    fn commit(&self, checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
+        let pre_commit = parse(committable)?;
+        if pre_commit.records == 0 {
+            return Ok(());
+        }
+        let producer = self
+            .transactions
+            .producers
+            .get(pre_commit.slot)
+            .ok_or_else(|| transaction_error(format!("no producer slot {}", pre_commit.slot)))?;
+        producer
+            .commit_transaction(self.transactions.options.operation_timeout)
+            .map_err(|e| {
+                transaction_error(format!(
+                    "commit of checkpoint {checkpoint} ({}): outcome unknown, resolved on restore: {e}",
+                    pre_commit.transactional_id
+                ))
+            })
+    }
+
+    fn was_committed(
+        &self,
+        checkpoint: u64,
+        committable: &Committable,
+    ) -> Result<bool, CommitError> {
+        let pre_commit = parse(committable)?;
+        if pre_commit.records == 0 {
+            return Ok(true);
+        }
+        self.transactions
+            .progress_committed(checkpoint, &pre_commit.open_id)
+            .map_err(transaction_error)
+    }
+
+    /// Nothing to redo: creating the producers aborted whatever a dead
+    /// process left open.
+    fn restore(&self, _restored: Option<(u64, &Committable)>) -> Result<(), CommitError> {
+        Ok(())
+    }
+}
+
+/// One Kafka sink of an exactly-once pipeline: writes into the pipeline's
+/// current transaction.
+pub struct ExactlyOnceKafkaSink {
+    name: String,
+    topic: String,
+    partition: Option<i32>,
+    transactions: Arc<KafkaTransactions>,
+}
+
+impl ExactlyOnceKafkaSink {
+    /// A sink `name` writing to `topic` (and `partition`, if set) within
+    /// `transactions`.
+    pub fn new(
+        name: impl Into<String>,
+        topic: impl Into<String>,
+        partition: Option<i32>,
+        transactions: Arc<KafkaTransactions>,
+    ) -> Self {
+        ExactlyOnceKafkaSink {
+            name: name.into(),
+            topic: topic.into(),
+            partition,
+            transactions,
+        }
+    }
+
+    fn error(&self, message: String) -> DataflowError {
+        DataflowError::Sink {
+            name: self.name.clone(),
+            message,
+        }
+    }
+}
+
+impl Sink for ExactlyOnceKafkaSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
+        for record in records {
+            self.transactions
+                .send(message(&self.topic, self.partition, record))
+                .map_err(|e| self.error(format!("{}: {e}", self.topic)))?;
+        }
+        Ok(())
+    }
+
+    /// Records become visible only when their checkpoint commits.
+    fn flush(&mut self) -> Result<(), DataflowError> {
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Committable>, DataflowError> {
+        self.transactions
+            .pre_commit(checkpoint)
+            .map_err(|e| self.error(e))
+    }
+
+    fn committer(&self) -> Option<Arc<dyn Committer>> {
+        Some(Arc::new(TransactionCommitter {
+            transactions: self.transactions.clone(),
+        }))
+    }
+}
