@@ -2,13 +2,15 @@
 //! holds, read without touching it.
 
 use anyhow::{Context, Result, bail};
+use sluice_host::checkpoint::CheckpointMode;
 use sluice_host::checkpoint::{CheckpointStore, Manifest, RestoreFrom, open_storage};
-use sluice_host::config::LoadedConfig;
+use sluice_host::config::{Delivery, LoadedConfig, SinkConfig};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The checkpoints of the pipeline in `file`.
-fn store(file: &Path) -> Result<CheckpointStore> {
+/// The checkpoints of the pipeline in `file`, and whether its Kafka sinks
+/// commit transactions (whose outcome decides the restore point).
+fn store(file: &Path) -> Result<(CheckpointStore, bool)> {
     let loaded = LoadedConfig::load(file)?;
     let Some(section) = &loaded.config.checkpoints else {
         bail!(
@@ -19,7 +21,15 @@ fn store(file: &Path) -> Result<CheckpointStore> {
     let location = sluice_host::pipeline::checkpoint_location(&loaded)?;
     let pipeline = &loaded.config.pipeline;
     let storage = open_storage(&location, &section.s3, &pipeline.tenant, &pipeline.name)?;
-    Ok(CheckpointStore::new(storage))
+    let config = &loaded.config;
+    let transactional = section.mode == CheckpointMode::ExactlyOnce
+        && std::iter::once(&config.sink)
+            .chain(config.side_outputs.values())
+            .chain(std::iter::once(&config.dead_letter))
+            .any(|sink| {
+                matches!(sink, SinkConfig::Kafka { delivery, .. } if *delivery != Some(Delivery::AtLeastOnce))
+            });
+    Ok((CheckpointStore::new(storage), transactional))
 }
 
 /// A checkpoint named on the command line: an id, or a manifest's URI or
@@ -40,7 +50,7 @@ pub fn parse_checkpoint_ref(text: &str) -> Result<u64> {
 
 /// The table (or JSON lines) `sluice checkpoints list` prints.
 pub fn list(file: &Path, json: bool) -> Result<String> {
-    let store = store(file)?;
+    let (store, transactional) = store(file)?;
     let completed = store.completed()?;
     let restart = store.choose(&RestoreFrom::Latest, &[])?.map(|m| m.id);
     let storage = store.storage().describe();
@@ -79,10 +89,14 @@ pub fn list(file: &Path, json: bool) -> Result<String> {
             manifest.stats.uploaded_bytes,
             manifest.stats.sync_ms,
             manifest.stats.total_ms,
-            if restart == Some(manifest.id) {
-                "  <- a restart restores this one"
-            } else {
-                ""
+            match (restart == Some(manifest.id), transactional) {
+                (true, false) => "  <- a restart restores this one",
+                // Reading the progress topic here could block on (or,
+                // to unblock it, fence) a running pipeline's transaction.
+                (true, true) => {
+                    "  <- a restart restores this one, or its parent if its Kafka transaction did not commit"
+                }
+                (false, _) => "",
             }
         );
     }
@@ -94,7 +108,7 @@ pub fn list(file: &Path, json: bool) -> Result<String> {
 
 /// One manifest, as JSON.
 pub fn show(file: &Path, id: Option<u64>) -> Result<String> {
-    let store = store(file)?;
+    let (store, _) = store(file)?;
     let manifest: Manifest = match id {
         Some(id) => store.read(id)?,
         None => store

@@ -85,13 +85,12 @@ fn build_pipeline(pipeline_toml: &str) -> (tempfile::TempDir, sluice_host::pipel
     let file = dir.path().join("pipeline.toml");
     std::fs::write(&file, pipeline_toml).unwrap_or_else(|e| panic!("writing pipeline: {e}"));
     let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
-    let state =
-        sluice_host::pipeline::open_state_backend(&loaded).unwrap_or_else(|e| panic!("{e}"));
-    let pipeline = sluice_host::pipeline::Pipeline::build(
+    // As `sluice run` opens it: with `[checkpoints]`, restored and checkpointed.
+    let pipeline = sluice_host::pipeline::Pipeline::open(
         &loaded,
         &runtime(),
-        state,
         &sluice_host::pipeline::wasm_files_only,
+        &sluice_host::checkpoint::RestoreFrom::Latest,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     (dir, pipeline)
@@ -589,9 +588,18 @@ pub mod s3 {
                 endpoint: Some(endpoint()),
                 region: Some("us-east-1".into()),
                 path_style: Some(true),
+                multipart_threshold_bytes: None,
             },
         )
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Multipart uploads started and neither completed nor aborted, under
+    /// `storage`'s root (aborts them).
+    pub fn abort_incomplete(storage: &sluice_host::checkpoint::s3::S3Storage) -> usize {
+        storage
+            .abort_incomplete_uploads()
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every key under the storage's root.

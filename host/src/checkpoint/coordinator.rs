@@ -404,7 +404,7 @@ impl CheckpointCoordinator {
             max_parallelism: self.settings.max_parallelism,
             workers: self.settings.workers,
             source: job.source.unwrap_or_default(),
-            state: uploaded.files,
+            state: uploaded.files.clone(),
             sinks,
             stats: CheckpointStats {
                 alignment_ms: job.alignment_ms,
@@ -419,11 +419,18 @@ impl CheckpointCoordinator {
         manifest.stats.state_bytes = manifest.state_bytes();
         manifest.stats.async_ms = ms(started.elapsed());
         manifest.stats.total_ms = ms(job.injected.elapsed());
-        self.store.publish(&manifest)?;
+        if let Err(error) = self.store.publish(&manifest) {
+            // Never published (fenced, or the storage failed): the files
+            // uploaded for it alone are garbage.
+            for object in &uploaded.new_objects {
+                let _ = storage.delete(object);
+            }
+            return Err(error);
+        }
         failpoint::hit(failpoint::Failpoint::AfterManifest);
         self.commit(&manifest)?;
         uploader.retain_only(&manifest.state);
-        self.store.collect_garbage(self.settings.retained)?;
+        self.store.collect_garbage(id, self.settings.retained)?;
         self.metrics.record(CheckpointRecord {
             id,
             completed_at_ms: super::now_ms(),

@@ -144,14 +144,32 @@ impl CheckpointStore {
     /// Deletes what no retained checkpoint needs: completed manifests
     /// beyond the newest `retained` (the parent of the newest is kept too:
     /// a restore may fall back to it), fences older than the oldest kept
-    /// checkpoint, and state files no kept manifest references. Runs only
-    /// in the process that just published (fenced processes cannot).
-    /// Returns the number of objects deleted.
-    pub fn collect_garbage(&self, retained: usize) -> Result<usize, CheckpointError> {
+    /// checkpoint, and state files no kept manifest references.
+    ///
+    /// Runs in the process that just published `published`, and only if
+    /// that is still the newest manifest: once a newer process has written
+    /// its fence, the older one collects nothing (it could otherwise delete
+    /// files the newer one uploaded for a checkpoint not yet published).
+    /// Only files of database opens named by a listed manifest are
+    /// considered, for the same reason; the fences of opens whose files
+    /// are collected go last. Returns the number of objects deleted.
+    pub fn collect_garbage(
+        &self,
+        published: u64,
+        retained: usize,
+    ) -> Result<usize, CheckpointError> {
         let ids = self.ids()?;
+        if ids.last() != Some(&published) {
+            return Ok(0);
+        }
         let mut manifests = Vec::new();
         for id in &ids {
-            manifests.push(self.read(*id)?);
+            match self.read(*id) {
+                Ok(manifest) => manifests.push(manifest),
+                // Deleted since the listing (by an earlier collection).
+                Err(CheckpointError::Storage(error)) if error.not_found => {}
+                Err(error) => return Err(error),
+            }
         }
         let completed: Vec<&Manifest> = manifests
             .iter()
@@ -167,8 +185,9 @@ impl CheckpointStore {
             keep.insert(parent);
         }
         let oldest_kept = keep.first().copied().unwrap_or(0);
-        let mut deleted = 0;
+        let known_opens: HashSet<&str> = manifests.iter().map(|m| m.open_id.as_str()).collect();
         let mut referenced: HashSet<&str> = HashSet::new();
+        let mut obsolete = Vec::new();
         for manifest in &manifests {
             let kept = match manifest.kind {
                 ManifestKind::Completed => keep.contains(&manifest.id),
@@ -177,15 +196,23 @@ impl CheckpointStore {
             if kept {
                 referenced.extend(manifest.state.iter().map(|f| f.object.as_str()));
             } else {
-                self.storage.delete(&manifest_key(manifest.id))?;
-                deleted += 1;
+                obsolete.push(manifest.id);
             }
         }
+        let mut deleted = 0;
         for object in self.storage.list(SHARED_DIR)? {
-            if !referenced.contains(object.as_str()) {
+            let open = object
+                .strip_prefix(SHARED_DIR)
+                .and_then(|rest| rest.split('/').next())
+                .unwrap_or_default();
+            if known_opens.contains(open) && !referenced.contains(object.as_str()) {
                 self.storage.delete(&object)?;
                 deleted += 1;
             }
+        }
+        for id in obsolete {
+            self.storage.delete(&manifest_key(id))?;
+            deleted += 1;
         }
         Ok(deleted)
     }

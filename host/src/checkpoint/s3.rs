@@ -18,7 +18,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use std::path::Path;
 
-/// Files at least this large are uploaded in parts.
+/// Files at least this large are uploaded in parts (by default).
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
 
 /// Size of one part of a multipart upload (S3's minimum is 5 MiB).
@@ -35,6 +35,9 @@ pub struct S3Options {
     /// Path-style addressing (`endpoint/bucket/key`); default: on with a
     /// custom endpoint, off otherwise.
     pub path_style: Option<bool>,
+    /// Files at least this large are uploaded in parts of [`PART_SIZE`]
+    /// (default [`MULTIPART_THRESHOLD`]).
+    pub multipart_threshold_bytes: Option<u64>,
 }
 
 /// Checkpoints under `s3://bucket/prefix/`.
@@ -42,6 +45,7 @@ pub struct S3Storage {
     client: Client,
     bucket: String,
     prefix: String,
+    multipart_threshold: u64,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -67,6 +71,7 @@ impl S3Storage {
         let error = |message: String| StorageError {
             location: format!("s3://{bucket}/{prefix}"),
             message,
+            not_found: false,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -88,6 +93,9 @@ impl S3Storage {
             client,
             bucket: bucket.to_string(),
             prefix: prefix.trim_matches('/').to_string(),
+            multipart_threshold: options
+                .multipart_threshold_bytes
+                .unwrap_or(MULTIPART_THRESHOLD),
             runtime,
         })
     }
@@ -103,6 +111,7 @@ impl S3Storage {
         StorageError {
             location: format!("s3://{}/{}", self.bucket, self.key(key)),
             message: error.to_string(),
+            not_found: false,
         }
     }
 
@@ -112,7 +121,10 @@ impl S3Storage {
         key: &str,
         error: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
     ) -> StorageError {
-        self.error(key, aws_sdk_s3::error::DisplayErrorContext(error))
+        StorageError {
+            not_found: status(&error) == Some(404),
+            ..self.error(key, aws_sdk_s3::error::DisplayErrorContext(error))
+        }
     }
 
     async fn upload_in_parts(&self, key: &str, path: &Path) -> Result<u64, StorageError> {
@@ -230,7 +242,7 @@ impl CheckpointStorage for S3Storage {
             .map_err(|e| self.error(key, e))?
             .len();
         self.runtime.block_on(async {
-            if size >= MULTIPART_THRESHOLD {
+            if size >= self.multipart_threshold {
                 return self.upload_in_parts(key, path).await;
             }
             let body = ByteStream::from_path(path)

@@ -25,6 +25,9 @@ pub struct Uploaded {
     pub bytes: u64,
     /// Files uploaded now.
     pub count: u64,
+    /// The objects written now (to delete if the checkpoint is never
+    /// published).
+    pub new_objects: Vec<String>,
 }
 
 /// Uploads snapshots of one database open, each sending only the SST files
@@ -62,6 +65,7 @@ impl IncrementalUploader {
         let local_error = |error: std::io::Error| StorageError {
             location: dir.display().to_string(),
             message: error.to_string(),
+            not_found: false,
         };
         let mut names: Vec<(String, u64)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(local_error)? {
@@ -92,6 +96,7 @@ impl IncrementalUploader {
             let bytes = storage.put_file(&object, &dir.join(&name))?;
             uploaded.bytes += bytes;
             uploaded.count += 1;
+            uploaded.new_objects.push(object.clone());
             if sst {
                 self.stored.insert(name.clone(), (object.clone(), bytes));
             }
@@ -126,6 +131,7 @@ pub fn download(
     std::fs::create_dir_all(dir).map_err(|e| StorageError {
         location: dir.display().to_string(),
         message: e.to_string(),
+        not_found: false,
     })?;
     for (index, file) in files.iter().enumerate() {
         if index == files.len() / 2 {

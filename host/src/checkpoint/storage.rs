@@ -23,6 +23,8 @@ pub struct StorageError {
     pub location: String,
     /// What went wrong.
     pub message: String,
+    /// The key does not exist (as opposed to the storage failing).
+    pub not_found: bool,
 }
 
 /// Where checkpoints of one pipeline are kept.
@@ -74,6 +76,14 @@ impl LocalStorage {
         StorageError {
             location: format!("{}", self.path(key).display()),
             message: error.to_string(),
+            not_found: false,
+        }
+    }
+
+    fn io_error(&self, key: &str, error: std::io::Error) -> StorageError {
+        StorageError {
+            not_found: error.kind() == std::io::ErrorKind::NotFound,
+            ..self.error(key, error)
         }
     }
 
@@ -140,7 +150,7 @@ impl CheckpointStorage for LocalStorage {
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
-        std::fs::read(self.path(key)).map_err(|e| self.error(key, e))
+        std::fs::read(self.path(key)).map_err(|e| self.io_error(key, e))
     }
 
     fn get_to_file(&self, key: &str, path: &Path) -> Result<(), StorageError> {

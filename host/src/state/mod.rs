@@ -16,6 +16,7 @@
 //! dead-lettering records. ADR 0006 explains why the plugin-facing WIT
 //! `state` interface stays infallible.
 
+pub mod directory;
 pub mod key_group;
 mod memory;
 mod rocks;

@@ -46,7 +46,7 @@ pub struct RocksStateBackend {
     /// The TTL slot of every column family.
     ttl_slots: std::sync::Mutex<std::collections::HashMap<String, TtlSlot>>,
     /// A directory removed when the backend is dropped.
-    _temporary: Option<tempfile::TempDir>,
+    _temporary: Option<super::directory::RunDirectory>,
 }
 
 impl std::fmt::Debug for RocksStateBackend {
@@ -94,14 +94,16 @@ impl RocksStateBackend {
         })
     }
 
-    /// A database in a fresh temporary directory, deleted when the backend
-    /// is dropped: state that lives as long as one run.
+    /// A database in a fresh directory under `$TMPDIR/sluice-state/`,
+    /// deleted when the backend is dropped: state that lives as long as
+    /// one run. Directories of runs that died (SIGKILL) are removed by the
+    /// next run that creates one.
     pub fn temporary() -> Result<Self, StateError> {
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-state-")
-            .tempdir()
-            .map_err(|e| backend_error(Path::new("<temp>"), e))?;
-        let mut backend = Self::open(dir.path())?;
+        let root = std::env::temp_dir().join("sluice-state");
+        let id = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
+        let dir = super::directory::RunDirectory::create(&root, "tmp.", &id)
+            .map_err(|e| backend_error(&root, e))?;
+        let mut backend = Self::open(&dir.path().join("db"))?;
         backend._temporary = Some(dir);
         Ok(backend)
     }

@@ -19,7 +19,7 @@
 //! Epochs without records open no transaction and write no progress record.
 
 use super::client_config;
-use super::sink::{SinkContext, message};
+use super::sink::{SinkContext, await_deliveries, message};
 use crate::checkpoint::{CommitError, CommitKind, Committable, Committer};
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
@@ -248,9 +248,18 @@ impl KafkaTransactions {
                         .partition(0),
                 )
                 .map_err(|(e, _)| format!("cannot write the progress record: {e}"))?;
-            producer
-                .flush(self.options.operation_timeout)
-                .map_err(|e| format!("records not delivered in time: {e}"))?;
+            // The producer's own thread serves delivery reports.
+            await_deliveries(
+                || producer.in_flight_count(),
+                || std::thread::sleep(Duration::from_millis(1)),
+                self.options.operation_timeout,
+            )
+            .map_err(|undelivered| {
+                format!(
+                    "{undelivered} records not delivered within {:?}",
+                    self.options.operation_timeout
+                )
+            })?;
             if let Some(failure) = self.delivery_failure() {
                 return Err(failure);
             }

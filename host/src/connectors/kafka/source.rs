@@ -264,14 +264,6 @@ impl KafkaSource {
                 // librdkafka's 500 ms default let a fetch sit on the broker
                 // long enough to dominate the p99 latency (docs/benchmarks.md).
                 ("fetch.wait.max.ms", "100"),
-                // librdkafka prefetches into one queue, partition after
-                // partition: with its defaults (1 MB per partition per fetch,
-                // 64 MB queued) a backlog is read one partition at a time,
-                // and the watermark (the minimum over partitions) stalls
-                // until the last one is reached. Small fetches interleave
-                // the partitions.
-                ("max.partition.fetch.bytes", "65536"),
-                ("queued.max.messages.kbytes", "2048"),
             ],
             &options.properties,
         );

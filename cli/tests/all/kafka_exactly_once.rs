@@ -90,6 +90,8 @@ struct Setup {
     records: u64,
     /// The pipeline's checkpoint storage, to watch checkpoints complete.
     storage: sluice_host::checkpoint::s3::S3Storage,
+    /// Runs started (names their logs).
+    runs: std::sync::atomic::AtomicUsize,
 }
 
 impl Setup {
@@ -110,6 +112,7 @@ impl Setup {
             group: unique_topic("eo-group"),
             bucket,
             records,
+            runs: std::sync::atomic::AtomicUsize::new(0),
         };
         create_topic(&setup.input, PARTITIONS);
         for topic in [&setup.windows, &setup.counts, &setup.dead_letters] {
@@ -129,7 +132,7 @@ max_out_of_orderness_ms = {BOUND_MS}
 storage = "s3://{bucket}/checkpoints"
 interval_ms = 1000
 mode = "{mode}"
-s3 = {{ endpoint = "{endpoint}", region = "us-east-1" }}
+s3 = {{ endpoint = "{endpoint}", region = "us-east-1", multipart_threshold_bytes = 1 }}
 
 [source.kafka]
 bootstrap_servers = "{bootstrap}"
@@ -182,8 +185,13 @@ transaction_timeout_ms = 5000
     }
 
     fn spawn(&self) -> Child {
-        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.spawn_with(&[])
+    }
+
+    /// Starts a run with extra environment variables; its stderr goes to
+    /// `run-NNN.log` in the directory.
+    fn spawn_with(&self, env: &[(&str, &str)]) -> Child {
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = std::fs::File::create(self.dir.path().join(format!("run-{run:03}.log")))
             .expect("log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
@@ -194,7 +202,7 @@ transaction_timeout_ms = 5000
             .env("SLUICE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log);
-        for (name, value) in s3::environment() {
+        for (name, value) in s3::environment().into_iter().chain(env.iter().copied()) {
             command.env(name, value);
         }
         command.spawn().expect("spawn sluice")
@@ -240,6 +248,25 @@ transaction_timeout_ms = 5000
             .zip(&ends)
             .all(|(committed, end)| *committed == Some(*end))
     }
+}
+
+/// Runs the pipeline until all input is committed, then stops it cleanly.
+fn drain(setup: &Setup) {
+    let mut last = KillOnDrop(setup.spawn());
+    wait_until("every input record to be committed", WAIT, || {
+        setup.drained()
+    });
+    let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
+    sigterm_and_wait(last);
+}
+
+/// The exactly-once checks after a run: nothing lost or duplicated, window
+/// sums equal the model.
+fn assert_exactly_once(setup: &Setup) {
+    let result = verdict(setup);
+    assert_eq!(result.missing, 0, "records lost");
+    assert_eq!(result.duplicated, 0, "records duplicated");
+    assert_windows_match_the_model(setup);
 }
 
 /// Kills the pipeline's process `kills` times at random moments (each
@@ -457,4 +484,67 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
         result.duplicated > 0,
         "at-least-once sinks must have written records again after kills"
     );
+}
+
+#[test]
+fn a_kafka_zombie_is_fenced_and_a_crash_between_manifest_and_commit_replays_the_epoch() {
+    // Zombie: SIGSTOP a run after it completed a checkpoint, let a second
+    // run take over and finish, then SIGCONT the first.
+    let setup = Setup::new(60_000, "exactly-once");
+    let mut zombie = KillOnDrop(setup.spawn());
+    wait_until("a checkpoint of the first run", WAIT, || {
+        setup.newest_manifest() >= 2
+    });
+    let status = Command::new("kill")
+        .args(["-STOP", &zombie.0.id().to_string()])
+        .status()
+        .expect("kill -STOP");
+    assert!(status.success());
+    drain(&setup);
+    let taken_over = setup.written();
+    let status = Command::new("kill")
+        .args(["-CONT", &zombie.0.id().to_string()])
+        .status()
+        .expect("kill -CONT");
+    assert!(status.success());
+    // Its producers were fenced by the second run's, its checkpoint ids
+    // taken by the second run's fence: whatever it tries next fails (which
+    // error comes first depends on where it was stopped).
+    let exit = zombie.0.wait().expect("wait for the zombie");
+    let log = std::fs::read_to_string(setup.dir.path().join("run-000.log")).unwrap_or_default();
+    assert!(!exit.success(), "the zombie must fail, not go on: {log}");
+    assert_exactly_once(&setup);
+    assert_bucket_is_clean(&setup);
+    // Whatever the zombie wrote after waking up, nobody reads it committed.
+    assert!(setup.written() >= taken_over);
+
+    // Killed after publishing a checkpoint, before its transaction
+    // committed: the restart must restore the checkpoint before it.
+    let setup = Setup::new(60_000, "exactly-once");
+    let output = setup
+        .spawn_with(&[(sluice_host::checkpoint::FAILPOINT_ENV, "after-manifest@4")])
+        .wait_with_output()
+        .expect("wait");
+    assert!(!output.status.success(), "the failpoint must kill the run");
+    drain(&setup);
+    let log = setup.last_log();
+    assert!(log.contains("restoring its parent"), "{log}");
+    assert_exactly_once(&setup);
+
+    // Killed in the middle of a multipart upload (every file is uploaded
+    // in parts here): the restart aborts the upload and goes on.
+    let setup = Setup::new(60_000, "exactly-once");
+    let output = setup
+        .spawn_with(&[(sluice_host::checkpoint::FAILPOINT_ENV, "during-upload@4")])
+        .wait_with_output()
+        .expect("wait");
+    assert!(!output.status.success(), "the failpoint must kill the run");
+    drain(&setup);
+    assert_eq!(
+        s3::abort_incomplete(&setup.storage),
+        0,
+        "the restart aborted the interrupted upload"
+    );
+    assert_exactly_once(&setup);
+    assert_bucket_is_clean(&setup);
 }

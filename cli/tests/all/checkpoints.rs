@@ -59,6 +59,19 @@ path = "out/dead-letters.jsonl"
         Job { dir }
     }
 
+    /// Changes `workers` in the pipeline file (between runs).
+    fn set_workers(&self, workers: usize) {
+        let text = std::fs::read_to_string(self.pipeline()).expect("read pipeline");
+        let changed: Vec<String> = text
+            .lines()
+            .map(|line| match line.starts_with("workers = ") {
+                true => format!("workers = {workers}"),
+                false => line.to_string(),
+            })
+            .collect();
+        std::fs::write(self.pipeline(), changed.join("\n")).expect("write pipeline");
+    }
+
     fn pipeline(&self) -> PathBuf {
         self.dir.path().join("pipeline.toml")
     }
@@ -389,4 +402,71 @@ fn assert_no_leftover_state() {
         })
         .collect();
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+#[test]
+fn a_restore_with_other_workers_redistributes_key_groups() {
+    const RECORDS: u64 = 90_000;
+    let expected = reference(RECORDS, 2);
+    let job = Job::new(RECORDS, 1, "exactly-once");
+    for workers in [1, 3] {
+        job.set_workers(workers);
+        let before = job.output_len();
+        let mut child = job.spawn(&[], &[]);
+        wait_until("the output to grow", WAIT, || {
+            job.output_len() > before || child.try_wait().ok().flatten().is_some()
+        });
+        let _ = child.kill();
+        child.wait().expect("wait");
+    }
+    job.set_workers(2);
+    let last = job.run_to_end(&[]);
+    assert!(last.contains("restored checkpoint"), "{last}");
+    let (windows, dead_letters) = job.outputs();
+    assert!(
+        windows == expected.0,
+        "window results differ after rescaling"
+    );
+    assert!(
+        dead_letters == expected.1,
+        "dead letters differ after rescaling"
+    );
+}
+
+#[test]
+fn a_transaction_timeout_within_the_interval_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &file,
+        r#"[pipeline]
+name = "timeouts"
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 5000
+
+[source.generator]
+count = 10
+
+[sink.kafka]
+bootstrap_servers = "127.0.0.1:1"
+topic = "out"
+transaction_timeout_ms = 4000
+"#,
+    )
+    .expect("write pipeline");
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("run")
+        .arg(&file)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("pipeline.toml:14:")
+            && stderr.contains("sink.kafka.transaction_timeout_ms")
+            && stderr.contains("must exceed checkpoints.interval_ms = 5000"),
+        "{stderr}"
+    );
 }

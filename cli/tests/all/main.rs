@@ -1,0 +1,9 @@
+//! Tests of the `sluice` binary as a user runs it, in one test binary:
+//! commands and errors, processes against Kafka killed mid-stream, and
+//! checkpoints with restore and exactly-once output under SIGKILL, zombies
+//! and failpoints.
+
+mod checkpoints;
+mod cli;
+mod kafka_exactly_once;
+mod kafka_processes;

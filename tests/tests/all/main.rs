@@ -1,0 +1,18 @@
+//! The integration tests of real plugin components through the real
+//! runtime, dataflow and connectors, in one test binary (each binary links
+//! wasmtime, librdkafka, RocksDB and the S3 client: one link instead of a
+//! dozen). `kafka_broker_restart` stays apart: it restarts the shared
+//! broker.
+
+mod build_routes;
+mod conformance;
+mod dead_letters;
+mod event_time;
+mod hostile_plugins;
+mod joins;
+mod kafka;
+mod nexmark_queries;
+mod plugin_loading;
+mod plugin_round_trip;
+mod quickstart;
+mod windows;
