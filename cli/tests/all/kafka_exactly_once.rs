@@ -20,8 +20,9 @@ const PARTITIONS: i32 = 4;
 const KEYS: u64 = 1000;
 const BOUND_MS: i64 = 500;
 const T0: i64 = 1_700_000_000_000;
-/// Where the pipeline's checkpoints are in the bucket.
-const CHECKPOINTS_PREFIX: &str = "checkpoints/default/exactly-once";
+/// Where the pipelines' checkpoints are in their bucket (then tenant and
+/// pipeline name).
+const CHECKPOINTS_PREFIX: &str = "checkpoints";
 
 /// The input record `i`: every 499th has no key (dead-lettered by the
 /// plugin); event times go 2 ms apart with up to 200 ms of disorder.
@@ -92,14 +93,19 @@ struct Setup {
     storage: sluice_host::checkpoint::s3::S3Storage,
     /// Runs started (names their logs).
     runs: std::sync::atomic::AtomicUsize,
+    /// The pipeline's name: unique, since a pipeline's transactional ids
+    /// are derived from it (two tests sharing one would fence each other).
+    name: String,
 }
 
 impl Setup {
     fn new(records: u64, mode: &str) -> Setup {
         let bucket = unique_topic("eo-bucket").to_lowercase();
         s3::create_bucket(&bucket);
+        let name = unique_topic("exactly-once");
         let setup = Setup {
-            storage: s3::storage(&bucket, CHECKPOINTS_PREFIX),
+            storage: s3::storage(&bucket, &format!("{CHECKPOINTS_PREFIX}/default/{name}")),
+            name,
             dir: tempfile::Builder::new()
                 .prefix("sluice-eo-")
                 .disable_cleanup(std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some())
@@ -123,13 +129,13 @@ impl Setup {
         let bootstrap = sluice_tests::kafka::bootstrap();
         let text = format!(
             r#"[pipeline]
-name = "exactly-once"
+name = "{name}"
 batch_size = 200
 workers = 2
 max_out_of_orderness_ms = {BOUND_MS}
 
 [checkpoints]
-storage = "s3://{bucket}/checkpoints"
+storage = "s3://{bucket}/{CHECKPOINTS_PREFIX}"
 interval_ms = 1000
 mode = "{mode}"
 s3 = {{ endpoint = "{endpoint}", region = "us-east-1", multipart_threshold_bytes = 1 }}
@@ -168,6 +174,7 @@ bootstrap_servers = "{bootstrap}"
 topic = "{dead_letters}"
 transaction_timeout_ms = 5000
 "#,
+            name = setup.name,
             bucket = setup.bucket,
             endpoint = s3::endpoint(),
             input = setup.input,
@@ -431,7 +438,7 @@ fn assert_bucket_is_clean(setup: &Setup) {
     let keys = s3::keys(&setup.storage);
     let store = sluice_host::checkpoint::CheckpointStore::new(std::sync::Arc::new(s3::storage(
         &setup.bucket,
-        CHECKPOINTS_PREFIX,
+        &format!("{CHECKPOINTS_PREFIX}/default/{}", setup.name),
     )));
     let mut referenced = BTreeSet::new();
     for id in store.ids().expect("ids") {
@@ -458,7 +465,10 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let exact = Setup::new(300_000, "exactly-once");
+    // Enough input that every run has records left to process (a run
+    // processes ~10,000 before it is killed).
+    let records = (kills as u64 * 15_000).max(300_000);
+    let exact = Setup::new(records, "exactly-once");
     eprintln!("run logs in {}", exact.dir.path().display());
     chaos(&exact, kills);
     let result = verdict(&exact);

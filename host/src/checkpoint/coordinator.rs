@@ -420,10 +420,16 @@ impl CheckpointCoordinator {
         manifest.stats.async_ms = ms(started.elapsed());
         manifest.stats.total_ms = ms(job.injected.elapsed());
         if let Err(error) = self.store.publish(&manifest) {
-            // Never published (fenced, or the storage failed): the files
-            // uploaded for it alone are garbage.
-            for object in &uploaded.new_objects {
-                let _ = storage.delete(object);
+            // Never published (its id was taken): the files uploaded for it
+            // alone are garbage. A manifest that was published, or whose
+            // publication failed in an unknown way, keeps its files.
+            if let CheckpointError::Fenced {
+                published: false, ..
+            } = error
+            {
+                for object in &uploaded.new_objects {
+                    let _ = storage.delete(object);
+                }
             }
             return Err(error);
         }

@@ -39,11 +39,15 @@ pub enum CheckpointError {
     /// Another process published the id this one wanted: this process is
     /// a zombie and must stop without committing anything.
     #[error(
-        "checkpoint {id} was published by another process: this one has been fenced off and stops"
+        "checkpoint {id}: another process has taken over this pipeline; this one has been fenced off and stops"
     )]
     Fenced {
         /// The contested id.
         id: u64,
+        /// Whether this process's manifest for `id` was published anyway
+        /// (a newer process started right after): it may be restored by
+        /// others, so nothing it references may be deleted.
+        published: bool,
     },
     /// Something else.
     #[error("{0}")]
@@ -54,6 +58,14 @@ pub enum CheckpointError {
 #[derive(Clone)]
 pub struct CheckpointStore {
     storage: Arc<dyn CheckpointStorage>,
+}
+
+/// The database open a state object belongs to (`shared/<open>/...`).
+fn open_of(object: &str) -> &str {
+    object
+        .strip_prefix(SHARED_DIR)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
 }
 
 impl CheckpointStore {
@@ -122,21 +134,28 @@ impl CheckpointStore {
     }
 
     /// Publishes `manifest`: fails with [`CheckpointError::Fenced`] if its
-    /// id is taken or a newer one exists (a newer process has started).
+    /// id is taken (not published) or a newer one exists (published, but a
+    /// newer process has started: this one must not commit).
     pub fn publish(&self, manifest: &Manifest) -> Result<(), CheckpointError> {
         let key = manifest_key(manifest.id);
         if !self.storage.put_if_absent(&key, &manifest.to_bytes())? {
-            return Err(CheckpointError::Fenced { id: manifest.id });
+            return Err(CheckpointError::Fenced {
+                id: manifest.id,
+                published: false,
+            });
         }
         if self
             .ids()?
             .last()
             .is_some_and(|newest| *newest > manifest.id)
         {
-            // A newer process fenced us after our id was chosen; our
-            // manifest must not be restored.
-            self.storage.delete(&key)?;
-            return Err(CheckpointError::Fenced { id: manifest.id });
+            // A newer process started after our id was chosen. Our manifest
+            // stays (the newer process may already be restoring it), but we
+            // stop before committing anything.
+            return Err(CheckpointError::Fenced {
+                id: manifest.id,
+                published: true,
+            });
         }
         Ok(())
     }
@@ -185,7 +204,19 @@ impl CheckpointStore {
             keep.insert(parent);
         }
         let oldest_kept = keep.first().copied().unwrap_or(0);
-        let known_opens: HashSet<&str> = manifests.iter().map(|m| m.open_id.as_str()).collect();
+        // The database opens these manifests name, as writers or through
+        // the files they reference (a restored database keeps files of the
+        // open it came from): every file that stops being referenced in
+        // this pass belongs to one of them.
+        let known_opens: HashSet<&str> = manifests
+            .iter()
+            .map(|m| m.open_id.as_str())
+            .chain(
+                manifests
+                    .iter()
+                    .flat_map(|m| m.state.iter().map(|f| open_of(&f.object))),
+            )
+            .collect();
         let mut referenced: HashSet<&str> = HashSet::new();
         let mut obsolete = Vec::new();
         for manifest in &manifests {
@@ -201,11 +232,7 @@ impl CheckpointStore {
         }
         let mut deleted = 0;
         for object in self.storage.list(SHARED_DIR)? {
-            let open = object
-                .strip_prefix(SHARED_DIR)
-                .and_then(|rest| rest.split('/').next())
-                .unwrap_or_default();
-            if known_opens.contains(open) && !referenced.contains(object.as_str()) {
+            if known_opens.contains(open_of(&object)) && !referenced.contains(object.as_str()) {
                 self.storage.delete(&object)?;
                 deleted += 1;
             }
