@@ -297,8 +297,14 @@ fn chaos(setup: &Setup, kills: usize) {
         let newest = setup.newest_manifest();
         let mut child = KillOnDrop(setup.spawn());
         wait_until("output from the restarted run", WAIT, || {
-            setup.written() > before || child.0.try_wait().ok().flatten().is_some()
+            setup.written() > before
+                || child.0.try_wait().ok().flatten().is_some()
+                || setup.drained()
         });
+        assert!(
+            !setup.drained(),
+            "the input ran out after {kill} of {kills} kills: give the test more records"
+        );
         // One kill in three comes after the run completed a checkpoint of
         // its own (its fence is the first new manifest), the others while
         // it may still be restoring or in its first epoch.
@@ -486,7 +492,7 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
     assert_bucket_is_clean(&exact);
 
     // The same with at-least-once sinks: the check can tell.
-    let loose = Setup::new(50_000, "at-least-once");
+    let loose = Setup::new(250_000, "at-least-once");
     chaos(&loose, 4);
     let result = verdict(&loose);
     assert_eq!(result.missing, 0, "at-least-once loses nothing either");
