@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, starts a real Kafka broker,
-# then checks formatting, lints and runs every test (unit, integration
-# against real plugin components and the broker, CLI).
+# The test command: installs what is missing, starts a real Kafka broker and
+# an S3-compatible server, then checks formatting, lints and runs every test
+# (unit, integration against real plugin components, the broker and S3,
+# CLI processes killed mid-stream).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

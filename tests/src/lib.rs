@@ -378,14 +378,17 @@ pub mod kafka {
             .unwrap_or_else(|e| panic!("flushing: {e} (is the broker up?)"));
     }
 
-    /// Reads `topic` (all partitions, `read_committed`) until `expected`
-    /// records arrived or `timeout` passed; returns what arrived.
-    pub fn read(topic: &str, partitions: i32, expected: usize, timeout: Duration) -> Vec<Read> {
+    /// A consumer assigned `topic` partitions `0..partitions` from their
+    /// beginning, with its own group, reading with `isolation`
+    /// (`read_committed` or `read_uncommitted`) and, if `eof`, reporting
+    /// the end of each partition.
+    fn reader(topic: &str, partitions: i32, isolation: &str, eof: bool) -> BaseConsumer {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap())
             .set("group.id", unique_topic("reader"))
-            .set("isolation.level", "read_committed")
+            .set("isolation.level", isolation)
             .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", if eof { "true" } else { "false" })
             .create()
             .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
         let mut assignment = TopicPartitionList::new();
@@ -397,24 +400,36 @@ pub mod kafka {
         consumer
             .assign(&assignment)
             .unwrap_or_else(|e| panic!("assign: {e}"));
+        consumer
+    }
+
+    /// A consumed message as a [`Read`].
+    fn to_read(message: &rdkafka::message::BorrowedMessage<'_>) -> Read {
+        Read {
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().unwrap_or_default().to_vec(),
+            headers: message
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            partition: message.partition(),
+            offset: message.offset(),
+        }
+    }
+
+    /// Reads `topic` (all partitions, `read_committed`) until `expected`
+    /// records arrived or `timeout` passed; returns what arrived.
+    pub fn read(topic: &str, partitions: i32, expected: usize, timeout: Duration) -> Vec<Read> {
+        let consumer = reader(topic, partitions, "read_committed", false);
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
         while out.len() < expected && Instant::now() < deadline {
             if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
-                out.push(Read {
-                    key: message.key().map(<[u8]>::to_vec),
-                    value: message.payload().unwrap_or_default().to_vec(),
-                    headers: message
-                        .headers()
-                        .map(|h| {
-                            h.iter()
-                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                });
+                out.push(to_read(&message));
             }
         }
         out
@@ -426,30 +441,11 @@ pub mod kafka {
     /// watermark (with `read_committed`: no transaction is left open, which
     /// would hold the reader back at the last stable offset).
     pub fn read_to_end(topic: &str, partitions: i32, committed: bool) -> (Vec<Read>, bool) {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
-            .set("group.id", unique_topic("reader"))
-            .set(
-                "isolation.level",
-                if committed {
-                    "read_committed"
-                } else {
-                    "read_uncommitted"
-                },
-            )
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .create()
-            .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
-        let mut assignment = TopicPartitionList::new();
-        for partition in 0..partitions {
-            assignment
-                .add_partition_offset(topic, partition, Offset::Beginning)
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        consumer
-            .assign(&assignment)
-            .unwrap_or_else(|e| panic!("assign: {e}"));
+        let isolation = match committed {
+            true => "read_committed",
+            false => "read_uncommitted",
+        };
+        let consumer = reader(topic, partitions, isolation, true);
         let highs = crate::kafka_end_offsets(topic, partitions);
         let mut ended = std::collections::BTreeMap::new();
         let mut out = Vec::new();
@@ -460,16 +456,8 @@ pub mod kafka {
                 "reading {topic} to its end timed out"
             );
             match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(message)) => out.push(Read {
-                    key: message.key().map(<[u8]>::to_vec),
-                    value: message.payload().unwrap_or_default().to_vec(),
-                    headers: Vec::new(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                }),
+                Some(Ok(message)) => out.push(to_read(&message)),
                 Some(Err(rdkafka::error::KafkaError::PartitionEOF(partition))) => {
-                    let mut list = TopicPartitionList::new();
-                    list.add_partition(topic, partition);
                     let position = consumer
                         .position()
                         .ok()
@@ -498,9 +486,19 @@ pub mod kafka {
         for partition in 0..partitions {
             list.add_partition(topic, partition);
         }
-        let committed = consumer
-            .committed_offsets(list, Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("committed offsets: {e}"));
+        // A broker that has just started answers "not coordinator" until
+        // it has loaded the group metadata: ask again until it answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let committed = loop {
+            match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
+                Ok(committed) => break committed,
+                Err(error) if Instant::now() < deadline => {
+                    eprintln!("committed offsets of {group}: {error}; asking again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => panic!("committed offsets: {error}"),
+            }
+        };
         (0..partitions)
             .map(
                 |p| match committed.find_partition(topic, p).map(|e| e.offset()) {

@@ -503,7 +503,7 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
 }
 
 #[test]
-fn a_kafka_zombie_is_fenced_and_a_crash_between_manifest_and_commit_replays_the_epoch() {
+fn a_kafka_zombie_is_fenced_and_every_failpoint_recovers_exactly_once() {
     // Zombie: SIGSTOP a run after it completed a checkpoint, let a second
     // run take over and finish, then SIGCONT the first.
     let setup = Setup::new(60_000, "exactly-once");
@@ -561,6 +561,20 @@ fn a_kafka_zombie_is_fenced_and_a_crash_between_manifest_and_commit_replays_the_
         0,
         "the restart aborted the interrupted upload"
     );
+    assert_exactly_once(&setup);
+    assert_bucket_is_clean(&setup);
+
+    // Killed after the state upload, before the manifest; then killed in
+    // the middle of the restore that follows.
+    let setup = Setup::new(60_000, "exactly-once");
+    for failpoint in ["after-state-upload@4", "during-restore"] {
+        let output = setup
+            .spawn_with(&[(sluice_host::checkpoint::FAILPOINT_ENV, failpoint)])
+            .wait_with_output()
+            .expect("wait");
+        assert!(!output.status.success(), "{failpoint} must kill the run");
+    }
+    drain(&setup);
     assert_exactly_once(&setup);
     assert_bucket_is_clean(&setup);
 }

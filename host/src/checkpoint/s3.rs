@@ -127,6 +127,20 @@ impl S3Storage {
         }
     }
 
+    /// Starts reading the object under `key`.
+    async fn get_object(
+        &self,
+        key: &str,
+    ) -> Result<aws_sdk_s3::operation::get_object::GetObjectOutput, StorageError> {
+        self.client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.key(key))
+            .send()
+            .await
+            .map_err(|e| self.sdk_error(key, e))
+    }
+
     async fn upload_in_parts(&self, key: &str, path: &Path) -> Result<u64, StorageError> {
         use tokio::io::AsyncReadExt as _;
         let full_key = self.key(key);
@@ -288,14 +302,7 @@ impl CheckpointStorage for S3Storage {
 
     fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
         self.runtime.block_on(async {
-            let object = self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(self.key(key))
-                .send()
-                .await
-                .map_err(|e| self.sdk_error(key, e))?;
+            let object = self.get_object(key).await?;
             let bytes = object
                 .body
                 .collect()
@@ -308,14 +315,7 @@ impl CheckpointStorage for S3Storage {
     fn get_to_file(&self, key: &str, path: &Path) -> Result<(), StorageError> {
         use tokio::io::AsyncWriteExt as _;
         self.runtime.block_on(async {
-            let mut object = self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(self.key(key))
-                .send()
-                .await
-                .map_err(|e| self.sdk_error(key, e))?;
+            let mut object = self.get_object(key).await?;
             let mut file = tokio::fs::File::create(path)
                 .await
                 .map_err(|e| self.error(key, e))?;
