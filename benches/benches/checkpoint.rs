@@ -141,14 +141,17 @@ blackhole = {{}}
         sluice_tests::plugin("hot-items").display(),
     );
     let started = Instant::now();
+    let cpu = sluice_benches::cpu_seconds();
     let (_, snapshot) = sluice_tests::run_pipeline_to_end(&text, Duration::from_secs(600));
+    let cpu = sluice_benches::cpu_seconds() - cpu;
     let elapsed = started.elapsed();
     let history = &snapshot.checkpoints.history;
     println!(
-        "\nq5, 2 workers: {} records in {:.1} s ({:.0}/s) with {} checkpoints\n",
+        "\nq5, 2 workers: {} records in {:.1} s ({:.0}/s, {:.2} CPU µs/record) with {} checkpoints\n",
         snapshot.records_in,
         elapsed.as_secs_f64(),
         snapshot.records_in as f64 / elapsed.as_secs_f64(),
+        cpu * 1e6 / snapshot.records_in.max(1) as f64,
         snapshot.checkpoints.completed
     );
     println!(

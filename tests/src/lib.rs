@@ -605,3 +605,33 @@ pub mod s3 {
         storage.list("").unwrap_or_else(|e| panic!("{e}"))
     }
 }
+
+/// Random moments for chaos tests: a small xorshift generator whose seed
+/// (from the clock) is printed, so that a failing schedule can be told.
+pub struct Chaos(u64);
+
+impl Chaos {
+    /// A generator seeded from the clock (the seed is printed).
+    pub fn new() -> Chaos {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("chaos seed {seed}");
+        Chaos(seed)
+    }
+
+    /// A number in `0..bound`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound.max(1)
+    }
+}
+
+impl Default for Chaos {
+    fn default() -> Self {
+        Chaos::new()
+    }
+}

@@ -5,7 +5,7 @@
 //! sinks, checkpoints in a local directory). The output after the last
 //! restart must equal, as a multiset, that of an uninterrupted run.
 
-use sluice_tests::wait_until;
+use sluice_tests::{Chaos, wait_until};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -180,27 +180,6 @@ fn reference(records: u64, workers: usize) -> (BTreeMap<String, usize>, BTreeMap
     let job = Job::new(records, workers, "exactly-once");
     job.run_to_end(&[]);
     job.outputs()
-}
-
-/// A small deterministic generator of kill delays (its seed is printed).
-struct Chaos(u64);
-
-impl Chaos {
-    fn new() -> Chaos {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            | 1;
-        eprintln!("chaos seed {seed}");
-        Chaos(seed)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
 }
 
 /// Kills `job`'s runs with SIGKILL `kills` times, each at a random moment

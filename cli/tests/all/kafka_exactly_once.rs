@@ -281,17 +281,8 @@ fn assert_exactly_once(setup: &Setup) {
 /// transaction timeout, then runs it until all input is committed and
 /// stops it cleanly.
 fn chaos(setup: &Setup, kills: usize) {
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64)
-        | 1;
-    eprintln!("chaos seed {seed}");
-    let mut random = move |bound: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % bound
-    };
+    let mut chaos = sluice_tests::Chaos::new();
+    let mut random = move |bound: u64| chaos.below(bound);
     for kill in 0..kills {
         let before = setup.written();
         let newest = setup.newest_manifest();
