@@ -306,9 +306,16 @@ fn a_zombie_woken_after_its_replacement_took_over_adds_nothing() {
     const RECORDS: u64 = 60_000;
     let expected = reference(RECORDS, 1);
     let job = Job::new(RECORDS, 1, "exactly-once");
-    let mut zombie = job.spawn(&[], &[]);
-    wait_until("some output", WAIT, || job.output_len() > 0);
-    signal(&zombie, "STOP");
+    // The dangerous moment: checkpoint 2 is published and its commits
+    // (appends to the outputs) have not run yet.
+    let mut zombie = job.spawn(
+        &[],
+        &[(
+            sluice_host::checkpoint::FAILPOINT_ENV,
+            "after-manifest@2:stop",
+        )],
+    );
+    wait_until("the zombie to stop itself", WAIT, || is_stopped(&zombie));
     let replacement = job.run_to_end(&[]);
     assert!(replacement.contains("restored checkpoint"), "{replacement}");
     let finished = job.outputs();
@@ -327,6 +334,15 @@ fn a_zombie_woken_after_its_replacement_took_over_adds_nothing() {
     assert!(job.outputs() == finished, "the zombie changed the output");
     assert!(finished.0 == expected.0, "window results differ");
     assert!(finished.1 == expected.1, "dead letters differ");
+}
+
+/// Whether the process is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(child: &Child) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", child.id())).is_ok_and(|stat| {
+        // The state follows the parenthesised command name.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
 }
 
 #[test]

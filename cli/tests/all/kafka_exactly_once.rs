@@ -296,10 +296,12 @@ fn chaos(setup: &Setup, kills: usize) {
             !setup.drained(),
             "the input ran out after {kill} of {kills} kills: give the test more records"
         );
-        // One kill in three comes after the run completed a checkpoint of
-        // its own (its fence is the first new manifest), the others while
-        // it may still be restoring or in its first epoch.
-        if random(3) == 0 {
+        // The first kill and one in three of the others come after the run
+        // completed a checkpoint of its own (its fence is the first new
+        // manifest), the others while it may still be restoring or in its
+        // first epoch. The first one waits so that the last run always has
+        // a checkpoint to restore.
+        if kill == 0 || random(3) == 0 {
             wait_until("a checkpoint of the restarted run", WAIT, || {
                 setup.newest_manifest() >= newest + 2 || child.0.try_wait().ok().flatten().is_some()
             });

@@ -2,8 +2,10 @@
 //! tests can prove that every crash point recovers.
 //!
 //! Set `SLUICE_CHECKPOINT_FAILPOINT` to one of the names below (optionally
-//! `name@N`: only from checkpoint N on). Only this module reads the variable;
-//! without it, [`hit`] costs one relaxed load.
+//! `name@N`: only from checkpoint N on; `name[@N]:stop` stops the process
+//! with SIGSTOP instead of killing it, to make a zombie that a test wakes
+//! later). Only this module reads the variable; without it, [`hit`] costs
+//! one relaxed load.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,30 +45,58 @@ pub(crate) fn set_checkpoint(id: u64) {
     CURRENT_CHECKPOINT.store(id, Ordering::Relaxed);
 }
 
-fn configured() -> Option<&'static (String, u64)> {
-    static CONFIGURED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+/// The configured failpoint: its name, the first checkpoint it applies
+/// to, and whether it stops (SIGSTOP) rather than kills.
+struct Configured {
+    name: String,
+    from: u64,
+    stop: bool,
+}
+
+fn configured() -> Option<&'static Configured> {
+    static CONFIGURED: OnceLock<Option<Configured>> = OnceLock::new();
     CONFIGURED
         .get_or_init(|| {
             let value = std::env::var(FAILPOINT_ENV).ok()?;
-            match value.split_once('@') {
-                Some((name, from)) => Some((name.to_string(), from.parse().unwrap_or(0))),
-                None => Some((value, 0)),
-            }
+            let (point, stop) = match value.strip_suffix(":stop") {
+                Some(point) => (point, true),
+                None => (value.as_str(), false),
+            };
+            let (name, from) = match point.split_once('@') {
+                Some((name, from)) => (name, from.parse().unwrap_or(0)),
+                None => (point, 0),
+            };
+            Some(Configured {
+                name: name.to_string(),
+                from,
+                stop,
+            })
         })
         .as_ref()
 }
 
-/// Kills the process (SIGKILL: no destructor, no flush) if `point` is the
-/// configured failpoint.
+/// Kills the process (SIGKILL: no destructor, no flush), or stops it
+/// (SIGSTOP), if `point` is the configured failpoint.
 pub(crate) fn hit(point: Failpoint) {
-    let Some((name, from)) = configured() else {
+    let Some(configured) = configured() else {
         return;
     };
-    if name == point.name() && CURRENT_CHECKPOINT.load(Ordering::Relaxed) >= *from {
-        eprintln!("failpoint {name}: killing the process");
-        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+    if configured.name != point.name()
+        || CURRENT_CHECKPOINT.load(Ordering::Relaxed) < configured.from
+    {
+        return;
+    }
+    let (signal, what) = if configured.stop {
+        (libc::SIGSTOP, "stopping")
+    } else {
+        (libc::SIGKILL, "killing")
+    };
+    eprintln!("failpoint {}: {what} the process", configured.name);
+    // raise(3) directs the signal at this thread, which therefore stops (or
+    // dies) before it returns; kill(2) on the pid would let the kernel pick
+    // another thread and this one run on for a while.
+    // SAFETY: raise(3) has no memory-safety preconditions.
+    unsafe {
+        libc::raise(signal);
     }
 }

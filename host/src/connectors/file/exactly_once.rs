@@ -11,6 +11,15 @@
 //! part. A crash in the middle leaves a part that the restore appends
 //! again; an output longer than `offset + bytes` means a later checkpoint
 //! was committed by another process, and the commit refuses (a zombie).
+//!
+//! A file system has no conditional write, so fencing a zombie (a process
+//! paused after it published checkpoint N, woken after a replacement took
+//! over) takes a lock: every restore and commit holds an exclusive lock on
+//! `.<file name>.parts/LOCK`, the restore records its process's open id in
+//! `.<file name>.parts/OWNER`, and a commit whose process is not the owner
+//! is refused as fenced. A process stopped while it holds the lock (for the
+//! few milliseconds of a commit) makes its replacement wait; that is the
+//! price of appending to one file, and the wait is logged.
 
 use super::OutputFormat;
 use super::sink::format_line;
@@ -41,6 +50,9 @@ struct Output {
     name: String,
     path: PathBuf,
     parts: PathBuf,
+    /// This process's open id: the owner it records on restore and
+    /// expects on commit.
+    open_id: String,
     /// Length of the output through the last committed checkpoint.
     committed: AtomicU64,
 }
@@ -51,6 +63,55 @@ impl Output {
             sink: self.name.clone(),
             message: format!("{}: {error}", self.path.display()),
         }
+    }
+
+    /// Takes the exclusive lock on the output (blocking, with a log line
+    /// when another process holds it). Dropping the file releases it.
+    fn lock(&self) -> Result<std::fs::File, CommitError> {
+        let path = self.parts.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| self.error(format!("{}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::warn!(sink = %self.name, lock = %path.display(), "another process holds the output's lock (a paused run?): waiting for it");
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(self.error(format!("{}: {error}", path.display())));
+            }
+        }
+        file.lock()
+            .map_err(|e| self.error(format!("{}: {e}", path.display())))?;
+        Ok(file)
+    }
+
+    /// Records this process as the output's owner (under the lock).
+    fn take_ownership(&self) -> Result<(), CommitError> {
+        let path = self.parts.join(OWNER_FILE);
+        let staged = self.parts.join(format!("{OWNER_FILE}.{}", self.open_id));
+        std::fs::write(&staged, self.open_id.as_bytes())
+            .and_then(|()| std::fs::File::open(&staged)?.sync_all())
+            .and_then(|()| std::fs::rename(&staged, &path))
+            .map_err(|e| self.error(format!("{}: {e}", path.display())))
+    }
+
+    /// Refuses when another process restored the output after this one
+    /// (under the lock): this process is a zombie.
+    fn check_ownership(&self) -> Result<(), CommitError> {
+        let path = self.parts.join(OWNER_FILE);
+        let owner = std::fs::read_to_string(&path)
+            .map_err(|e| self.error(format!("{}: {e}", path.display())))?;
+        if owner != self.open_id {
+            return Err(self.error(format!(
+                "fenced: run {owner} restored the output after this run ({}) started; this run's commit is refused",
+                self.open_id
+            )));
+        }
+        Ok(())
     }
 
     /// Makes the output end exactly with `commit`'s part (idempotent).
@@ -90,7 +151,8 @@ impl Output {
                 .append(true)
                 .open(&self.path)
                 .map_err(|e| self.error(e))?;
-            let mut input = std::fs::File::open(part).map_err(|e| self.error(e))?;
+            let mut input = std::fs::File::open(part)
+                .map_err(|e| self.error(format!("{}: {e}", part.display())))?;
             std::io::copy(&mut input, &mut output).map_err(|e| self.error(e))?;
             output.sync_all().map_err(|e| self.error(e))?;
             std::fs::remove_file(part).map_err(|e| self.error(e))?;
@@ -108,7 +170,9 @@ impl Output {
         };
         for entry in entries {
             let entry = entry.map_err(|e| self.error(e))?;
-            std::fs::remove_file(entry.path()).map_err(|e| self.error(e))?;
+            if entry.file_name().to_string_lossy().starts_with(PART_PREFIX) {
+                std::fs::remove_file(entry.path()).map_err(|e| self.error(e))?;
+            }
         }
         Ok(())
     }
@@ -135,6 +199,13 @@ impl Output {
     }
 }
 
+/// The lock file in the parts directory.
+const LOCK_FILE: &str = "LOCK";
+/// The file naming the process that restored the output last.
+const OWNER_FILE: &str = "OWNER";
+/// How part files' names begin.
+const PART_PREFIX: &str = "part-";
+
 /// The committer of an [`ExactlyOnceFileSink`].
 struct FileCommitter {
     output: Arc<Output>,
@@ -153,10 +224,15 @@ impl Committer for FileCommitter {
     }
 
     fn commit(&self, _checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
-        self.output.apply(&parse(self.name(), committable)?)
+        let commit = parse(self.name(), committable)?;
+        let _lock = self.output.lock()?;
+        self.output.check_ownership()?;
+        self.output.apply(&commit)
     }
 
     fn restore(&self, restored: Option<(u64, &Committable)>) -> Result<(), CommitError> {
+        let _lock = self.output.lock()?;
+        self.output.take_ownership()?;
         match restored {
             Some((_, committable)) => {
                 let commit = parse(self.name(), committable)?;
@@ -180,8 +256,6 @@ impl Committer for FileCommitter {
 pub struct ExactlyOnceFileSink {
     output: Arc<Output>,
     format: OutputFormat,
-    /// Names this process's part files (unique per process).
-    open_id: String,
     part: Option<(String, std::io::BufWriter<std::fs::File>)>,
     part_bytes: u64,
     epoch: u64,
@@ -213,10 +287,10 @@ impl ExactlyOnceFileSink {
                 name: name.to_string(),
                 path: path.to_path_buf(),
                 parts,
+                open_id: open_id.to_string(),
                 committed: AtomicU64::new(committed),
             }),
             format,
-            open_id: open_id.to_string(),
             part: None,
             part_bytes: 0,
             epoch: 0,
@@ -242,7 +316,10 @@ impl Sink for ExactlyOnceFileSink {
             return Ok(());
         }
         if self.part.is_none() {
-            let name = format!("part-{}-{}.inprogress", self.open_id, self.epoch);
+            let name = format!(
+                "{PART_PREFIX}{}-{}.inprogress",
+                self.output.open_id, self.epoch
+            );
             let file =
                 std::fs::File::create(self.output.parts.join(&name)).map_err(|e| self.error(e))?;
             self.part = Some((name, std::io::BufWriter::with_capacity(1 << 16, file)));
@@ -356,6 +433,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "1\n2\n3\n");
         let parts = std::fs::read_dir(dir.path().join(".out.jsonl.parts"))
             .expect("parts")
+            .filter(|entry| {
+                entry
+                    .as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(PART_PREFIX))
+            })
             .count();
         assert_eq!(parts, 0, "leftover parts are removed");
 
@@ -365,6 +447,14 @@ mod tests {
             .expect("committer")
             .restore(Some((1, &first)))
             .expect("restore");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "1\n2\n");
+
+        // The first process, woken after "b" restored, is fenced: its
+        // commit of checkpoint 2 changes nothing.
+        let refused = committer
+            .commit(2, &second)
+            .expect_err("a zombie's commit is refused");
+        assert!(refused.message.contains("fenced"), "{refused:?}");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "1\n2\n");
     }
 }
