@@ -21,8 +21,8 @@ use crate::connectors::kafka::{
     KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
 };
 use crate::dataflow::{
-    DataflowError, ExecutorConfig, KeyedStage, Operator, OperatorChain, ParallelChains, RunOutcome,
-    Sink, SinkSet, Source, Topology, TransformOperator,
+    DataflowError, ExecutorConfig, FaultPolicy, KeyedStage, Operator, OperatorChain,
+    ParallelChains, RunOutcome, Sink, SinkSet, Source, Topology, TransformOperator,
 };
 use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::{OperatorMetrics, PipelineMetrics};
@@ -490,6 +490,7 @@ fn build_operator(
     };
     let limits = PluginLimits {
         deadline: Duration::from_millis(operator.deadline_ms),
+        init_deadline: Duration::from_millis(operator.init_deadline_ms),
         memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
         grant_clock: operator.grant_clock,
@@ -532,11 +533,13 @@ fn build_operator(
         operator.plugin_config(),
     )
     .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
-    Ok(Box::new(TransformOperator::new(
-        &operator.name,
-        instance,
-        operator_metrics,
-    )))
+    let policy = FaultPolicy::default()
+        .storm_threshold(operator.fault_storm_threshold)
+        .on_storm(operator.on_fault_storm);
+    Ok(Box::new(
+        TransformOperator::new(&operator.name, instance, operator_metrics)
+            .with_fault_policy(policy),
+    ))
 }
 
 /// Where `operators[index]` sends late records.

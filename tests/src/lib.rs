@@ -635,3 +635,46 @@ impl Default for Chaos {
         Chaos::new()
     }
 }
+
+/// The environment variable that puts the hostile-plugin tests under CPU
+/// load: `N` busy processes per core run while each test does.
+pub const CPU_LOAD_ENV: &str = "SLUICE_TEST_CPU_LOAD";
+
+/// Busy processes that saturate the machine's cores while this lives (when
+/// [`CPU_LOAD_ENV`] is set; nothing otherwise): fault isolation must hold
+/// on a loaded machine, where wall-clock time and CPU time part ways.
+pub struct CpuLoad(Vec<std::process::Child>);
+
+/// Starts the load [`CPU_LOAD_ENV`] asks for.
+pub fn cpu_load() -> CpuLoad {
+    let per_core: usize = std::env::var(CPU_LOAD_ENV)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let busy = (0..per_core * cores)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting a busy process: {e}"))
+        })
+        .collect();
+    CpuLoad(busy)
+}
+
+impl CpuLoad {
+    /// Whether busy processes are running.
+    pub fn is_loaded(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

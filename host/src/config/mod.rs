@@ -481,9 +481,21 @@ pub struct OperatorConfig {
     /// Values handed to the plugin's `init` (as strings).
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
-    /// CPU deadline per batch, ms.
+    /// CPU time a plugin call (one batch) may use, ms: the calling
+    /// thread's CPU time, so a loaded machine does not shorten it.
     #[serde(default = "default_deadline_ms")]
     pub deadline_ms: u64,
+    /// CPU time instantiating the plugin and its `init` may use, ms.
+    #[serde(default = "default_init_deadline_ms")]
+    pub init_deadline_ms: u64,
+    /// Records faulting in a row (traps, deadlines, memory limit) that make
+    /// a fault storm.
+    #[serde(default = "default_fault_storm_threshold")]
+    pub fault_storm_threshold: u64,
+    /// In a fault storm: `dead-letter` (default: faulting batches go to the
+    /// dead-letter output whole, without a retry per record) or `stop`.
+    #[serde(default)]
+    pub on_fault_storm: crate::dataflow::OnFaultStorm,
     /// Memory limit, MiB.
     #[serde(default = "default_memory_limit_mb")]
     pub memory_limit_mb: u64,
@@ -617,6 +629,12 @@ fn default_deadline_ms() -> u64 {
     100
 }
 fn default_memory_limit_mb() -> u64 {
+    64
+}
+fn default_init_deadline_ms() -> u64 {
+    2_000
+}
+fn default_fault_storm_threshold() -> u64 {
     64
 }
 

@@ -21,7 +21,7 @@ mod transform;
 pub use chain::{OperatorChain, SinkSet};
 pub use executor::{ExecutorConfig, RunOutcome, Topology, run};
 pub use parallel::{KeyedStage, ParallelChains, Partitioner};
-pub use transform::TransformOperator;
+pub use transform::{FaultPolicy, OnFaultStorm, TransformOperator};
 
 use crate::metrics::OperatorMetrics;
 use crate::record::Record;

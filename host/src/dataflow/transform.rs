@@ -5,19 +5,84 @@ use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
 use crate::runtime::{BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// What a transform operator does once its plugin has faulted on
+/// [`FaultPolicy::storm_threshold`] records in a row (a fault storm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFaultStorm {
+    /// Stop retrying record by record: a batch that faults is dead-lettered
+    /// whole, with the fault as the reason, until a batch succeeds again.
+    /// A storm then costs one call and one re-instantiation per batch
+    /// instead of one per record.
+    #[default]
+    DeadLetter,
+    /// Stop the operator (and the pipeline) with a report: the records of
+    /// the current batch not yet processed are named in the error and,
+    /// with checkpoints, replayed by the next run.
+    Stop,
+}
+
+/// How a transform operator handles plugin faults.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FaultPolicy {
+    /// Records faulting in a row that make a fault storm.
+    pub storm_threshold: u64,
+    /// What to do in a storm.
+    pub on_storm: OnFaultStorm,
+    /// Attempts at re-instantiating the plugin after a fault before the
+    /// operator fails.
+    pub reinstantiate_attempts: u32,
+    /// Wait after the first failed attempt, doubled after each further one.
+    pub reinstantiate_backoff: Duration,
+}
+
+impl Default for FaultPolicy {
+    fn default() -> Self {
+        FaultPolicy {
+            storm_threshold: 64,
+            on_storm: OnFaultStorm::DeadLetter,
+            reinstantiate_attempts: 5,
+            reinstantiate_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+impl FaultPolicy {
+    /// Sets [`FaultPolicy::storm_threshold`].
+    pub fn storm_threshold(mut self, records: u64) -> Self {
+        self.storm_threshold = records.max(1);
+        self
+    }
+
+    /// Sets [`FaultPolicy::on_storm`].
+    pub fn on_storm(mut self, action: OnFaultStorm) -> Self {
+        self.on_storm = action;
+        self
+    }
+}
 
 /// Runs a transform plugin on every batch.
 ///
 /// When a batch call faults (trap, CPU deadline, memory limit, broken
 /// output), the instance is re-created and the batch retried record by
 /// record: records that fault alone go to the dead-letter output with the
-/// fault as the reason, the others proceed. Nothing a plugin does stops the
-/// pipeline, except failing to re-instantiate at all.
+/// fault as the reason, the others proceed. After
+/// [`FaultPolicy::storm_threshold`] faulting records in a row the circuit
+/// opens ([`OnFaultStorm`]); the first batch that succeeds closes it.
+/// Nothing a plugin does stops the pipeline, except failing to
+/// re-instantiate at all (after retries with backoff) or a storm under
+/// [`OnFaultStorm::Stop`].
 pub struct TransformOperator {
     name: String,
     plugin_label: String,
     instance: PluginInstance,
     metrics: Arc<OperatorMetrics>,
+    policy: FaultPolicy,
+    /// Records that faulted in a row (reset by any record that did not).
+    faults_in_a_row: u64,
 }
 
 impl TransformOperator {
@@ -46,7 +111,20 @@ impl TransformOperator {
             plugin_label: instance.component().label(),
             instance,
             metrics,
+            policy: FaultPolicy::default(),
+            faults_in_a_row: 0,
         }
+    }
+
+    /// Replaces the default [`FaultPolicy`].
+    pub fn with_fault_policy(mut self, policy: FaultPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Whether the plugin is in a fault storm (the circuit is open).
+    pub fn in_fault_storm(&self) -> bool {
+        self.faults_in_a_row >= self.policy.storm_threshold
     }
 
     /// Flushes the plugin's keyed state and measures it for the metrics.
@@ -62,14 +140,98 @@ impl TransformOperator {
         Ok(())
     }
 
-    fn reinstantiate(&mut self) -> Result<(), DataflowError> {
+    /// Re-creates the plugin instance after a fault, retrying with backoff;
+    /// `unprocessed` records of the current batch are named in the error if
+    /// it cannot be done.
+    fn reinstantiate(&mut self, unprocessed: usize) -> Result<(), DataflowError> {
         add(&self.metrics.reinstantiations, 1);
-        self.instance
-            .reinstantiate()
-            .map_err(|error| DataflowError::Operator {
-                name: self.name.clone(),
-                message: error.to_string(),
-            })
+        let mut wait = self.policy.reinstantiate_backoff;
+        let mut attempt = 1;
+        loop {
+            match self.instance.reinstantiate() {
+                Ok(()) => return Ok(()),
+                Err(error) if attempt < self.policy.reinstantiate_attempts => {
+                    tracing::warn!(operator = %self.name, plugin = %self.plugin_label, %error,
+                        attempt, retry_in = ?wait, "cannot re-instantiate the plugin; retrying");
+                    std::thread::sleep(wait);
+                    wait = wait.saturating_mul(2);
+                    attempt += 1;
+                }
+                Err(error) => {
+                    return Err(DataflowError::Operator {
+                        name: self.name.clone(),
+                        message: format!(
+                            "{error} (after {attempt} attempts); {unprocessed} records of the current batch were not processed (with checkpoints, the next run processes them again)"
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A record processed without a fault ends a run of faults (and a
+    /// storm).
+    fn record_succeeded(&mut self) {
+        if self.in_fault_storm() {
+            tracing::info!(operator = %self.name, plugin = %self.plugin_label,
+                faulted = self.faults_in_a_row, "the plugin processes records again: the fault storm is over");
+        }
+        self.faults_in_a_row = 0;
+    }
+
+    /// Counts `records` faulting records; reports a storm as it begins.
+    fn records_faulted(&mut self, records: usize, fault: &PluginFault) {
+        let before = self.in_fault_storm();
+        self.faults_in_a_row = self.faults_in_a_row.saturating_add(records as u64);
+        if !before && self.in_fault_storm() {
+            tracing::error!(operator = %self.name, plugin = %self.plugin_label, %fault,
+                faulted = self.faults_in_a_row, action = ?self.policy.on_storm,
+                "fault storm: the plugin faulted on every one of the last records");
+        }
+    }
+
+    /// The error that stops the operator in a storm under
+    /// [`OnFaultStorm::Stop`].
+    fn storm_stop(&self, fault: &str, unprocessed: usize) -> DataflowError {
+        DataflowError::Operator {
+            name: self.name.clone(),
+            message: format!(
+                "fault storm: the plugin faulted on {} records in a row (last: {fault}); stopping as `on_fault_storm = \"stop\"` asks; {unprocessed} records of the current batch were not processed (with checkpoints, the next run processes them again)",
+                self.faults_in_a_row
+            ),
+        }
+    }
+
+    /// `records` during a storm: one call for all of them; if it faults,
+    /// they are all dead-lettered with the fault as the reason.
+    fn process_in_storm(
+        &mut self,
+        records: &[Record],
+        out: &mut Collector,
+    ) -> Result<(), DataflowError> {
+        if self.policy.on_storm == OnFaultStorm::Stop {
+            return Err(self.storm_stop("-", records.len()));
+        }
+        let fault = match self.instance.call_batch(records) {
+            Ok(result) => {
+                self.record_succeeded();
+                self.route(records, result, out);
+                return Ok(());
+            }
+            Err(fault) => fault,
+        };
+        self.stop_on_state_failure(&fault)?;
+        add(&self.metrics.traps, 1);
+        self.records_faulted(records.len(), &fault);
+        self.reinstantiate(records.len())?;
+        let reason = format!(
+            "{fault} (fault storm: the plugin faulted on {} records in a row, so its batches are not retried record by record)",
+            self.faults_in_a_row
+        );
+        for record in records {
+            self.dead_letter(record.clone(), &reason, out);
+        }
+        Ok(())
     }
 
     fn route(&self, batch: &[Record], result: BatchResult, out: &mut Collector) {
@@ -119,8 +281,14 @@ impl Operator for TransformOperator {
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
         add(&self.metrics.records_in, batch.len() as u64);
+        if self.in_fault_storm() {
+            return self.process_in_storm(&batch, out);
+        }
         let fault = match self.instance.call_batch(&batch) {
             Ok(result) => {
+                if !batch.is_empty() {
+                    self.record_succeeded();
+                }
                 self.route(&batch, result, out);
                 return Ok(());
             }
@@ -130,15 +298,25 @@ impl Operator for TransformOperator {
         add(&self.metrics.traps, 1);
         tracing::warn!(operator = %self.name, plugin = %self.plugin_label, %fault,
             records = batch.len(), "plugin faulted on a batch; retrying record by record");
-        self.reinstantiate()?;
-        for record in &batch {
+        self.reinstantiate(batch.len())?;
+        for (index, record) in batch.iter().enumerate() {
+            if self.in_fault_storm() {
+                return match self.policy.on_storm {
+                    OnFaultStorm::Stop => Err(self.storm_stop(&fault.message, batch.len() - index)),
+                    OnFaultStorm::DeadLetter => self.process_in_storm(&batch[index..], out),
+                };
+            }
             match self.instance.call_batch(std::slice::from_ref(record)) {
-                Ok(result) => self.route(std::slice::from_ref(record), result, out),
+                Ok(result) => {
+                    self.record_succeeded();
+                    self.route(std::slice::from_ref(record), result, out);
+                }
                 Err(fault) => {
                     self.stop_on_state_failure(&fault)?;
                     add(&self.metrics.traps, 1);
+                    self.records_faulted(1, &fault);
                     self.dead_letter(record.clone(), &fault.message, out);
-                    self.reinstantiate()?;
+                    self.reinstantiate(batch.len() - index - 1)?;
                 }
             }
         }

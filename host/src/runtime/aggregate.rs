@@ -11,7 +11,7 @@
 use super::bindings::aggregate::Aggregate;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{classify, new_store, to_wit_record};
+use super::instance::{classify, init_fault, new_store, start_call, to_wit_record};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
@@ -28,7 +28,6 @@ pub struct PluginAggregator {
     metrics: Arc<OperatorMetrics>,
     limits: PluginLimits,
     config: Vec<(String, String)>,
-    deadline_ticks: u64,
     store: Store<PluginState>,
     bindings: Aggregate,
 }
@@ -45,16 +44,8 @@ impl PluginAggregator {
         config: Vec<(String, String)>,
     ) -> Result<Self, RuntimeError> {
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
-        let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
-        let (store, bindings) = instantiate(
-            &component,
-            &scope,
-            &state,
-            &metrics,
-            &limits,
-            &config,
-            deadline_ticks,
-        )?;
+        let (store, bindings) =
+            instantiate(&component, &scope, &state, &metrics, &limits, &config)?;
         Ok(PluginAggregator {
             component,
             scope,
@@ -62,7 +53,6 @@ impl PluginAggregator {
             metrics,
             limits,
             config,
-            deadline_ticks,
             store,
             bindings,
         })
@@ -77,7 +67,6 @@ impl PluginAggregator {
             &self.metrics,
             &self.limits,
             &self.config,
-            self.deadline_ticks,
         )
         .map_err(|error| AggregateError(error.to_string()))?;
         self.store = store;
@@ -91,12 +80,12 @@ impl PluginAggregator {
         &mut self,
         call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
     ) -> Result<T, String> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        start_call(&mut self.store, self.limits.deadline);
         match call(&self.bindings, &mut self.store) {
             Ok(value) => Ok(value),
             Err(error) => {
                 add(&self.metrics.traps, 1);
-                let fault = classify(error, &self.limits);
+                let fault = classify(error, &self.store, &self.limits);
                 tracing::warn!(plugin = %self.component.label(), %fault, "aggregate plugin faulted");
                 self.reinstantiate().map_err(|e| e.0)?;
                 Err(fault.message)
@@ -193,9 +182,9 @@ fn instantiate(
     metrics: &Arc<OperatorMetrics>,
     limits: &PluginLimits,
     config: &[(String, String)],
-    deadline_ticks: u64,
 ) -> Result<(Store<PluginState>, Aggregate), RuntimeError> {
-    let mut store = new_store(component, scope, state, metrics, limits, deadline_ticks);
+    let mut store = new_store(component, scope, state, metrics, limits);
+    start_call(&mut store, limits.init_deadline);
     let error = |message: String| RuntimeError::Instantiate {
         plugin: component.label(),
         message,
@@ -209,10 +198,10 @@ fn instantiate(
         .pre
         .instance_pre
         .instantiate(&mut store)
-        .map_err(|e| error(format!("{e:#}")))?;
+        .map_err(|e| error(init_fault(e, &store, limits).message))?;
     let bindings = indices
         .load(&mut store, &instance)
-        .map_err(|e| error(format!("{e:#}")))?;
+        .map_err(|e| error(init_fault(e, &store, limits).message))?;
     let init_error = |message: String| RuntimeError::Init {
         plugin: component.label(),
         message,
@@ -223,6 +212,6 @@ fn instantiate(
     {
         Ok(Ok(())) => Ok((store, bindings)),
         Ok(Err(message)) => Err(init_error(message)),
-        Err(fault) => Err(init_error(classify(fault, limits).message)),
+        Err(fault) => Err(init_error(init_fault(fault, &store, limits).message)),
     }
 }

@@ -1,12 +1,12 @@
 //! What a plugin instance's store holds, and the host functions it imports.
 
 use super::bindings::typed::sluice::plugin::{host, state, types};
+use super::limits::CallLimits;
 use super::plugin_output::{PluginOutput, Stream};
 use crate::metrics::OperatorMetrics;
 use crate::state::{OperatorScope, ScopedState, StateError};
 use std::sync::Arc;
 use std::time::Duration;
-use wasmtime::StoreLimits;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
 /// The data of one plugin instance's `Store`.
@@ -14,7 +14,8 @@ pub struct PluginState {
     pub(crate) scope: OperatorScope,
     pub(crate) state: ScopedState,
     pub(crate) metrics: Arc<OperatorMetrics>,
-    pub(crate) limits: StoreLimits,
+    /// CPU budget and memory limit of the current call.
+    pub(crate) limits: CallLimits,
     /// The plugin's stderr, for fault reasons.
     pub(crate) stderr: PluginOutput,
     /// A state backend failure during the current call.
@@ -35,7 +36,7 @@ impl PluginState {
         scope: OperatorScope,
         state: ScopedState,
         metrics: Arc<OperatorMetrics>,
-        limits: StoreLimits,
+        limits: CallLimits,
         grant_clock: bool,
     ) -> Self {
         let shared_scope = Arc::new(scope.clone());

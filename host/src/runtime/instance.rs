@@ -3,6 +3,7 @@
 use super::bindings::{fast, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
+use super::limits::{CallLimits, Stopped};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
@@ -10,8 +11,9 @@ use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
 use bytes::Bytes;
 use sluice_wire::{InputRecord, OutputItem, Route};
 use std::sync::Arc;
+use std::time::Duration;
 use typed::sluice::plugin::types as wit;
-use wasmtime::{Store, StoreLimitsBuilder, Trap};
+use wasmtime::{Store, Trap};
 
 /// How batches cross the component boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -105,7 +107,6 @@ pub struct PluginInstance {
     metrics: Arc<OperatorMetrics>,
     limits: PluginLimits,
     config: Vec<(String, String)>,
-    deadline_ticks: u64,
     store: Store<PluginState>,
     bindings: Bindings,
     packed: bool,
@@ -142,16 +143,8 @@ impl PluginInstance {
             }
         };
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
-        let deadline_ticks = component.runtime.deadline_ticks(limits.deadline);
-        let (store, bindings) = instantiate(
-            &component,
-            &scope,
-            &state,
-            &metrics,
-            &limits,
-            &config,
-            deadline_ticks,
-        )?;
+        let (store, bindings) =
+            instantiate(&component, &scope, &state, &metrics, &limits, &config)?;
         Ok(PluginInstance {
             component,
             scope,
@@ -159,7 +152,6 @@ impl PluginInstance {
             metrics,
             limits,
             config,
-            deadline_ticks,
             store,
             bindings,
             packed,
@@ -187,7 +179,6 @@ impl PluginInstance {
             &self.metrics,
             &self.limits,
             &self.config,
-            self.deadline_ticks,
         )?;
         self.store = store;
         self.bindings = bindings;
@@ -196,7 +187,7 @@ impl PluginInstance {
 
     /// Runs the plugin on `records`, within the CPU deadline and memory limit.
     pub fn call_batch(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        start_call(&mut self.store, self.limits.deadline);
         self.store.data().stderr.clear_recent();
         let result = if self.packed {
             self.call_packed(records)
@@ -264,7 +255,7 @@ impl PluginInstance {
         let output = bindings
             .sluice_plugin_packed_transformer()
             .call_process_packed(&mut self.store, &self.packed_input)
-            .map_err(|error| classify(error, &self.limits))?;
+            .map_err(|error| classify(error, &self.store, &self.limits))?;
         decode_packed_output(Bytes::from(output), records)
     }
 
@@ -275,7 +266,7 @@ impl PluginInstance {
             .typed
             .sluice_plugin_transformer()
             .call_process_batch(&mut self.store, &batch)
-            .map_err(|error| classify(error, &self.limits))?;
+            .map_err(|error| classify(error, &self.store, &self.limits))?;
         if outcomes.len() != records.len() {
             return Err(bad_output(format!(
                 "plugin returned {} outcomes for {} records",
@@ -319,33 +310,35 @@ impl PluginInstance {
 }
 
 /// A store for one instance of `component`, with its memory limit, CPU
-/// deadline and host state.
+/// budget and host state.
 pub(crate) fn new_store(
     component: &PluginComponent,
     scope: &OperatorScope,
     state: &ScopedState,
     metrics: &Arc<OperatorMetrics>,
     limits: &PluginLimits,
-    deadline_ticks: u64,
 ) -> Store<PluginState> {
-    let store_limits = StoreLimitsBuilder::new()
-        .memory_size(limits.memory_bytes)
-        .trap_on_grow_failure(true)
-        .build();
     let data = PluginState::new(
         scope.clone(),
         state.clone(),
         metrics.clone(),
-        store_limits,
+        CallLimits::new(limits.memory_bytes, component.runtime.epoch_tick()),
         limits.grant_clock,
     );
     let mut store = Store::new(component.runtime.engine(), data);
     store.limiter(|state| &mut state.limits);
-    store.epoch_deadline_trap();
-    store.set_epoch_deadline(deadline_ticks);
+    store.epoch_deadline_callback(|mut store| Ok(store.data_mut().limits.on_epoch_deadline()));
     store
 }
 
+/// Starts a call into `store` that may use `budget` of CPU time.
+pub(crate) fn start_call(store: &mut Store<PluginState>, budget: Duration) {
+    let ticks = store.data_mut().limits.start_call(budget);
+    store.set_epoch_deadline(ticks);
+}
+
+/// Creates a store and instance of `component` and calls its `init`, all
+/// within the instantiation budget (`limits.init_deadline`).
 fn instantiate(
     component: &PluginComponent,
     scope: &OperatorScope,
@@ -353,18 +346,19 @@ fn instantiate(
     metrics: &Arc<OperatorMetrics>,
     limits: &PluginLimits,
     config: &[(String, String)],
-    deadline_ticks: u64,
 ) -> Result<(Store<PluginState>, Bindings), RuntimeError> {
-    let mut store = new_store(component, scope, state, metrics, limits, deadline_ticks);
-    let instantiate_error = |error: wasmtime::Error| RuntimeError::Instantiate {
-        plugin: component.label(),
-        message: format!("{error:#}"),
-    };
+    let mut store = new_store(component, scope, state, metrics, limits);
+    start_call(&mut store, limits.init_deadline);
+    let instantiate_error =
+        |error: wasmtime::Error, store: &Store<PluginState>| RuntimeError::Instantiate {
+            plugin: component.label(),
+            message: init_fault(error, store, limits).message,
+        };
     let pre = &component.pre;
     let instance = pre
         .instance_pre
         .instantiate(&mut store)
-        .map_err(instantiate_error)?;
+        .map_err(|e| instantiate_error(e, &store))?;
     let Some(transformer) = &pre.transformer else {
         return Err(RuntimeError::Instantiate {
             plugin: component.label(),
@@ -374,12 +368,12 @@ fn instantiate(
     let bindings = Bindings {
         typed: transformer
             .load(&mut store, &instance)
-            .map_err(instantiate_error)?,
+            .map_err(|e| instantiate_error(e, &store))?,
         fast: match &pre.packed {
             Some(indices) => Some(
                 indices
                     .load(&mut store, &instance)
-                    .map_err(instantiate_error)?,
+                    .map_err(|e| instantiate_error(e, &store))?,
             ),
             None => None,
         },
@@ -392,8 +386,25 @@ fn instantiate(
     match transformer.call_init(&mut store, config) {
         Ok(Ok(())) => Ok((store, bindings)),
         Ok(Err(message)) => Err(init_error(message)),
-        Err(error) => Err(init_error(classify(error, limits).message)),
+        Err(error) => Err(init_error(init_fault(error, &store, limits).message)),
     }
+}
+
+/// [`classify`] for instantiation and `init`, whose CPU budget is
+/// `limits.init_deadline`.
+pub(crate) fn init_fault(
+    error: wasmtime::Error,
+    store: &Store<PluginState>,
+    limits: &PluginLimits,
+) -> PluginFault {
+    let mut fault = classify(error, store, limits);
+    if fault.kind == FaultKind::Deadline {
+        fault.message = format!(
+            "instantiation and init used their CPU budget of {} ms and were interrupted",
+            limits.init_deadline.as_millis()
+        );
+    }
+    fault
 }
 
 pub(crate) fn to_wit_record(record: &Record) -> wit::InputRecord {
@@ -417,9 +428,13 @@ pub(crate) fn to_wit_record(record: &Record) -> wit::InputRecord {
     }
 }
 
-/// Turns a packed output buffer into emitted records that share the buffer.
+/// Turns a packed output buffer into emitted records that share the buffer,
+/// enforcing the contract of the packed format: items name inputs in
+/// range and in input order, and each input has either emits or one
+/// failure, never both and never two failures.
 fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult, PluginFault> {
     let mut result = BatchResult::default();
+    let mut contract = OutputContract::default();
     for item in sluice_wire::decode_all::<OutputItem<'_>>(&output) {
         let item = item.map_err(|e| bad_output(format!("malformed packed output: {e}")))?;
         let input_of = |index: u32| {
@@ -433,6 +448,7 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
         match item {
             OutputItem::Failed { input, reason } => {
                 input_of(input)?;
+                contract.failed(input)?;
                 result.failed.push((input as usize, reason.to_string()));
             }
             OutputItem::Emit {
@@ -441,6 +457,7 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
                 record,
             } => {
                 let source = input_of(input)?;
+                contract.emitted(input)?;
                 let route = match route {
                     Route::Main => EmitRoute::Main,
                     Route::Side(name) => EmitRoute::Side(name.to_string()),
@@ -467,6 +484,62 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
     Ok(result)
 }
 
+/// What the packed output said so far about the input it is at.
+#[derive(Debug, Default)]
+struct OutputContract {
+    /// The input the last item named, if any.
+    current: Option<u32>,
+    /// Whether that input has emits.
+    emitted: bool,
+    /// Whether that input failed.
+    failed: bool,
+}
+
+impl OutputContract {
+    /// Moves to `input`, refusing to go back.
+    fn at(&mut self, input: u32) -> Result<(), PluginFault> {
+        match self.current {
+            Some(current) if input < current => Err(bad_output(format!(
+                "output items out of order: input record {input} after input record {current}"
+            ))),
+            Some(current) if input == current => Ok(()),
+            _ => {
+                *self = OutputContract {
+                    current: Some(input),
+                    emitted: false,
+                    failed: false,
+                };
+                Ok(())
+            }
+        }
+    }
+
+    fn failed(&mut self, input: u32) -> Result<(), PluginFault> {
+        self.at(input)?;
+        if self.failed {
+            return Err(bad_output(format!("two failures for input record {input}")));
+        }
+        if self.emitted {
+            return Err(bad_output(format!(
+                "input record {input} both emitted records and failed"
+            )));
+        }
+        self.failed = true;
+        Ok(())
+    }
+
+    fn emitted(&mut self, input: u32) -> Result<(), PluginFault> {
+        self.at(input)?;
+        if self.failed {
+            return Err(bad_output(format!(
+                "input record {input} both failed and emitted records"
+            )));
+        }
+        self.emitted = true;
+        Ok(())
+    }
+}
+
 fn bad_output(message: String) -> PluginFault {
     PluginFault {
         kind: FaultKind::BadOutput,
@@ -474,9 +547,16 @@ fn bad_output(message: String) -> PluginFault {
     }
 }
 
-/// Describes a failed call in one line and says what kind of fault it was.
-pub(crate) fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginFault {
-    if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+/// Describes a failed call in one line and says what kind of fault it was:
+/// by the limit the store recorded as stopping it, else by the trap code.
+pub(crate) fn classify(
+    error: wasmtime::Error,
+    store: &Store<PluginState>,
+    limits: &PluginLimits,
+) -> PluginFault {
+    let stopped = store.data().limits.stopped;
+    if stopped == Some(Stopped::CpuBudget) || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
+    {
         return PluginFault {
             kind: FaultKind::Deadline,
             message: format!(
@@ -485,11 +565,7 @@ pub(crate) fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginF
             ),
         };
     }
-    if error.chain().any(|cause| {
-        cause
-            .to_string()
-            .contains("forcing trap when growing memory")
-    }) {
+    if stopped == Some(Stopped::MemoryLimit) {
         return PluginFault {
             kind: FaultKind::MemoryLimit,
             message: format!(
@@ -505,5 +581,104 @@ pub(crate) fn classify(error: wasmtime::Error, limits: &PluginLimits) -> PluginF
     PluginFault {
         kind: FaultKind::Trap,
         message: format!("plugin trapped: {cause}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::SourcePosition;
+    use proptest::prelude::*;
+    use sluice_wire::OutputRecord;
+
+    fn inputs(count: usize) -> Vec<Record> {
+        (0..count)
+            .map(|i| {
+                Record::from_value(
+                    format!("{i}").into_bytes(),
+                    SourcePosition {
+                        topic: Arc::from("t"),
+                        partition: 0,
+                        offset: i as i64,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn emit(input: u32) -> OutputItem<'static> {
+        OutputItem::Emit {
+            input,
+            route: Route::Main,
+            record: OutputRecord {
+                key: None,
+                value: sluice_wire::Bytes::new(b"x"),
+                headers: Vec::new(),
+                event_time: None,
+            },
+        }
+    }
+
+    fn failed(input: u32) -> OutputItem<'static> {
+        OutputItem::Failed {
+            input,
+            reason: "no",
+        }
+    }
+
+    fn decode(items: &[OutputItem<'_>], batch: usize) -> Result<BatchResult, PluginFault> {
+        let mut buffer = Vec::new();
+        for item in items {
+            sluice_wire::append(&mut buffer, item).expect("encode");
+        }
+        decode_packed_output(Bytes::from(buffer), &inputs(batch))
+    }
+
+    #[test]
+    fn packed_output_that_keeps_the_contract_is_accepted() {
+        let result = decode(&[emit(0), emit(0), failed(1), emit(3)], 4).expect("valid");
+        assert_eq!(result.emitted.len(), 3);
+        assert_eq!(result.failed, vec![(1, "no".to_string())]);
+    }
+
+    #[test]
+    fn each_contract_violation_is_a_bad_output_fault() {
+        for (items, says) in [
+            (
+                vec![failed(0), failed(0)],
+                "two failures for input record 0",
+            ),
+            (vec![emit(1), failed(1)], "both emitted records and failed"),
+            (vec![failed(1), emit(1)], "both failed and emitted records"),
+            (vec![emit(2), emit(1)], "out of order"),
+            (vec![emit(5)], "input record 5 of a batch of 3"),
+        ] {
+            let fault = decode(&items, 3).expect_err(says);
+            assert_eq!(fault.kind, FaultKind::BadOutput);
+            assert!(fault.message.contains(says), "{}", fault.message);
+        }
+    }
+
+    proptest! {
+        /// Whatever bytes a plugin returns, decoding them either fails with
+        /// a bad-output fault or yields a result within the contract; it
+        /// never panics.
+        #[test]
+        fn arbitrary_packed_output_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512), batch in 0usize..8) {
+            match decode_packed_output(Bytes::from(bytes), &inputs(batch)) {
+                Ok(result) => {
+                    let mut failed = std::collections::BTreeSet::new();
+                    for (index, _) in &result.failed {
+                        prop_assert!(*index < batch);
+                        prop_assert!(failed.insert(*index), "two failures");
+                    }
+                    for emitted in &result.emitted {
+                        prop_assert!(emitted.input < batch);
+                        prop_assert!(!failed.contains(&emitted.input));
+                    }
+                }
+                Err(fault) => prop_assert_eq!(fault.kind, FaultKind::BadOutput),
+            }
+        }
     }
 }

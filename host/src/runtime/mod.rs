@@ -14,6 +14,7 @@ mod cache;
 mod component;
 mod host_api;
 mod instance;
+mod limits;
 mod plugin_output;
 
 pub use aggregate::PluginAggregator;
@@ -114,7 +115,7 @@ pub struct RuntimeConfig {
     /// Largest linear memory any plugin may have; per-operator limits are
     /// set lower with [`PluginLimits::memory_bytes`].
     pub max_memory_bytes: usize,
-    /// Granularity of CPU deadlines.
+    /// How often running plugins check in with their CPU deadline.
     pub epoch_tick: Duration,
 }
 
@@ -132,8 +133,11 @@ impl Default for RuntimeConfig {
 /// Limits and grants of one plugin instance.
 #[derive(Debug, Clone)]
 pub struct PluginLimits {
-    /// CPU time one call (one batch) may take before it is interrupted.
+    /// CPU time (of the calling thread, not wall time) one call (one batch)
+    /// may use before it is interrupted.
     pub deadline: Duration,
+    /// CPU time instantiation and the plugin's `init` may use together.
+    pub init_deadline: Duration,
     /// Linear memory the instance may grow to.
     pub memory_bytes: usize,
     /// Whether the plugin may read the real clock (otherwise it reads zero).
@@ -146,6 +150,7 @@ impl Default for PluginLimits {
     fn default() -> Self {
         PluginLimits {
             deadline: Duration::from_millis(100),
+            init_deadline: Duration::from_secs(2),
             memory_bytes: 64 << 20,
             grant_clock: false,
             call_mode: CallMode::Auto,
@@ -232,14 +237,14 @@ impl PluginRuntime {
         component::load(self, path.into()).map(Arc::new)
     }
 
-    /// Deadline in epoch ticks (at least one).
-    fn deadline_ticks(&self, deadline: Duration) -> u64 {
-        (deadline.as_nanos() / self.inner.epoch_tick.as_nanos().max(1)).max(1) as u64
+    /// How often the engine's epoch advances.
+    fn epoch_tick(&self) -> Duration {
+        self.inner.epoch_tick
     }
 }
 
-/// Advances the engine's epoch every `tick` until `stop` is set: the clock
-/// that CPU deadlines are measured against.
+/// Advances the engine's epoch every `tick` until `stop` is set: how often
+/// a running plugin checks its CPU time against its deadline.
 fn spawn_epoch_ticker(
     engine: Engine,
     tick: Duration,

@@ -1,12 +1,17 @@
-//! Hostile plugins (infinite loop, unbounded allocation, traps) are stopped
-//! by their deadline or limit; only the offending records are dead-lettered,
-//! the operator goes on, and other tenants' plugins are unaffected.
+//! Hostile plugins (infinite loop, unbounded allocation, traps, broken
+//! output) are stopped by their deadline or limit; only the offending
+//! records are dead-lettered, the operator goes on, and other tenants'
+//! plugins are unaffected.
+//!
+//! `.ci/run` runs these tests twice: idle, and with every core saturated by
+//! busy processes (`SLUICE_TEST_CPU_LOAD`, see [`sluice_tests::cpu_load`]),
+//! where a deadline counted in wall time would punish healthy plugins.
 
-use sluice_host::dataflow::{Collector, Operator};
+use sluice_host::dataflow::{Collector, FaultPolicy, OnFaultStorm, Operator};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_host::runtime::PluginLimits;
 use sluice_host::{Record, SourcePosition};
-use sluice_tests::{operator, runtime, state_backend};
+use sluice_tests::{cpu_load, operator, runtime, state_backend};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -116,6 +121,7 @@ fn hostile_metrics(op: &sluice_host::dataflow::TransformOperator) -> (u64, u64) 
 
 #[test]
 fn infinite_loop_is_interrupted_at_its_cpu_deadline() {
+    let _load = cpu_load();
     let limits = PluginLimits {
         deadline: Duration::from_millis(50),
         ..PluginLimits::default()
@@ -130,6 +136,7 @@ fn infinite_loop_is_interrupted_at_its_cpu_deadline() {
 
 #[test]
 fn unbounded_allocation_is_stopped_at_its_memory_limit() {
+    let _load = cpu_load();
     let limits = PluginLimits {
         memory_bytes: 16 << 20,
         ..PluginLimits::default()
@@ -141,6 +148,7 @@ fn unbounded_allocation_is_stopped_at_its_memory_limit() {
 
 #[test]
 fn trap_is_isolated_to_its_record() {
+    let _load = cpu_load();
     for reason in survives_faulting("hostile-trap", "trap", PluginLimits::default()) {
         assert!(reason.starts_with("plugin trapped: "), "{reason}");
         assert!(
@@ -194,6 +202,7 @@ fn interpreted_plugin_is_contained(language: &str, throw_command: &str, thrown: 
 
 #[test]
 fn python_plugin_is_held_to_the_same_limits() {
+    let _load = cpu_load();
     interpreted_plugin_is_contained(
         "python",
         "raise",
@@ -203,6 +212,7 @@ fn python_plugin_is_held_to_the_same_limits() {
 
 #[test]
 fn javascript_plugin_is_held_to_the_same_limits() {
+    let _load = cpu_load();
     interpreted_plugin_is_contained("js", "throw", "Error: hostile plugin threw on purpose");
 }
 
@@ -222,6 +232,7 @@ fn emitted(plugin: &str, limits: PluginLimits, commands: &[&str]) -> Vec<String>
 
 #[test]
 fn python_plugin_gets_no_files_network_or_clock_unless_granted() {
+    let _load = cpu_load();
     let seen = emitted(
         "python/hostile",
         PluginLimits::default(),
@@ -242,6 +253,7 @@ fn python_plugin_gets_no_files_network_or_clock_unless_granted() {
 
 #[test]
 fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
+    let _load = cpu_load();
     let seen = emitted("js/hostile", PluginLimits::default(), &["clock"]);
     assert_eq!(seen[0], "0", "the clock reads zero without a grant");
     // Built without HTTP: the component cannot even ask for the network (it
@@ -266,6 +278,7 @@ fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
 
 #[test]
 fn a_faulting_call_leaves_no_state_behind() {
+    let _load = cpu_load();
     let runtime = runtime();
     let store = state_backend();
     let mut op = operator(
@@ -294,6 +307,7 @@ fn a_faulting_call_leaves_no_state_behind() {
 
 #[test]
 fn python_stderr_reaches_the_host_and_the_dead_letter_reason() {
+    let _load = cpu_load();
     let (reasons, (faults, _)) =
         survives("python/hostile", "print-and-abort", PluginLimits::default());
     assert!(faults >= 1, "abort is a trap");
@@ -304,4 +318,197 @@ fn python_stderr_reaches_the_host_and_the_dead_letter_reason() {
             "what the plugin printed to stderr is in the reason: {reason}"
         );
     }
+}
+
+fn values(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect()
+}
+
+#[test]
+fn packed_output_that_breaks_the_contract_is_a_fault_retried_record_by_record() {
+    let _load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let limits = PluginLimits {
+        call_mode: sluice_host::runtime::CallMode::Packed,
+        ..PluginLimits::default()
+    };
+    let mut op = operator(&runtime, &store, "t", "hostile-contract", limits, &[]);
+    let mut out = Collector::default();
+    op.process_batch(
+        batch(&[
+            "ok-1",
+            "fail-twice",
+            "ok-2",
+            "emit-and-fail",
+            "backwards",
+            "ok-3",
+        ]),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(values(&out.main), ["ok-1", "ok-2", "ok-3"]);
+    assert_eq!(
+        values(&out.dead_letter),
+        ["fail-twice", "emit-and-fail", "backwards"],
+        "one dead letter per bad input, nothing emitted for it"
+    );
+    let reasons = reasons(&out);
+    assert!(
+        reasons[0].contains("two failures for input record 0"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("both emitted records and failed"),
+        "{reasons:?}"
+    );
+    assert_eq!(hostile_metrics(&op).0, 4, "the batch and each bad record");
+}
+
+#[test]
+fn a_healthy_stateful_plugin_dead_letters_nothing() {
+    let load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let mut op = operator(
+        &runtime,
+        &store,
+        "t",
+        "hostile-trap",
+        PluginLimits::default(),
+        &[],
+    );
+    let values: Vec<String> = (0..50_000).map(|i| format!("ok-{i}")).collect();
+    let mut passed = 0;
+    for chunk in values.chunks(256) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let mut out = Collector::default();
+        op.process_batch(batch(&chunk), &mut out).unwrap();
+        assert!(
+            out.dead_letter.is_empty(),
+            "loaded: {}: {:?}",
+            load.is_loaded(),
+            reasons(&out)
+        );
+        passed += out.main.len();
+    }
+    assert_eq!(passed, values.len());
+    assert_eq!(
+        hostile_metrics(&op),
+        (0, 0),
+        "no fault, no re-instantiation"
+    );
+}
+
+#[test]
+fn a_trap_storm_of_100k_records_is_dead_lettered_whole_and_then_ends() {
+    let _load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let mut op = operator(
+        &runtime,
+        &store,
+        "t",
+        "hostile-trap",
+        PluginLimits::default(),
+        &[],
+    );
+    let storm: Vec<String> = (0..100_000).map(|i| format!("trap-{i}")).collect();
+    let (mut main, mut dead) = (0, 0);
+    let mut last_reason = String::new();
+    for chunk in storm.chunks(256) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let mut out = Collector::default();
+        op.process_batch(batch(&chunk), &mut out).unwrap();
+        main += out.main.len();
+        dead += out.dead_letter.len();
+        last_reason = reasons(&out).pop().unwrap_or_default();
+    }
+    assert_eq!((main, dead), (0, storm.len()), "every record dead-lettered");
+    assert!(op.in_fault_storm());
+    assert!(last_reason.contains("fault storm"), "{last_reason}");
+    let (_, reinstantiations) = hostile_metrics(&op);
+    assert!(
+        reinstantiations < 1_000,
+        "one re-instantiation per batch in a storm, not one per record: {reinstantiations}"
+    );
+
+    // The first batch that succeeds ends the storm; a bad record is then
+    // isolated alone again.
+    let mut out = Collector::default();
+    op.process_batch(batch(&["ok-1", "ok-2"]), &mut out)
+        .unwrap();
+    assert_eq!(out.main.len(), 2);
+    assert!(!op.in_fault_storm());
+    let mut out = Collector::default();
+    op.process_batch(batch(&["ok-3", "trap", "ok-4"]), &mut out)
+        .unwrap();
+    assert_eq!(values(&out.main), ["ok-3", "ok-4"]);
+    assert_eq!(values(&out.dead_letter), ["trap"]);
+}
+
+#[test]
+fn a_storm_under_stop_fails_the_operator_and_counts_what_it_did_not_process() {
+    let _load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let mut op = operator(
+        &runtime,
+        &store,
+        "t",
+        "hostile-trap",
+        PluginLimits::default(),
+        &[],
+    )
+    .with_fault_policy(
+        FaultPolicy::default()
+            .storm_threshold(4)
+            .on_storm(OnFaultStorm::Stop),
+    );
+    let storm: Vec<String> = (0..10).map(|i| format!("trap-{i}")).collect();
+    let storm: Vec<&str> = storm.iter().map(String::as_str).collect();
+    let mut out = Collector::default();
+    let error = op
+        .process_batch(batch(&storm), &mut out)
+        .expect_err("a storm stops the operator")
+        .to_string();
+    assert!(error.contains("fault storm"), "{error}");
+    assert_eq!(out.dead_letter.len(), 4, "the records that made the storm");
+    assert!(
+        error.contains("6 records of the current batch were not processed"),
+        "in = dead letters + unprocessed: {error}"
+    );
+}
+
+#[test]
+fn instantiation_and_init_have_their_own_cpu_budget() {
+    let _load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let component = runtime
+        .load(sluice_tests::plugin("hostile-loop"))
+        .expect("load");
+    let scope = sluice_host::state::OperatorScope::new("t", "test", "slow-init");
+    let limits = PluginLimits {
+        init_deadline: Duration::from_millis(100),
+        ..PluginLimits::default()
+    };
+    let error = sluice_host::runtime::PluginInstance::new(
+        component,
+        scope.clone(),
+        store.open(&scope, None).expect("state"),
+        sluice_host::metrics::OperatorMetrics::new("slow-init"),
+        limits,
+        vec![("init_spin_millions".into(), "1000000".into())],
+    )
+    .err()
+    .expect("an init that never ends is stopped")
+    .to_string();
+    assert!(
+        error.contains("instantiation and init used their CPU budget of 100 ms"),
+        "{error}"
+    );
 }
