@@ -21,3 +21,8 @@ trap 'scripts/dev-services.sh down' EXIT
 
 echo "== cargo test"
 cargo test --workspace
+
+# Fault isolation must hold on a loaded machine: the hostile-plugin tests
+# again, with a busy process per core running beside each test.
+echo "== hostile-plugin tests under CPU load"
+SLUICE_TEST_CPU_LOAD=1 cargo test -p sluice-tests --test all hostile_plugins::

@@ -9,6 +9,9 @@ pub struct FieldMap {
     text: String,
     /// (path, span of key and value together)
     fields: Vec<(String, Range<usize>)>,
+    /// Why the strict TOML parser refused the text (e.g. an integer beyond
+    /// `i64`, which the lenient deserializer accepts), and where.
+    refused: Option<(String, usize)>,
 }
 
 impl FieldMap {
@@ -18,11 +21,23 @@ impl FieldMap {
         let mut map = FieldMap {
             text: text.to_string(),
             fields: Vec::new(),
+            refused: None,
         };
-        if let Ok(document) = toml_edit::Document::parse(text) {
-            map.walk_table(document.as_table(), "");
+        match toml_edit::Document::parse(text) {
+            Ok(document) => map.walk_table(document.as_table(), ""),
+            Err(error) => {
+                let offset = error.span().map_or(0, |span| span.start);
+                map.refused = Some((error.message().trim().to_string(), offset));
+            }
         }
         map
+    }
+
+    /// Why the text is not valid TOML, and the byte offset, if it is not.
+    pub fn refused(&self) -> Option<(&str, usize)> {
+        self.refused
+            .as_ref()
+            .map(|(message, offset)| (message.as_str(), *offset))
     }
 
     /// 1-based line and column of byte `offset`.

@@ -39,6 +39,20 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The longest duration any setting may name: 100 years, in ms. With event
+/// times within years 1 to 9999 (`time::MAX_EVENT_TIME`), time arithmetic
+/// on such durations cannot overflow an `i64`.
+pub const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// The largest `pipeline.batch_size`.
+pub const MAX_BATCH_SIZE: usize = 65_536;
+
+/// The most `pipeline.workers`.
+pub const MAX_WORKERS: usize = 1024;
+
+/// The longest CPU deadline of a plugin call or of its instantiation, ms.
+pub const MAX_CALL_DEADLINE_MS: u64 = 600_000;
+
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}:{line}:{column}: {}{message}", file.display(), field.as_ref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
@@ -215,9 +229,9 @@ impl WindowConfig {
         use crate::window::WindowSpec;
         let positive = |value: u64, name: &str| -> Result<i64, String> {
             match i64::try_from(value) {
-                Ok(ms) if ms > 0 => Ok(ms),
+                Ok(ms) if ms > 0 && value <= MAX_DURATION_MS => Ok(ms),
                 _ => Err(format!(
-                    "`{name}` must be a positive number of milliseconds"
+                    "`{name}` must be a positive number of milliseconds, at most {MAX_DURATION_MS} (100 years) (found {value})"
                 )),
             }
         };
@@ -676,6 +690,16 @@ impl LoadedConfig {
                 message: error.message().trim().to_string(),
             }
         })?;
+        if let Some((message, offset)) = fields.refused() {
+            let (line, column) = fields.line_column(offset);
+            return Err(ConfigError {
+                file: file.to_path_buf(),
+                line,
+                column,
+                field: None,
+                message: message.to_string(),
+            });
+        }
         let loaded = LoadedConfig {
             config,
             file: file.to_path_buf(),
@@ -711,16 +735,240 @@ impl LoadedConfig {
             .unwrap_or_else(|| path.to_path_buf())
     }
 
+    /// Checks that `field` (dotted path) holds a value in `min..=max`.
+    fn check_range(
+        &self,
+        field: &str,
+        value: i128,
+        min: i128,
+        max: i128,
+    ) -> Result<(), ConfigError> {
+        if (min..=max).contains(&value) {
+            return Ok(());
+        }
+        let message = if max == i128::MAX {
+            format!("must be at least {min} (found {value})")
+        } else {
+            format!("must be between {min} and {max} (found {value})")
+        };
+        Err(self.error_at(field, message))
+    }
+
+    /// Every numeric setting against its bounds: positive where zero means
+    /// nothing, and below what the runtime can do (so that nothing
+    /// overflows later or fails far from the file).
+    fn validate_numbers(&self) -> Result<(), ConfigError> {
+        let c = &self.config;
+        let p = &c.pipeline;
+        let any = i128::MAX;
+        let duration = MAX_DURATION_MS as i128;
+        let max_parallelism = i128::from(p.max_parallelism);
+        self.check_range(
+            "pipeline.batch_size",
+            p.batch_size as i128,
+            1,
+            MAX_BATCH_SIZE as i128,
+        )?;
+        self.check_range(
+            "pipeline.channel_capacity",
+            p.channel_capacity as i128,
+            1,
+            65_536,
+        )?;
+        self.check_range(
+            "pipeline.checkpoint_interval_ms",
+            p.checkpoint_interval_ms.into(),
+            0,
+            duration,
+        )?;
+        self.check_range(
+            "pipeline.max_out_of_orderness_ms",
+            p.max_out_of_orderness_ms.into(),
+            0,
+            duration,
+        )?;
+        if let Some(idle) = p.idle_timeout_ms {
+            self.check_range("pipeline.idle_timeout_ms", idle.into(), 1, duration)?;
+        }
+        self.check_range(
+            "pipeline.max_parallelism",
+            max_parallelism,
+            1,
+            crate::state::key_group::MAX_KEY_GROUPS as i128,
+        )?;
+        if p.workers == 0 || p.workers as i128 > max_parallelism.min(MAX_WORKERS as i128) {
+            return Err(self.error_at(
+                "pipeline.workers",
+                format!(
+                    "must be between 1 and {} (at most `max_parallelism` = {}, each worker owns key groups) (found {})",
+                    max_parallelism.min(MAX_WORKERS as i128),
+                    p.max_parallelism,
+                    p.workers
+                ),
+            ));
+        }
+        self.check_range(
+            "pipeline.state_cache_mb",
+            p.state_cache_mb.into(),
+            0,
+            1 << 20,
+        )?;
+        match &c.source {
+            SourceConfig::Generator(g) => {
+                if let Some(count) = g.count {
+                    self.check_range("source.generator.count", count.into(), 0, any)?;
+                }
+                self.check_range(
+                    "source.generator.value_bytes",
+                    g.value_bytes as i128,
+                    0,
+                    16 << 20,
+                )?;
+                self.check_range(
+                    "source.generator.max_disorder_ms",
+                    g.max_disorder_ms.into(),
+                    0,
+                    duration,
+                )?;
+            }
+            SourceConfig::Kafka(k) => {
+                self.check_range(
+                    "source.kafka.poll_timeout_ms",
+                    k.poll_timeout_ms.into(),
+                    1,
+                    60_000,
+                )?;
+                if let Some(start) = k.start_timestamp_ms {
+                    self.check_range(
+                        "source.kafka.start_timestamp_ms",
+                        start.into(),
+                        0,
+                        crate::time::MAX_EVENT_TIME.into(),
+                    )?;
+                }
+            }
+            SourceConfig::File(_) => {}
+        }
+        let memory_mb = (crate::runtime::RuntimeConfig::default().max_memory_bytes >> 20) as i128;
+        for (index, operator) in c.operators.iter().enumerate() {
+            let field = |name: &str| format!("operators[{index}].{name}");
+            self.check_range(
+                &field("deadline_ms"),
+                operator.deadline_ms.into(),
+                1,
+                MAX_CALL_DEADLINE_MS.into(),
+            )?;
+            self.check_range(
+                &field("init_deadline_ms"),
+                operator.init_deadline_ms.into(),
+                1,
+                MAX_CALL_DEADLINE_MS.into(),
+            )?;
+            if !(1..=memory_mb).contains(&i128::from(operator.memory_limit_mb)) {
+                return Err(self.error_at(
+                    &field("memory_limit_mb"),
+                    format!(
+                        "must be between 1 and {memory_mb} (the largest memory a plugin instance can have here; a 32-bit WebAssembly memory cannot exceed 4096) (found {})",
+                        operator.memory_limit_mb
+                    ),
+                ));
+            }
+            self.check_range(
+                &field("fault_storm_threshold"),
+                operator.fault_storm_threshold.into(),
+                1,
+                any,
+            )?;
+            self.check_range(
+                &field("allowed_lateness_ms"),
+                operator.allowed_lateness_ms.into(),
+                0,
+                duration,
+            )?;
+            if let Some(ttl) = operator.state_ttl_ms {
+                self.check_range(&field("state_ttl_ms"), ttl.into(), 1, duration)?;
+            }
+            if let Some(join) = &operator.join {
+                self.check_range(
+                    &field("join.lower_ms"),
+                    join.lower_ms.into(),
+                    -duration,
+                    duration,
+                )?;
+                self.check_range(
+                    &field("join.upper_ms"),
+                    join.upper_ms.into(),
+                    -duration,
+                    duration,
+                )?;
+            }
+        }
+        if let Some(checkpoints) = &c.checkpoints {
+            self.check_range(
+                "checkpoints.interval_ms",
+                checkpoints.interval_ms.into(),
+                1,
+                duration,
+            )?;
+            self.check_range(
+                "checkpoints.timeout_ms",
+                checkpoints.timeout_ms.into(),
+                1,
+                duration,
+            )?;
+            self.check_range(
+                "checkpoints.retained",
+                checkpoints.retained as i128,
+                1,
+                10_000,
+            )?;
+            if let Some(threshold) = checkpoints.s3.multipart_threshold_bytes {
+                // S3 parts are 5 MiB to 5 GiB.
+                self.check_range(
+                    "checkpoints.s3.multipart_threshold_bytes",
+                    threshold.into(),
+                    5 << 20,
+                    5 << 30,
+                )?;
+            }
+        }
+        let sinks = [("sink", &c.sink), ("dead_letter", &c.dead_letter)]
+            .into_iter()
+            .map(|(name, sink)| (name.to_string(), sink))
+            .chain(
+                c.side_outputs
+                    .iter()
+                    .map(|(name, sink)| (format!("side_outputs.{name}"), sink)),
+            );
+        for (name, sink) in sinks {
+            if let SinkConfig::Kafka {
+                partition,
+                transaction_timeout_ms,
+                ..
+            } = sink
+            {
+                if let Some(partition) = partition {
+                    self.check_range(
+                        &format!("{name}.kafka.partition"),
+                        (*partition).into(),
+                        0,
+                        any,
+                    )?;
+                }
+                if let Some(timeout) = transaction_timeout_ms {
+                    self.check_range(
+                        &format!("{name}.kafka.transaction_timeout_ms"),
+                        (*timeout).into(),
+                        1,
+                        duration,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate_checkpoints(&self, checkpoints: &CheckpointsSection) -> Result<(), ConfigError> {
-        if checkpoints.interval_ms == 0 {
-            return Err(self.error_at("checkpoints.interval_ms", "must be at least 1"));
-        }
-        if checkpoints.timeout_ms == 0 {
-            return Err(self.error_at("checkpoints.timeout_ms", "must be at least 1"));
-        }
-        if checkpoints.retained == 0 {
-            return Err(self.error_at("checkpoints.retained", "must be at least 1"));
-        }
         if checkpoints.max_concurrent != 1 {
             return Err(self.error_at(
                 "checkpoints.max_concurrent",
@@ -745,12 +993,7 @@ impl LoadedConfig {
         if c.pipeline.name.trim().is_empty() {
             return Err(self.error_at("pipeline.name", "must not be empty"));
         }
-        if c.pipeline.batch_size == 0 {
-            return Err(self.error_at("pipeline.batch_size", "must be at least 1"));
-        }
-        if c.pipeline.channel_capacity == 0 {
-            return Err(self.error_at("pipeline.channel_capacity", "must be at least 1"));
-        }
+        self.validate_numbers()?;
         match &c.source {
             SourceConfig::Generator(g) => {
                 if g.rate == Some(0) {
@@ -901,18 +1144,6 @@ impl LoadedConfig {
                     ));
                 }
             }
-            if operator.deadline_ms == 0 {
-                return Err(self.error_at(
-                    &format!("operators[{index}].deadline_ms"),
-                    "must be at least 1",
-                ));
-            }
-            if operator.memory_limit_mb == 0 {
-                return Err(self.error_at(
-                    &format!("operators[{index}].memory_limit_mb"),
-                    "must be at least 1",
-                ));
-            }
         }
         Ok(())
     }
@@ -983,9 +1214,131 @@ blackhole = {}
     }
 
     #[test]
+    fn numeric_settings_out_of_bounds_name_file_line_and_field() {
+        let operator = "[[operators]]\nname = \"w\"\nwindow = { tumbling_ms = 1000 }\naggregate = { function = \"count\" }\n";
+        let cases = [
+            (
+                "[pipeline]\nname = \"p\"\nworkers = 0\n",
+                "pipeline.workers",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nworkers = 200\n",
+                "pipeline.workers",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nmax_parallelism = 0\n",
+                "pipeline.max_parallelism",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nmax_parallelism = 40000\n",
+                "pipeline.max_parallelism",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nbatch_size = 0\n",
+                "pipeline.batch_size",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nbatch_size = 10000000\n",
+                "pipeline.batch_size",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nchannel_capacity = 0\n",
+                "pipeline.channel_capacity",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nidle_timeout_ms = 0\n",
+                "pipeline.idle_timeout_ms",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\nmax_out_of_orderness_ms = 9223372036854775807\n",
+                "pipeline.max_out_of_orderness_ms",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\n[checkpoints]\ninterval_ms = 0\n",
+                "checkpoints.interval_ms",
+            ),
+            (
+                "[pipeline]\nname = \"p\"\n[checkpoints]\nretained = 0\n",
+                "checkpoints.retained",
+            ),
+        ];
+        for (head, field) in cases {
+            let text = format!("{head}{}", GOOD.replace("[pipeline]\nname = \"p\"\n", ""));
+            let error = parse(&text)
+                .err()
+                .unwrap_or_else(|| panic!("{field} accepted"));
+            assert_eq!(error.field.as_deref(), Some(field), "{error}");
+            assert!(error.line > 0, "{error}");
+        }
+        for (setting, field) in [
+            ("deadline_ms = 0", "operators[0].deadline_ms"),
+            ("init_deadline_ms = 0", "operators[0].init_deadline_ms"),
+            ("memory_limit_mb = 0", "operators[0].memory_limit_mb"),
+            ("memory_limit_mb = 5000", "operators[0].memory_limit_mb"),
+            (
+                "fault_storm_threshold = 0",
+                "operators[0].fault_storm_threshold",
+            ),
+            (
+                "allowed_lateness_ms = 9223372036854775807",
+                "operators[0].allowed_lateness_ms",
+            ),
+            ("state_ttl_ms = 0", "operators[0].state_ttl_ms"),
+        ] {
+            let text = format!("{GOOD}{operator}{setting}\n");
+            let error = parse(&text)
+                .err()
+                .unwrap_or_else(|| panic!("{setting} accepted"));
+            assert_eq!(error.field.as_deref(), Some(field), "{error}");
+            assert_eq!(error.line, GOOD.lines().count() + 5, "{error}");
+        }
+        // Beyond i64: not TOML, refused where it stands.
+        let text = format!("{GOOD}{operator}deadline_ms = 18446744073709551615\n");
+        let error = parse(&text).expect_err("an integer beyond i64");
+        assert_eq!(error.line, GOOD.lines().count() + 5, "{error}");
+        let huge_window = format!(
+            "{GOOD}{}",
+            operator.replace("tumbling_ms = 1000", "tumbling_ms = 9223372036854775807")
+        );
+        let error = parse(&huge_window).expect_err("a window of 292 million years");
+        assert_eq!(
+            error.field.as_deref(),
+            Some("operators[0].window"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn syntax_error_is_located() {
         let text = GOOD.replace("count = 10", "count = = 10");
         let error = parse(&text).unwrap_err();
         assert_eq!(error.line, 6, "{error}");
+    }
+
+    proptest::proptest! {
+        /// Any text as a pipeline file: an error or a config, never a
+        /// panic, and an error located within the file.
+        #[test]
+        fn arbitrary_pipeline_text_never_panics(text in "\\PC{0,200}") {
+            if let Err(error) = parse(&text) {
+                proptest::prop_assert!(error.line <= text.lines().count() + 1, "{}", error);
+            }
+        }
+
+        /// A valid file with one line replaced by a random setting.
+        #[test]
+        fn mutated_pipeline_files_never_panic(
+            line in 0usize..8,
+            key in "[a-z_]{1,20}",
+            value in "(-?[0-9]{1,22}|\"[a-z./]{0,10}\"|true|\\{ *\\}|\\[[0-9, ]{0,6}\\])",
+        ) {
+            let mut lines: Vec<String> = GOOD.lines().map(str::to_string).collect();
+            let index = line.min(lines.len() - 1);
+            lines[index] = format!("{key} = {value}");
+            let text = lines.join("\n");
+            if let Err(error) = parse(&text) {
+                proptest::prop_assert!(error.line <= lines.len() + 1, "{}", error);
+            }
+        }
     }
 }

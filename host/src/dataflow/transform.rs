@@ -4,6 +4,7 @@ use super::{Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
 use crate::runtime::{BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance};
+use crate::time::check_event_time;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -236,6 +237,14 @@ impl TransformOperator {
 
     fn route(&self, batch: &[Record], result: BatchResult, out: &mut Collector) {
         for emitted in result.emitted {
+            if let Some(Err(reason)) = emitted.record.event_time.map(check_event_time) {
+                self.dead_letter(
+                    emitted.record,
+                    &format!("the plugin emitted a record whose {reason}"),
+                    out,
+                );
+                continue;
+            }
             match emitted.route {
                 EmitRoute::Main => {
                     add(&self.metrics.records_out, 1);

@@ -486,15 +486,12 @@ impl Operator for IntervalJoinOperator {
     ) -> Result<(), DataflowError> {
         add(&self.metrics.records_in, batch.len() as u64);
         for record in batch {
-            let Some(time) = record.event_time else {
-                out.dead_letter(
-                    record,
-                    "record has no event time",
-                    &self.options.name,
-                    None,
-                    &self.metrics,
-                );
-                continue;
+            let time = match crate::time::checked_event_time(&record) {
+                Ok(time) => time,
+                Err(reason) => {
+                    out.dead_letter(record, &reason, &self.options.name, None, &self.metrics);
+                    continue;
+                }
             };
             match self.classifier.classify(&record) {
                 // Neither side: not an input of the join (counted, not

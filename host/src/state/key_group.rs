@@ -12,6 +12,9 @@ use xxhash_rust::xxh3::xxh3_64;
 /// The default number of key groups.
 pub const DEFAULT_MAX_PARALLELISM: u16 = 128;
 
+/// The most key groups a pipeline may have (Flink's bound, too).
+pub const MAX_KEY_GROUPS: u16 = 32_768;
+
 /// The key group of `key`.
 pub fn key_group(key: &[u8], max_parallelism: u16) -> u16 {
     (xxh3_64(key) % u64::from(max_parallelism.max(1))) as u16

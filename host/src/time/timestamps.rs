@@ -18,7 +18,8 @@ pub fn event_time_from(document: &Value, pointer: &str, field: &str) -> Result<i
     match document.pointer(pointer) {
         Some(Value::Number(n)) if n.as_i64().is_some() => n
             .as_i64()
-            .ok_or_else(|| format!("timestamp field `{field}` is not an integer")),
+            .ok_or_else(|| format!("timestamp field `{field}` is not an integer"))
+            .and_then(super::check_event_time),
         Some(other) => Err(format!(
             "timestamp field `{field}` is not an integer (found {other})"
         )),
@@ -45,5 +46,27 @@ mod tests {
                 .unwrap_err()
                 .contains("missing")
         );
+    }
+
+    #[test]
+    fn event_times_outside_years_1_to_9999_are_refused() {
+        for (time, ok) in [
+            (super::super::MIN_EVENT_TIME, true),
+            (super::super::MAX_EVENT_TIME, true),
+            (super::super::MIN_EVENT_TIME - 1, false),
+            (super::super::MAX_EVENT_TIME + 1, false),
+            (i64::MAX, false),
+            (i64::MIN, false),
+        ] {
+            let doc = serde_json::json!({ "t": time });
+            let result = event_time_from(&doc, "/t", "t");
+            assert_eq!(result.is_ok(), ok, "{time}: {result:?}");
+            if !ok {
+                assert!(
+                    result.unwrap_err().contains("outside the supported range"),
+                    "{time}"
+                );
+            }
+        }
     }
 }

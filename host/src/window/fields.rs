@@ -169,4 +169,28 @@ mod tests {
         assert!(extract(b"[1,2]", &[&a]).is_err());
         assert!(extract(b"{\"a\":1} x", &[&a]).is_err());
     }
+
+    proptest::proptest! {
+        /// Untrusted record bytes never make field extraction panic, and
+        /// whatever it accepts is JSON.
+        #[test]
+        fn arbitrary_documents_never_panic(document in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let a = FieldPath::parse("a");
+            let nested = FieldPath::parse("a.b");
+            for paths in [vec![&a], vec![&nested], vec![&a, &nested]] {
+                if extract(&document, &paths).is_ok() {
+                    proptest::prop_assert!(serde_json::from_slice::<Value>(&document).is_ok());
+                }
+            }
+        }
+
+        /// The same for JSON-shaped text, which reaches deeper.
+        #[test]
+        fn json_shaped_documents_never_panic(document in r#"\{("[ab]":(-?[0-9]{1,25}(\.[0-9]{0,5})?|"[a-z]*"|\{"b":[0-9e+.-]{1,8}\}|null|true|\[\]),?){0,4}\}"#) {
+            let a = FieldPath::parse("a");
+            let nested = FieldPath::parse("a.b");
+            let _ = extract(document.as_bytes(), &[&a]);
+            let _ = extract(document.as_bytes(), &[&nested]);
+        }
+    }
 }

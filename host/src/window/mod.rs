@@ -41,7 +41,7 @@ impl Window {
     /// The latest event time in the window: the watermark must pass it for
     /// the window to fire.
     pub fn max_timestamp(&self) -> i64 {
-        self.end - 1
+        self.end.saturating_sub(1)
     }
 
     /// Whether two windows overlap or touch (sessions merge then).
@@ -85,30 +85,36 @@ impl WindowSpec {
     /// The windows a record with event time `t` belongs to (for sessions:
     /// its own `[t, t + gap)`, merged later with the key's other sessions).
     pub fn assign(&self, t: i64) -> Vec<Window> {
+        // Saturating throughout: with event times checked against
+        // `time::MAX_EVENT_TIME` nothing here can overflow, but a window
+        // must never wrap around even if an unchecked time slips in.
         match *self {
             WindowSpec::Tumbling { size } => {
-                let start = t - t.rem_euclid(size);
+                let start = t.saturating_sub(t.rem_euclid(size));
                 vec![Window {
                     start,
-                    end: start + size,
+                    end: start.saturating_add(size),
                 }]
             }
             WindowSpec::Sliding { size, slide } => {
-                let last_start = t - t.rem_euclid(slide);
+                let last_start = t.saturating_sub(t.rem_euclid(slide));
                 let mut windows = Vec::with_capacity((size / slide) as usize + 1);
                 let mut start = last_start;
-                while start > t - size {
+                while start > t.saturating_sub(size) {
                     windows.push(Window {
                         start,
-                        end: start + size,
+                        end: start.saturating_add(size),
                     });
-                    start -= slide;
+                    match start.checked_sub(slide) {
+                        Some(earlier) => start = earlier,
+                        None => break,
+                    }
                 }
                 windows
             }
             WindowSpec::Session { gap } => vec![Window {
                 start: t,
-                end: t + gap,
+                end: t.saturating_add(gap),
             }],
         }
     }
@@ -122,6 +128,35 @@ impl WindowSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_at_the_limits_of_event_time_never_wrap_around() {
+        use crate::time::{MAX_EVENT_TIME, MIN_EVENT_TIME};
+        let specs = [
+            WindowSpec::Tumbling { size: 1000 },
+            WindowSpec::Sliding {
+                size: 3000,
+                slide: 1000,
+            },
+            WindowSpec::Session { gap: 500 },
+        ];
+        for spec in specs {
+            for t in [MIN_EVENT_TIME, MAX_EVENT_TIME, i64::MIN, i64::MAX, 0] {
+                let windows = spec.assign(t);
+                let checked = crate::time::check_event_time(t).is_ok();
+                assert!(!checked || !windows.is_empty(), "{spec:?} at {t}");
+                for window in windows {
+                    assert!(window.start <= window.end, "{spec:?} at {t}: {window:?}");
+                    if checked {
+                        assert!(
+                            window.start <= t && t <= window.max_timestamp(),
+                            "{spec:?} at {t}: {window:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn tumbling_and_sliding_assignment() {

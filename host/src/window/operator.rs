@@ -10,6 +10,7 @@ use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
+use crate::time::checked_event_time;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -461,8 +462,8 @@ impl Operator for WindowOperator {
         let mut keys: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
         let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
         for (index, record) in batch.iter().enumerate() {
-            if record.event_time.is_none() {
-                reasons.insert(index, "record has no event time".into());
+            if let Err(reason) = checked_event_time(record) {
+                reasons.insert(index, reason);
                 keys.push(None);
                 continue;
             }

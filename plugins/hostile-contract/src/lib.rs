@@ -5,6 +5,8 @@
 //! * `fail-twice`: two failures for the record.
 //! * `emit-and-fail`: emits the record and also fails it.
 //! * `backwards`: emits the record, then an item naming input 0 again.
+//! * `time-max` / `time-min`: emits the record with event time `i64::MAX`
+//!   / `i64::MIN` (outside the range the host accepts).
 //! * anything else: forwarded.
 //!
 //! The typed export forwards every record (the typed outcome list cannot
@@ -47,6 +49,11 @@ impl packed_transformer::Guest for Hostile {
         {
             let Ok(record) = decoded else { break };
             let input = index as u32;
+            let event_time = match &record.value[..] {
+                b"time-max" => Some(i64::MAX),
+                b"time-min" => Some(i64::MIN),
+                _ => None,
+            };
             let emit = OutputItem::Emit {
                 input,
                 route: PackedRoute::Main,
@@ -54,7 +61,7 @@ impl packed_transformer::Guest for Hostile {
                     key: record.key,
                     value: record.value,
                     headers: record.headers.clone(),
-                    event_time: None,
+                    event_time,
                 },
             };
             let fail = OutputItem::Failed {

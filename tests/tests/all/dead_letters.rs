@@ -147,3 +147,70 @@ fn file_source_dead_letters_malformed_lines_and_reads_on() {
     );
     assert_eq!(dead[0].value.as_ref(), b"not json");
 }
+
+/// A dead letter in a file is the record as it came in: the value's exact
+/// bytes (a string when UTF-8, base64 otherwise), never re-serialised JSON
+/// that rounds big numbers, drops `1.10`'s zero, merges duplicate keys or
+/// re-sorts them; and an event time outside years 1 to 9999 is a dead
+/// letter too.
+#[test]
+fn file_dead_letters_keep_the_exact_input_bytes() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let dead = dir.path().join("dead.jsonl");
+    let bad: [&[u8]; 6] = [
+        br#"{"n":123456789012345678901234567890}"#,
+        br#"{"price":1.10}"#,
+        br#"{"b":1,"a":2,"b":3}"#,
+        b"\xff\xfe{\"x\":1}",
+        br#"{"t":9223372036854775807}"#,
+        br#"{"t":-9223372036854775808}"#,
+    ];
+    let mut text = b"{\"t\":1000}\n".to_vec();
+    for line in bad {
+        text.extend_from_slice(line);
+        text.push(b'\n');
+    }
+    std::fs::write(&input, &text).unwrap();
+    let pipeline = format!(
+        r#"
+[pipeline]
+name = "exact-dead-letters"
+
+[source.file]
+path = "{}"
+timestamp_field = "t"
+
+[sink]
+blackhole = {{}}
+
+[dead_letter.file]
+path = "{}"
+format = "record"
+"#,
+        input.display(),
+        dead.display()
+    );
+    let (_, snapshot) =
+        sluice_tests::run_pipeline_to_end(&pipeline, std::time::Duration::from_secs(60));
+    assert_eq!(snapshot.dead_letters, bad.len() as u64, "{snapshot:?}");
+    let written = std::fs::read_to_string(&dead).unwrap();
+    let values: Vec<Vec<u8>> = written
+        .lines()
+        .map(|line| {
+            let document: serde_json::Value = serde_json::from_str(line).unwrap();
+            let value = document["value"].as_str().unwrap();
+            match document["value_encoding"].as_str() {
+                Some("utf8") => value.as_bytes().to_vec(),
+                Some("base64") => base64::engine::general_purpose::STANDARD
+                    .decode(value)
+                    .unwrap(),
+                other => panic!("value_encoding {other:?} in {line}"),
+            }
+        })
+        .collect();
+    let expected: Vec<Vec<u8>> = bad.iter().map(|v| v.to_vec()).collect();
+    assert_eq!(values, expected);
+    assert!(written.contains("outside the supported range"), "{written}");
+}

@@ -356,16 +356,26 @@ fn packed_output_that_breaks_the_contract_is_a_fault_retried_record_by_record() 
         ["fail-twice", "emit-and-fail", "backwards"],
         "one dead letter per bad input, nothing emitted for it"
     );
-    let reasons = reasons(&out);
+    let why = reasons(&out);
     assert!(
-        reasons[0].contains("two failures for input record 0"),
-        "{reasons:?}"
+        why[0].contains("two failures for input record 0"),
+        "{why:?}"
     );
     assert!(
-        reasons[1].contains("both emitted records and failed"),
-        "{reasons:?}"
+        why[1].contains("both emitted records and failed"),
+        "{why:?}"
     );
     assert_eq!(hostile_metrics(&op).0, 4, "the batch and each bad record");
+
+    // Event times a plugin sets outside years 1 to 9999 are dead letters.
+    let mut out = Collector::default();
+    op.process_batch(batch(&["time-max", "ok", "time-min"]), &mut out)
+        .unwrap();
+    assert_eq!(values(&out.main), ["ok"]);
+    assert_eq!(values(&out.dead_letter), ["time-max", "time-min"]);
+    for reason in reasons(&out) {
+        assert!(reason.contains("outside the supported range"), "{reason}");
+    }
 }
 
 #[test]

@@ -7,5 +7,5 @@ mod sink;
 mod source;
 
 pub use exactly_once::ExactlyOnceFileSink;
-pub use sink::{JsonLinesSink, OutputFormat, bytes_to_json, record_to_json};
+pub use sink::{JsonLinesSink, OutputFormat, bytes_to_json, record_to_exact_json, record_to_json};
 pub use source::{FileFormat, FileSource, FileSourceOptions};

@@ -16,7 +16,10 @@ pub enum OutputFormat {
     #[default]
     Value,
     /// The whole record: key, value, headers, event time and source
-    /// position (what a dead-letter file needs).
+    /// position (what a dead-letter file needs). Key and value are their
+    /// exact bytes — a string when they are UTF-8, base64 otherwise, said
+    /// by `key_encoding` / `value_encoding` — never re-serialised JSON, so
+    /// that a dead letter is the record as it came in.
     Record,
 }
 
@@ -115,7 +118,7 @@ pub(crate) fn format_line(line: &mut Vec<u8>, record: &Record, format: OutputFor
         OutputFormat::Value => write_value(line, &record.value),
         OutputFormat::Record => {
             // Serializing a Value into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *line, &record_to_json(record));
+            let _ = serde_json::to_writer(&mut *line, &record_to_exact_json(record));
         }
     }
     line.push(b'\n');
@@ -142,30 +145,110 @@ pub fn bytes_to_json(bytes: &[u8]) -> Value {
     }
 }
 
-/// The whole record as a JSON object.
-pub fn record_to_json(record: &Record) -> Value {
-    let headers: Map<String, Value> = record
+/// A header value: a string when UTF-8, else `{"base64": ...}`.
+fn header_to_json(value: &[u8]) -> Value {
+    match std::str::from_utf8(value) {
+        Ok(text) => Value::String(text.to_string()),
+        Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(value) }),
+    }
+}
+
+fn headers_to_json(record: &Record) -> Map<String, Value> {
+    record
         .headers
         .iter()
-        .map(|h| {
-            let value = match std::str::from_utf8(&h.value) {
-                Ok(text) => Value::String(text.to_string()),
-                Err(_) => {
-                    json!({ "base64": base64::engine::general_purpose::STANDARD.encode(&h.value) })
-                }
-            };
-            (h.key.clone(), value)
-        })
-        .collect();
+        .map(|h| (h.key.clone(), header_to_json(&h.value)))
+        .collect()
+}
+
+fn source_to_json(record: &Record) -> Value {
+    json!({
+        "topic": &*record.source.topic,
+        "partition": record.source.partition,
+        "offset": record.source.offset,
+    })
+}
+
+/// The whole record as a JSON object for people to read: key and value
+/// parsed when they are JSON (numbers may lose digits; see
+/// [`record_to_exact_json`] for what sinks write).
+pub fn record_to_json(record: &Record) -> Value {
     json!({
         "key": record.key.as_deref().map(bytes_to_json),
         "value": bytes_to_json(&record.value),
-        "headers": headers,
+        "headers": headers_to_json(record),
         "event_time": record.event_time,
-        "source": {
-            "topic": &*record.source.topic,
-            "partition": record.source.partition,
-            "offset": record.source.offset,
-        },
+        "source": source_to_json(record),
     })
+}
+
+/// Exact bytes as JSON: the text when UTF-8, else base64; and which.
+fn exact_bytes(bytes: &[u8]) -> (Value, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (Value::String(text.to_string()), "utf8"),
+        Err(_) => (
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            "base64",
+        ),
+    }
+}
+
+/// The whole record as a JSON object keeping its exact bytes (the
+/// [`OutputFormat::Record`] lines).
+pub fn record_to_exact_json(record: &Record) -> Value {
+    let mut object = Map::new();
+    match record.key.as_deref().map(exact_bytes) {
+        Some((key, encoding)) => {
+            object.insert("key".into(), key);
+            object.insert("key_encoding".into(), encoding.into());
+        }
+        None => {
+            object.insert("key".into(), Value::Null);
+        }
+    }
+    let (value, encoding) = exact_bytes(&record.value);
+    object.insert("value".into(), value);
+    object.insert("value_encoding".into(), encoding.into());
+    object.insert("headers".into(), Value::Object(headers_to_json(record)));
+    object.insert("event_time".into(), record.event_time.into());
+    object.insert("source".into(), source_to_json(record));
+    Value::Object(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::SourcePosition;
+
+    #[test]
+    fn record_lines_keep_the_exact_bytes() {
+        for (input, encoding) in [
+            (&b"{\"n\":123456789012345678901234567890}"[..], "utf8"),
+            (b"{\"price\":1.10}", "utf8"),
+            (b"{\"b\":1,\"a\":2,\"b\":3}", "utf8"),
+            (b"not json at all", "utf8"),
+            (b"\xff\xfe\x00binary", "base64"),
+        ] {
+            let record = Record::from_value(
+                input.to_vec(),
+                SourcePosition {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: 0,
+                },
+            );
+            let mut line = Vec::new();
+            format_line(&mut line, &record, OutputFormat::Record);
+            let document: Value = serde_json::from_slice(&line).expect("one JSON line");
+            assert_eq!(document["value_encoding"], encoding);
+            let text = document["value"].as_str().expect("a string");
+            let bytes = match encoding {
+                "utf8" => text.as_bytes().to_vec(),
+                _ => base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .expect("base64"),
+            };
+            assert_eq!(bytes, input, "the value's bytes, exactly");
+        }
+    }
 }

@@ -79,4 +79,21 @@ mod tests {
                 .starts_with("invalid Avro value")
         );
     }
+
+    proptest::proptest! {
+        /// Untrusted value bytes never make the JSON or Avro decoder panic
+        /// (or allocate without bound); what they accept is valid.
+        #[test]
+        fn arbitrary_values_never_panic(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let json = ValueFormat::Json.decode(&value);
+            proptest::prop_assert_eq!(json.is_ok(), serde_json::from_slice::<serde::de::IgnoredAny>(&value).is_ok());
+            let schema = apache_avro::Schema::parse_str(
+                r#"{"type":"record","name":"R","fields":[{"name":"n","type":"long"},{"name":"s","type":"string"},{"name":"a","type":{"type":"array","items":"double"}},{"name":"u","type":["null","bytes"]}]}"#,
+            )
+            .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+            if let Ok(decoded) = ValueFormat::Avro(Box::new(schema)).decode(&value) {
+                proptest::prop_assert!(serde_json::from_slice::<serde_json::Value>(&decoded).is_ok());
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, into_dead_letter};
 use crate::time::SplitId;
+use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
@@ -376,6 +377,10 @@ fn to_record(
                             return (record, Some(reason));
                         }
                     }
+                } else if let Some(Err(reason)) = record.event_time.map(check_event_time) {
+                    // A producer may set any record timestamp.
+                    record.value = raw;
+                    return (record, Some(reason));
                 }
                 (record, None)
             }
