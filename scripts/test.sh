@@ -26,3 +26,7 @@ cargo test --workspace
 # again, with a busy process per core running beside each test.
 echo "== hostile-plugin tests under CPU load"
 SLUICE_TEST_CPU_LOAD=1 cargo test -p sluice-tests --test all hostile_plugins::
+
+# A short fuzz run of the packed-format decoders (longer: scripts/fuzz.sh 600).
+echo "== fuzz"
+scripts/fuzz.sh 15
