@@ -923,12 +923,13 @@ impl LoadedConfig {
                 10_000,
             )?;
             if let Some(threshold) = checkpoints.s3.multipart_threshold_bytes {
-                // S3 parts are 5 MiB to 5 GiB.
+                // Parts are PART_SIZE whatever the threshold; S3 objects
+                // end at 5 TiB.
                 self.check_range(
                     "checkpoints.s3.multipart_threshold_bytes",
                     threshold.into(),
-                    5 << 20,
-                    5 << 30,
+                    1,
+                    5 << 40,
                 )?;
             }
         }
