@@ -54,6 +54,18 @@ else
   echo "setup: installed componentize-py $componentize_py_version"
 fi
 
+# Independent readers for the tests: pyiceberg reads back every Iceberg
+# table Sluice writes.
+tools_venv="$HOME/.cache/sluice/venv-tools"
+pyiceberg_version=0.11.1
+if "$tools_venv/bin/python" -c "import pyiceberg, sys; sys.exit(pyiceberg.__version__ != '$pyiceberg_version')" 2>/dev/null; then
+  echo "setup: pyiceberg $pyiceberg_version present"
+else
+  python3 -m venv "$tools_venv"
+  "$tools_venv/bin/pip" install --quiet --disable-pip-version-check "pyiceberg[sql-sqlite,pyarrow]==$pyiceberg_version"
+  echo "setup: installed pyiceberg $pyiceberg_version into $tools_venv"
+fi
+
 # JavaScript plugins: reinstalled when the committed lock file changes.
 js_toolchain="$HOME/.cache/sluice/js-toolchain"
 if cmp -s "$here/js-toolchain/package-lock.json" "$js_toolchain/package-lock.json" \

@@ -16,6 +16,7 @@ use crate::connectors::file::{
     ExactlyOnceFileSink, FileSource, FileSourceOptions, JsonLinesSink, OutputFormat,
 };
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
+use crate::connectors::iceberg::IcebergSink;
 use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KafkaSink, KafkaSinkOptions, KafkaSource,
     KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
@@ -825,6 +826,29 @@ impl SinkFactory<'_> {
                 format.unwrap_or(default_format),
             )),
             SinkConfig::Blackhole {} => Box::new(BlackholeSink),
+            SinkConfig::Iceberg(iceberg) => {
+                let (open_id, two_phase) = match self.mode {
+                    SinkMode::ExactlyOnce { open_id } => (open_id.clone(), true),
+                    _ => (new_open_id(), false),
+                };
+                let base = loaded
+                    .file
+                    .parent()
+                    .unwrap_or_else(|| std::path::Path::new("."));
+                let pipeline = &loaded.config.pipeline;
+                Box::new(
+                    IcebergSink::open(
+                        field,
+                        iceberg,
+                        base,
+                        &pipeline.tenant,
+                        &pipeline.name,
+                        &open_id,
+                        two_phase,
+                    )
+                    .map_err(|error| loaded.error_at(&format!("{field}.iceberg"), error.0))?,
+                )
+            }
             SinkConfig::Kafka {
                 bootstrap_servers,
                 topic,

@@ -573,6 +573,8 @@ pub enum SinkConfig {
     },
     /// Discards records (`[sink.blackhole]` or `sink = { blackhole = {} }`).
     Blackhole {},
+    /// Rows of an Apache Iceberg table (exactly-once with checkpoints).
+    Iceberg(Box<crate::connectors::iceberg::IcebergSinkConfig>),
     /// A Kafka topic (idempotent producer).
     Kafka {
         /// `host:port` list.

@@ -8,4 +8,5 @@
 pub mod blackhole;
 pub mod file;
 pub mod generator;
+pub mod iceberg;
 pub mod kafka;

@@ -19,7 +19,70 @@ pub struct SinkSet {
     pub side: BTreeMap<String, Box<dyn Sink>>,
 }
 
+/// Which of a pipeline's sinks records go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SinkRoute {
+    /// The main output.
+    Main,
+    /// The dead-letter output.
+    DeadLetter,
+    /// A named side output.
+    Side(String),
+}
+
 impl SinkSet {
+    /// Writes `records` to the sink of `route`, counting them in
+    /// `metrics`. Records that sink refuses ([`Sink::take_rejected`]), and
+    /// records for a side output without a sink, go to the dead-letter
+    /// output with the reason; the dead-letter output refusing a record
+    /// stops the pipeline (there is nowhere left to put it).
+    pub(crate) fn write(
+        &mut self,
+        route: &SinkRoute,
+        records: &[Record],
+        metrics: &PipelineMetrics,
+    ) -> Result<(), DataflowError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let (sink, counter) = match route {
+            SinkRoute::Main => (&mut self.main, &metrics.records_out),
+            SinkRoute::DeadLetter => (&mut self.dead_letter, &metrics.dead_letters),
+            SinkRoute::Side(name) => match self.side.get_mut(name) {
+                Some(sink) => (sink, &metrics.side_out),
+                None => {
+                    let reason = format!("no sink is bound to side output `{name}`");
+                    let dead: Vec<Record> = records
+                        .iter()
+                        .map(|record| into_dead_letter(record.clone(), &reason, "pipeline", None))
+                        .collect();
+                    return self.write(&SinkRoute::DeadLetter, &dead, metrics);
+                }
+            },
+        };
+        sink.write(records)?;
+        let rejected = sink.take_rejected();
+        add(counter, (records.len() - rejected.len()) as u64);
+        let Some((_, first_reason)) = rejected.first() else {
+            return Ok(());
+        };
+        if *route == SinkRoute::DeadLetter {
+            return Err(DataflowError::Sink {
+                name: sink.name().to_string(),
+                message: format!(
+                    "the dead-letter output refused {} records, e.g.: {first_reason}",
+                    rejected.len()
+                ),
+            });
+        }
+        let name = sink.name().to_string();
+        let dead: Vec<Record> = rejected
+            .into_iter()
+            .map(|(record, reason)| into_dead_letter(record, &reason, &name, None))
+            .collect();
+        self.write(&SinkRoute::DeadLetter, &dead, metrics)
+    }
+
     /// Every sink, main first and dead letters last.
     fn all_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn Sink>> {
         std::iter::once(&mut self.main)
@@ -174,11 +237,7 @@ impl OperatorChain {
             batch = std::mem::take(&mut out.main);
             self.route_side_and_dead_letters(out)?;
         }
-        if !batch.is_empty() {
-            self.sinks.main.write(&batch)?;
-            add(&self.metrics.records_out, batch.len() as u64);
-        }
-        Ok(())
+        self.sinks.write(&SinkRoute::Main, &batch, &self.metrics)
     }
 
     /// Sends what operator `index` emitted outside `process_batch` onwards.
@@ -189,30 +248,19 @@ impl OperatorChain {
     }
 
     fn route_side_and_dead_letters(&mut self, out: Collector) -> Result<(), DataflowError> {
-        let mut dead_letters = out.dead_letter;
         for (name, record) in out.side {
-            match self.sinks.side.get_mut(&name) {
-                Some(sink) => {
-                    sink.write(std::slice::from_ref(&record))?;
-                    add(&self.metrics.side_out, 1);
-                }
-                None => dead_letters.push(into_dead_letter(
-                    record,
-                    &format!("no sink is bound to side output `{name}`"),
-                    "pipeline",
-                    None,
-                )),
-            }
+            self.sinks.write(
+                &SinkRoute::Side(name),
+                std::slice::from_ref(&record),
+                &self.metrics,
+            )?;
         }
-        self.write_dead_letters(dead_letters)
+        self.write_dead_letters(out.dead_letter)
     }
 
     fn write_dead_letters(&mut self, records: Vec<Record>) -> Result<(), DataflowError> {
-        if !records.is_empty() {
-            self.sinks.dead_letter.write(&records)?;
-            add(&self.metrics.dead_letters, records.len() as u64);
-        }
-        Ok(())
+        self.sinks
+            .write(&SinkRoute::DeadLetter, &records, &self.metrics)
     }
 }
 

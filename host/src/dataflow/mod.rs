@@ -289,6 +289,13 @@ pub trait Sink: Send {
     /// Makes everything written so far durable / visible.
     fn flush(&mut self) -> Result<(), DataflowError>;
 
+    /// The records the last [`Sink::write`] refused because they do not
+    /// fit the sink (e.g. a table's schema), with the reason: the pipeline
+    /// sends them to the dead-letter output. The default refuses nothing.
+    fn take_rejected(&mut self) -> Vec<(Record, String)> {
+        Vec::new()
+    }
+
     /// Phase one of a two-phase commit, at checkpoint barrier `checkpoint`:
     /// flush, wait for every delivery, and return what
     /// [`Committer::commit`] needs to make this epoch's records visible

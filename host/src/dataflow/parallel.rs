@@ -23,6 +23,7 @@
 //! output on is its operators' backpressured time (as in Flink, chained
 //! operators share their thread's).
 
+use super::chain::SinkRoute;
 use super::input_gate::InputGate;
 use super::{
     DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement, send_timing_backpressure,
@@ -73,17 +74,9 @@ pub struct KeyedStage {
     pub workers: Vec<Vec<Box<dyn Operator>>>,
 }
 
-/// Where an output record goes.
-#[derive(Debug, Clone)]
-enum Route {
-    Main,
-    DeadLetter,
-    Side(String),
-}
-
 /// What the merger receives.
 enum ToMerger {
-    Output(Route, Vec<Record>),
+    Output(SinkRoute, Vec<Record>),
     Watermark(usize, i64),
     BarrierPassed(u64),
     Ended,
@@ -116,7 +109,7 @@ impl Backpressure {
 
 /// A sink that hands records to the merger.
 struct ForwardSink {
-    route: Route,
+    route: SinkRoute,
     merger: Sender<ToMerger>,
     backpressure: Backpressure,
 }
@@ -244,7 +237,7 @@ impl Instance {
             operators: operators.iter().map(|op| op.metrics().clone()).collect(),
             pipeline: None,
         };
-        let forward = |route: Route| -> Box<dyn Sink> {
+        let forward = |route: SinkRoute| -> Box<dyn Sink> {
             Box::new(ForwardSink {
                 route,
                 merger: merger.clone(),
@@ -256,14 +249,14 @@ impl Instance {
                 exchange.backpressure.operators = backpressure.operators.clone();
                 Box::new(exchange.clone())
             }
-            Downstream::Merger(_) => forward(Route::Main),
+            Downstream::Merger(_) => forward(SinkRoute::Main),
         };
         let sinks = SinkSet {
             main,
-            dead_letter: forward(Route::DeadLetter),
+            dead_letter: forward(SinkRoute::DeadLetter),
             side: side_outputs
                 .iter()
-                .map(|name| (name.clone(), forward(Route::Side(name.clone()))))
+                .map(|name| (name.clone(), forward(SinkRoute::Side(name.clone()))))
                 .collect(),
         };
         Instance {
@@ -518,20 +511,7 @@ fn merge(
     let mut ended = 0;
     for message in merger.iter() {
         match message {
-            ToMerger::Output(route, records) => {
-                let counter = match route {
-                    Route::Main => sinks.main.write(&records).map(|()| &metrics.records_out),
-                    Route::DeadLetter => sinks
-                        .dead_letter
-                        .write(&records)
-                        .map(|()| &metrics.dead_letters),
-                    Route::Side(name) => match sinks.side.get_mut(&name) {
-                        Some(sink) => sink.write(&records).map(|()| &metrics.side_out),
-                        None => Ok(&metrics.side_out),
-                    },
-                }?;
-                add(counter, records.len() as u64);
-            }
+            ToMerger::Output(route, records) => sinks.write(&route, &records, metrics)?,
             ToMerger::Watermark(worker, watermark) => {
                 watermarks[worker] = watermark;
                 let combined = watermarks.iter().copied().min().unwrap_or(i64::MIN);

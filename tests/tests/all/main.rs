@@ -9,6 +9,7 @@ mod conformance;
 mod dead_letters;
 mod event_time;
 mod hostile_plugins;
+mod iceberg;
 mod joins;
 mod kafka;
 mod nexmark_queries;

@@ -1,0 +1,32 @@
+"""Reads an Iceberg table with pyiceberg, the independent reader the tests
+check Sluice's tables with. Prints one JSON document: the table's rows and
+its snapshots' summaries in commit order.
+
+    read_iceberg.py CATALOG_NAME CATALOG_DB WAREHOUSE_URI TABLE
+"""
+
+import json
+import sys
+
+from pyiceberg.catalog.sql import SqlCatalog
+
+
+def main() -> None:
+    name, database, warehouse, table_name = sys.argv[1:5]
+    catalog = SqlCatalog(name, uri=f"sqlite:///{database}", warehouse=warehouse)
+    table = catalog.load_table(table_name)
+    rows = table.scan().to_arrow().to_pylist()
+    snapshots = [
+        {
+            "snapshot_id": snapshot.snapshot_id,
+            "sequence_number": snapshot.sequence_number,
+            "summary": dict(snapshot.summary.additional_properties) if snapshot.summary else {},
+        }
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+    ]
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    json.dump({"rows": rows, "snapshots": snapshots, "files": files}, sys.stdout, default=str)
+
+
+if __name__ == "__main__":
+    main()

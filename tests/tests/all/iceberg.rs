@@ -1,0 +1,220 @@
+//! The Iceberg sink against a real SQL catalog (SQLite) and warehouse,
+//! read back by an independent reader (pyiceberg): rows equal the model's,
+//! each checkpoint is one snapshot naming it, a restore adds nothing, rows
+//! that do not fit the schema are dead letters, and a table whose schema
+//! does not fit stops the pipeline at start-up.
+
+use serde_json::{Value, json};
+use sluice_tests::{repo_root, run_pipeline_to_end};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The Python with pyiceberg (installed by `scripts/setup-toolchain.sh`).
+fn python() -> String {
+    std::env::var("SLUICE_TOOLS_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice/venv-tools/bin/python",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    })
+}
+
+/// What pyiceberg sees in `namespace.table` of the catalog in `dir`.
+fn read_table(dir: &Path, table: &str) -> Value {
+    let output = std::process::Command::new(python())
+        .arg(repo_root().join("tests/python/read_iceberg.py"))
+        .args(["sluice"])
+        .arg(dir.join("catalog.db"))
+        .arg(format!("file://{}", dir.join("warehouse").display()))
+        .arg(table)
+        .output()
+        .unwrap_or_else(|e| panic!("running pyiceberg ({}): {e}", python()));
+    assert!(
+        output.status.success(),
+        "pyiceberg failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn pipeline(dir: &Path, columns: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+name = "orders-to-silver"
+batch_size = 16
+
+[checkpoints]
+storage = "{dir}/checkpoints"
+interval_ms = 10
+
+[source.file]
+path = "{dir}/orders.jsonl"
+
+[sink.iceberg]
+catalog = "{dir}/catalog.db"
+warehouse = "{dir}/warehouse"
+namespace = "silver"
+table = "orders"
+columns = {columns}
+partition = ["day(at)", "bucket(4, id)"]
+
+[dead_letter.file]
+path = "{dir}/dead-letters.jsonl"
+format = "record"
+"#,
+        dir = dir.display()
+    )
+}
+
+const COLUMNS: &str = r#"[
+  { name = "id", type = "long", required = true },
+  { name = "customer", type = "string" },
+  { name = "amount", type = "decimal(10, 2)" },
+  { name = "at", type = "timestamptz", required = true },
+]"#;
+
+/// The orders: valid ones and two that do not fit the schema.
+fn write_orders(dir: &Path, count: i64) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let mut valid = Vec::new();
+    for id in 0..count {
+        let at = 1_700_000_000_000 + id * 3_600_000;
+        let order = json!({
+            "id": id,
+            "customer": format!("c{}", id % 7),
+            "amount": format!("{}.{:02}", id % 100, id % 97),
+            "at": at,
+        });
+        lines.push(order.to_string());
+        valid.push(order);
+    }
+    lines.insert(
+        lines.len().min(3),
+        r#"{"id":"not a number","at":1700000000000}"#.into(),
+    );
+    lines.insert(
+        lines.len().min(7),
+        r#"{"customer":"no id","at":1700000000000}"#.into(),
+    );
+    std::fs::write(dir.join("orders.jsonl"), lines.join("\n") + "\n").unwrap();
+    valid
+}
+
+/// A row as the model and as pyiceberg print it, comparable.
+fn row_key(id: i64, customer: &str, amount: &str) -> (i64, String, String) {
+    (id, customer.to_string(), amount.to_string())
+}
+
+#[test]
+fn rows_reach_an_iceberg_table_once_per_checkpoint_and_pyiceberg_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = write_orders(dir.path(), 20_000);
+    let text = pipeline(dir.path(), COLUMNS);
+    let (_, snapshot) = run_pipeline_to_end(&text, WAIT);
+    assert_eq!(snapshot.dead_letters, 2, "{snapshot:?}");
+
+    let table = read_table(dir.path(), "silver.orders");
+    let mut seen: BTreeMap<(i64, String, String), usize> = BTreeMap::new();
+    for row in table["rows"].as_array().unwrap() {
+        let amount = row["amount"].as_str().unwrap_or_default().to_string();
+        *seen
+            .entry(row_key(
+                row["id"].as_i64().unwrap(),
+                row["customer"].as_str().unwrap(),
+                &amount,
+            ))
+            .or_default() += 1;
+    }
+    let mut expected: BTreeMap<(i64, String, String), usize> = BTreeMap::new();
+    for order in &valid {
+        // pyiceberg prints decimals with their scale: 7.5 as "7.50".
+        let amount = order["amount"].as_str().unwrap();
+        let (whole, fraction) = amount.split_once('.').unwrap();
+        *expected
+            .entry(row_key(
+                order["id"].as_i64().unwrap(),
+                order["customer"].as_str().unwrap(),
+                &format!("{whole}.{fraction:0<2}"),
+            ))
+            .or_default() += 1;
+    }
+    assert!(
+        seen == expected,
+        "rows differ: {} seen, {} expected",
+        seen.len(),
+        expected.len()
+    );
+
+    // One snapshot per checkpoint that wrote rows, each naming it, in
+    // increasing order; no data file twice.
+    let ids: Vec<u64> = table["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            assert_eq!(s["summary"]["sluice.pipeline"], "orders-to-silver");
+            assert_eq!(s["summary"]["sluice.sink"], "sink");
+            s["summary"]["sluice.checkpoint"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(ids.len() > 1, "several checkpoints: {ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let files: Vec<&str> = table["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let distinct: std::collections::BTreeSet<&&str> = files.iter().collect();
+    assert_eq!(distinct.len(), files.len(), "a data file referenced twice");
+
+    // The dead letters say why.
+    let dead = std::fs::read_to_string(dir.path().join("dead-letters.jsonl")).unwrap();
+    assert_eq!(dead.lines().count(), 2);
+    assert!(
+        dead.contains("does not fit Iceberg table silver.orders"),
+        "{dead}"
+    );
+
+    // A restore of the finished run adds nothing.
+    let (_, again) = run_pipeline_to_end(&text, WAIT);
+    assert_eq!(again.records_in, 0, "{again:?}");
+    let after = read_table(dir.path(), "silver.orders");
+    assert_eq!(after["rows"].as_array().unwrap().len(), valid.len());
+}
+
+#[test]
+fn a_table_whose_schema_does_not_fit_stops_the_pipeline_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    write_orders(dir.path(), 10);
+    run_pipeline_to_end(&pipeline(dir.path(), COLUMNS), WAIT);
+    let changed = COLUMNS.replace(
+        r#"{ name = "customer", type = "string" }"#,
+        r#"{ name = "customer", type = "long" }"#,
+    );
+    let file = dir.path().join("changed.toml");
+    std::fs::write(&file, pipeline(dir.path(), &changed)).unwrap();
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
+    let error = match sluice_host::pipeline::Pipeline::open(
+        &loaded,
+        &sluice_tests::runtime(),
+        &sluice_host::pipeline::wasm_files_only,
+        &sluice_host::checkpoint::RestoreFrom::Fresh,
+    ) {
+        Ok(_) => panic!("a table with another schema was accepted"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("field `sink.iceberg`"), "{error}");
+    assert!(
+        error.contains("column `customer` is string in the existing table, not long"),
+        "{error}"
+    );
+}
