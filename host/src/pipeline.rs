@@ -16,7 +16,7 @@ use crate::connectors::file::{
     ExactlyOnceFileSink, FileSource, FileSourceOptions, JsonLinesSink, OutputFormat,
 };
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
-use crate::connectors::iceberg::IcebergSink;
+use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
 use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KafkaSink, KafkaSinkOptions, KafkaSource,
     KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
@@ -827,9 +827,12 @@ impl SinkFactory<'_> {
             )),
             SinkConfig::Blackhole {} => Box::new(BlackholeSink),
             SinkConfig::Iceberg(iceberg) => {
-                let (open_id, two_phase) = match self.mode {
-                    SinkMode::ExactlyOnce { open_id } => (open_id.clone(), true),
-                    _ => (new_open_id(), false),
+                let (open_id, commits) = match self.mode {
+                    SinkMode::ExactlyOnce { open_id } => {
+                        (open_id.clone(), IcebergCommits::TwoPhase)
+                    }
+                    SinkMode::AtLeastOnce { .. } => (new_open_id(), IcebergCommits::EveryWrite),
+                    SinkMode::Plain => (new_open_id(), IcebergCommits::AtBarriers),
                 };
                 let base = loaded
                     .file
@@ -844,7 +847,7 @@ impl SinkFactory<'_> {
                         &pipeline.tenant,
                         &pipeline.name,
                         &open_id,
-                        two_phase,
+                        commits,
                     )
                     .map_err(|error| loaded.error_at(&format!("{field}.iceberg"), error.0))?,
                 )

@@ -678,3 +678,60 @@ impl Drop for CpuLoad {
         }
     }
 }
+
+/// The Python with pyiceberg (installed by `scripts/setup-toolchain.sh`;
+/// `SLUICE_TOOLS_PYTHON` overrides it).
+pub fn tools_python() -> String {
+    std::env::var("SLUICE_TOOLS_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice/venv-tools/bin/python",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    })
+}
+
+/// What pyiceberg, an independent reader, sees in `table` (`ns.name`) of
+/// the SQL catalog `sluice` in `catalog_db` with its warehouse directory
+/// `warehouse`: `{"rows": [...], "snapshots": [{"summary": ...}, ...] (in
+/// commit order), "files": [...]}`.
+pub fn read_iceberg_table(catalog_db: &Path, warehouse: &Path, table: &str) -> serde_json::Value {
+    let output = std::process::Command::new(tools_python())
+        .arg(repo_root().join("tests/python/read_iceberg.py"))
+        .arg("sluice")
+        .arg(catalog_db)
+        .arg(format!("file://{}", warehouse.display()))
+        .arg(table)
+        .output()
+        .unwrap_or_else(|e| panic!("running pyiceberg ({}): {e}", tools_python()));
+    assert!(
+        output.status.success(),
+        "pyiceberg failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("pyiceberg output: {e}"))
+}
+
+/// The checkpoint ids in the snapshot summaries of a table read by
+/// [`read_iceberg_table`], in commit order; fails the test if a data file
+/// is referenced twice.
+pub fn iceberg_checkpoints(table: &serde_json::Value) -> Vec<u64> {
+    let files: Vec<&str> = table["files"]
+        .as_array()
+        .map(|files| files.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    let distinct: std::collections::BTreeSet<&&str> = files.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        files.len(),
+        "a data file is referenced twice"
+    );
+    table["snapshots"]
+        .as_array()
+        .map(|snapshots| {
+            snapshots
+                .iter()
+                .filter_map(|s| s["summary"]["sluice.checkpoint"].as_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -16,7 +16,26 @@ const WAIT: Duration = Duration::from_secs(120);
 /// A pipeline directory: its file, checkpoints and outputs.
 struct Job {
     dir: tempfile::TempDir,
+    /// Whether the window results go to an Iceberg table (else a file).
+    iceberg: bool,
 }
+
+/// The window results as an Iceberg table.
+const ICEBERG_SINK: &str = r#"[sink.iceberg]
+catalog = "out/catalog.db"
+warehouse = "out/warehouse"
+namespace = "nexmark"
+table = "windows"
+partition = ["bucket(4, key)"]
+columns = [
+  { name = "key", type = "string", required = true },
+  { name = "window_start", type = "long", required = true },
+  { name = "window_end", type = "long", required = true },
+  { name = "result", type = "long" },
+  { name = "update", type = "boolean" },
+  { name = "seq", type = "long" },
+]
+"#;
 
 impl Job {
     /// Nexmark events (paced, so that kills land mid-stream) counted per
@@ -56,7 +75,30 @@ path = "out/dead-letters.jsonl"
 "#
         );
         std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
-        Job { dir }
+        Job {
+            dir,
+            iceberg: false,
+        }
+    }
+
+    /// [`Job::new`] with the window results going to an Iceberg table.
+    fn with_iceberg(records: u64, workers: usize, mode: &str) -> Job {
+        let mut job = Job::new(records, workers, mode);
+        let text = std::fs::read_to_string(job.pipeline()).expect("read pipeline");
+        let text = text.replace("[sink.file]\npath = \"out/windows.jsonl\"\n", ICEBERG_SINK);
+        std::fs::write(job.pipeline(), text).expect("write pipeline");
+        job.iceberg = true;
+        job
+    }
+
+    /// The window results table as pyiceberg reads it.
+    fn iceberg_table(&self) -> serde_json::Value {
+        let out = self.dir.path().join("out");
+        sluice_tests::read_iceberg_table(
+            &out.join("catalog.db"),
+            &out.join("warehouse"),
+            "nexmark.windows",
+        )
     }
 
     /// Changes `workers` in the pipeline file (between runs).
@@ -102,10 +144,24 @@ path = "out/dead-letters.jsonl"
         stderr
     }
 
+    /// How much has been committed: the outputs' sizes, and for an
+    /// Iceberg table the size of its metadata (a file per commit).
     fn output_len(&self) -> u64 {
-        std::fs::metadata(self.dir.path().join("out/windows.jsonl")).map_or(0, |m| m.len())
-            + std::fs::metadata(self.dir.path().join("out/dead-letters.jsonl"))
-                .map_or(0, |m| m.len())
+        let out = self.dir.path().join("out");
+        let mut length = std::fs::metadata(out.join("windows.jsonl")).map_or(0, |m| m.len())
+            + std::fs::metadata(out.join("dead-letters.jsonl")).map_or(0, |m| m.len());
+        let mut pending = vec![out.join("warehouse")];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.extension().is_some_and(|e| e == "json") {
+                    length += entry.metadata().map_or(0, |m| m.len());
+                }
+            }
+        }
+        length
     }
 
     /// Both outputs as multisets of lines (dead letters without the wall
@@ -125,7 +181,21 @@ path = "out/dead-letters.jsonl"
             }
             counts
         };
-        (lines("windows.jsonl"), lines("dead-letters.jsonl"))
+        let windows = match self.iceberg {
+            false => lines("windows.jsonl"),
+            true => {
+                let mut counts = BTreeMap::new();
+                for row in self.iceberg_table()["rows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    *counts.entry(row.to_string()).or_default() += 1;
+                }
+                counts
+            }
+        };
+        (windows, lines("dead-letters.jsonl"))
     }
 
     /// Every object in the checkpoint storage is a retained manifest or a
@@ -175,9 +245,18 @@ path = "out/dead-letters.jsonl"
     }
 }
 
+type Outputs = (BTreeMap<String, usize>, BTreeMap<String, usize>);
+
 /// An uninterrupted run's outputs.
-fn reference(records: u64, workers: usize) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+fn reference(records: u64, workers: usize) -> Outputs {
     let job = Job::new(records, workers, "exactly-once");
+    job.run_to_end(&[]);
+    job.outputs()
+}
+
+/// An uninterrupted run's outputs, the windows in an Iceberg table.
+fn iceberg_reference(records: u64, workers: usize) -> Outputs {
+    let job = Job::with_iceberg(records, workers, "exactly-once");
     job.run_to_end(&[]);
     job.outputs()
 }
@@ -238,6 +317,44 @@ fn sigkill_at_random_moments_changes_nothing_in_the_output() {
 }
 
 #[test]
+fn an_iceberg_table_holds_every_window_once_after_20_sigkills() {
+    const RECORDS: u64 = 120_000;
+    let expected = iceberg_reference(RECORDS, 2);
+    let job = Job::with_iceberg(RECORDS, 2, "exactly-once");
+    let last = kill_loop(&job, 20);
+    assert!(last.contains("restored checkpoint"), "{last}");
+    let (windows, dead_letters) = job.outputs();
+    assert_eq!(
+        windows.values().sum::<usize>(),
+        expected.0.values().sum::<usize>(),
+        "rows in the table"
+    );
+    assert!(
+        windows == expected.0,
+        "rows differ from an uninterrupted run"
+    );
+    assert!(dead_letters == expected.1, "dead letters differ");
+    let checkpoints = sluice_tests::iceberg_checkpoints(&job.iceberg_table());
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] < w[1]),
+        "snapshot checkpoint ids strictly increase: {checkpoints:?}"
+    );
+
+    // The same kills with the sink's exactly-once mode off: the table gets
+    // rows again (the test can tell).
+    let loose = Job::with_iceberg(RECORDS, 2, "at-least-once");
+    kill_loop(&loose, 5);
+    let (windows, _) = loose.outputs();
+    assert!(
+        windows.values().sum::<usize>() > expected.0.values().sum::<usize>(),
+        "at-least-once appends rows again after a restore"
+    );
+    for row in expected.0.keys() {
+        assert!(windows.contains_key(row), "lost: {row}");
+    }
+}
+
+#[test]
 fn at_least_once_mode_duplicates_what_exactly_once_does_not() {
     const RECORDS: u64 = 60_000;
     let expected = reference(RECORDS, 1);
@@ -256,17 +373,21 @@ fn at_least_once_mode_duplicates_what_exactly_once_does_not() {
     }
 }
 
-#[test]
-fn every_failpoint_of_the_protocol_recovers() {
+/// Kills a run at each of `failpoints` (from the third checkpoint on, so
+/// that some are complete), runs the job to the end, and compares its
+/// outputs with an uninterrupted run's.
+fn failpoints_recover(iceberg: bool, failpoints: &[&str]) {
     const RECORDS: u64 = 60_000;
-    let expected = reference(RECORDS, 1);
-    for failpoint in [
-        "after-state-upload",
-        "after-manifest",
-        "during-upload",
-        "during-restore",
-    ] {
-        let job = Job::new(RECORDS, 1, "exactly-once");
+    let new_job = || match iceberg {
+        true => Job::with_iceberg(RECORDS, 1, "exactly-once"),
+        false => Job::new(RECORDS, 1, "exactly-once"),
+    };
+    let expected = match iceberg {
+        true => iceberg_reference(RECORDS, 1),
+        false => reference(RECORDS, 1),
+    };
+    for &failpoint in failpoints {
+        let job = new_job();
         if failpoint == "during-restore" {
             // A checkpoint to restore first.
             let mut child = job.spawn(&[], &[]);
@@ -274,8 +395,6 @@ fn every_failpoint_of_the_protocol_recovers() {
             let _ = child.kill();
             child.wait().expect("wait");
         }
-        // Fire from the third checkpoint on, so that some are complete (a
-        // restore happens before any checkpoint is taken).
         let at = match failpoint {
             "during-restore" => failpoint.to_string(),
             _ => format!("{failpoint}@3"),
@@ -299,6 +418,31 @@ fn every_failpoint_of_the_protocol_recovers() {
         );
         job.assert_storage_is_clean();
     }
+}
+
+#[test]
+fn every_failpoint_of_the_protocol_recovers() {
+    failpoints_recover(
+        false,
+        &[
+            "after-state-upload",
+            "after-manifest",
+            "during-upload",
+            "during-restore",
+        ],
+    );
+}
+
+/// The Iceberg kill points: data files written, manifest not published
+/// (`after-state-upload`); published, not committed (`after-manifest`);
+/// committed to the catalog, the committer not yet returned
+/// (`during-sink-commit`).
+#[test]
+fn every_iceberg_kill_point_recovers_exactly_once() {
+    failpoints_recover(
+        true,
+        &["after-state-upload", "after-manifest", "during-sink-commit"],
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const FAILPOINT_ENV: &str = "SLUICE_CHECKPOINT_FAILPOINT";
 
 /// A step of checkpointing or restore where the process can be killed.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failpoint {
     /// State files uploaded, manifest not yet published.
@@ -24,6 +25,9 @@ pub enum Failpoint {
     DuringUpload,
     /// In the middle of a restore (state partly downloaded).
     DuringRestore,
+    /// A sink's commit reached the external system, and the committer
+    /// has not returned yet (its outcome unknown to the process).
+    DuringSinkCommit,
 }
 
 impl Failpoint {
@@ -33,6 +37,7 @@ impl Failpoint {
             Failpoint::AfterManifest => "after-manifest",
             Failpoint::DuringUpload => "during-upload",
             Failpoint::DuringRestore => "during-restore",
+            Failpoint::DuringSinkCommit => "during-sink-commit",
         }
     }
 }

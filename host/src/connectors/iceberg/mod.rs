@@ -23,7 +23,7 @@
 mod rows;
 mod sink;
 
-pub use sink::IcebergSink;
+pub use sink::{IcebergCommits, IcebergSink};
 
 use crate::checkpoint::s3::S3Options;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};

@@ -29,6 +29,11 @@ use std::sync::Arc;
 /// Rows converted into one Arrow batch before it goes to the writer.
 const ROWS_PER_BATCH: usize = 4096;
 
+/// The longest at-least-once rows wait for their commit (each commit is a
+/// snapshot: committing every write would make thousands).
+pub const STRAIGHT_THROUGH_COMMIT_INTERVAL: std::time::Duration =
+    std::time::Duration::from_millis(100);
+
 /// Snapshot summary properties naming who committed a snapshot.
 const TENANT_PROPERTY: &str = "sluice.tenant";
 const PIPELINE_PROPERTY: &str = "sluice.pipeline";
@@ -84,24 +89,38 @@ struct IcebergPreCommit {
     files: Vec<String>,
 }
 
+/// When an [`IcebergSink`] commits its data files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcebergCommits {
+    /// Exactly-once: each checkpoint's files, by the checkpoint's
+    /// committer once the checkpoint is published.
+    TwoPhase,
+    /// At-least-once checkpoints: straight through — written rows are
+    /// committed at most [`STRAIGHT_THROUGH_COMMIT_INTERVAL`] later, and at
+    /// each barrier (records since the last checkpoint are written again
+    /// after a restore, as with the other sinks).
+    EveryWrite,
+    /// No checkpoints: at each barrier and at the end.
+    AtBarriers,
+}
+
 /// Writes records as rows of an Iceberg table (see [`super`]).
 pub struct IcebergSink {
     shared: Arc<Shared>,
-    /// Whether epochs are committed by the checkpoint's committer (else at
-    /// each barrier or flush, straight away: at-least-once).
-    two_phase: bool,
+    commits: IcebergCommits,
     open_id: String,
     table: Table,
     rows: RowBuffer,
     writer: Option<EpochWriter>,
     epoch: u64,
     rejected: Vec<(Record, String)>,
+    last_commit: std::time::Instant,
 }
 
 impl IcebergSink {
     /// Opens the catalog and the table (creating it if missing) for the
     /// sink `name` of `tenant`'s `pipeline`; `base` resolves relative
-    /// paths; `two_phase` commits through the checkpoint's committer.
+    /// paths; `commits` says when data files are committed.
     pub fn open(
         name: &str,
         config: &IcebergSinkConfig,
@@ -109,7 +128,7 @@ impl IcebergSink {
         tenant: &str,
         pipeline: &str,
         open_id: &str,
-        two_phase: bool,
+        commits: IcebergCommits,
     ) -> Result<Self, IcebergSetupError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -139,13 +158,14 @@ impl IcebergSink {
                 catalog,
                 ident,
             }),
-            two_phase,
+            commits,
             open_id: open_id.to_string(),
             table,
             rows,
             writer: None,
             epoch: 0,
             rejected: Vec::new(),
+            last_commit: std::time::Instant::now(),
         })
     }
 
@@ -250,6 +270,22 @@ impl IcebergSink {
     }
 }
 
+impl IcebergSink {
+    /// Commits what was written so far, straight away (at-least-once).
+    fn commit_now(&mut self) -> Result<(), DataflowError> {
+        self.last_commit = std::time::Instant::now();
+        let files = self.close_epoch()?;
+        if files.is_empty() {
+            return Ok(());
+        }
+        let pre_commit = self.pre_commit_of(files)?;
+        self.epoch += 1;
+        self.shared
+            .commit(None, &pre_commit)
+            .map_err(|e| self.error(e.message))
+    }
+}
+
 async fn write_batch(writer: &mut EpochWriter, batch: RecordBatch) -> iceberg::Result<()> {
     match writer {
         EpochWriter::Unpartitioned(writer) => writer.write(batch).await,
@@ -277,16 +313,24 @@ impl Sink for IcebergSink {
     }
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
+        let mut accepted = 0;
         for record in records {
-            if let Err(reason) = self.rows.push(&record.value) {
-                self.rejected.push((
+            match self.rows.push(&record.value) {
+                Ok(()) => accepted += 1,
+                Err(reason) => self.rejected.push((
                     record.clone(),
                     format!("does not fit Iceberg table {}: {reason}", self.shared.ident),
-                ));
+                )),
             }
             if self.rows.len() >= ROWS_PER_BATCH {
                 self.write_rows()?;
             }
+        }
+        if self.commits == IcebergCommits::EveryWrite
+            && accepted > 0
+            && self.last_commit.elapsed() >= STRAIGHT_THROUGH_COMMIT_INTERVAL
+        {
+            self.commit_now()?;
         }
         Ok(())
     }
@@ -296,20 +340,15 @@ impl Sink for IcebergSink {
     }
 
     fn flush(&mut self) -> Result<(), DataflowError> {
-        if self.two_phase {
+        match self.commits {
             // Rows become visible with their checkpoint, not before.
-            return Ok(());
+            IcebergCommits::TwoPhase => Ok(()),
+            IcebergCommits::EveryWrite | IcebergCommits::AtBarriers => self.commit_now(),
         }
-        let files = self.close_epoch()?;
-        let pre_commit = self.pre_commit_of(files)?;
-        self.epoch += 1;
-        self.shared
-            .commit(None, &pre_commit)
-            .map_err(|e| self.error(e.message))
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Committable>, DataflowError> {
-        if !self.two_phase {
+        if self.commits != IcebergCommits::TwoPhase {
             self.flush()?;
             return Ok(None);
         }
@@ -322,7 +361,7 @@ impl Sink for IcebergSink {
     }
 
     fn committer(&self) -> Option<Arc<dyn Committer>> {
-        if !self.two_phase {
+        if self.commits != IcebergCommits::TwoPhase {
             return None;
         }
         Some(Arc::new(IcebergCommitter {
@@ -429,6 +468,9 @@ impl Shared {
                 .commit(self.catalog.as_ref())
                 .await
                 .map_err(|e| self.commit_error(format!("commit failed: {e}")))?;
+            crate::checkpoint::failpoint::hit(
+                crate::checkpoint::failpoint::Failpoint::DuringSinkCommit,
+            );
             Ok(())
         })
     }
