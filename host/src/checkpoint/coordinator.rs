@@ -414,6 +414,7 @@ impl CheckpointCoordinator {
                 state_bytes: 0,
                 uploaded_bytes: uploaded.bytes,
                 uploaded_files: uploaded.count,
+                commit_ms: 0.0,
             },
         };
         manifest.stats.state_bytes = manifest.state_bytes();
@@ -434,7 +435,9 @@ impl CheckpointCoordinator {
             return Err(error);
         }
         failpoint::hit(failpoint::Failpoint::AfterManifest);
+        let committing = Instant::now();
         self.commit(&manifest)?;
+        manifest.stats.commit_ms = ms(committing.elapsed());
         uploader.retain_only(&manifest.state);
         self.store.collect_garbage(id, self.settings.retained)?;
         self.metrics.record(CheckpointRecord {

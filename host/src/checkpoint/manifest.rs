@@ -78,6 +78,10 @@ pub struct CheckpointStats {
     pub uploaded_bytes: u64,
     /// Files uploaded for this checkpoint.
     pub uploaded_files: u64,
+    /// The sinks' commits after publication, ms (measured after the
+    /// manifest was written: 0 in manifests, set in the metrics).
+    #[serde(default)]
+    pub commit_ms: f64,
 }
 
 /// A checkpoint's manifest.

@@ -68,6 +68,17 @@ pub struct CommitError {
     pub message: String,
 }
 
+/// Reads the pre-commit of sink `sink` back from a manifest's committable.
+pub fn parse_committable<T: serde::de::DeserializeOwned>(
+    sink: &str,
+    committable: &Committable,
+) -> Result<T, CommitError> {
+    serde_json::from_value(committable.clone()).map_err(|e| CommitError {
+        sink: sink.to_string(),
+        message: format!("unreadable pre-commit {committable}: {e}"),
+    })
+}
+
 /// Phase two of a two-phase sink (Flink's `Committer`, Arroyo's
 /// `handle_commit`): makes a pre-committed epoch visible after its
 /// checkpoint is published, and resolves pre-commits on restore.

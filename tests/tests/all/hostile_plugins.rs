@@ -279,16 +279,7 @@ fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
 #[test]
 fn a_faulting_call_leaves_no_state_behind() {
     let _load = cpu_load();
-    let runtime = runtime();
-    let store = state_backend();
-    let mut op = operator(
-        &runtime,
-        &store,
-        "t",
-        "hostile-trap",
-        PluginLimits::default(),
-        &[],
-    );
+    let mut op = hostile_trap();
     let mut out = Collector::default();
     // The batch call counts ok-1 and then traps on `trap`; the retry counts
     // ok-1 again, alone. Only the retry's write may survive.
@@ -318,6 +309,18 @@ fn python_stderr_reaches_the_host_and_the_dead_letter_reason() {
             "what the plugin printed to stderr is in the reason: {reason}"
         );
     }
+}
+
+/// The `hostile-trap` plugin as an operator with the default limits.
+fn hostile_trap() -> sluice_host::dataflow::TransformOperator {
+    operator(
+        &runtime(),
+        &state_backend(),
+        "t",
+        "hostile-trap",
+        PluginLimits::default(),
+        &[],
+    )
 }
 
 fn values(records: &[Record]) -> Vec<String> {
@@ -381,16 +384,7 @@ fn packed_output_that_breaks_the_contract_is_a_fault_retried_record_by_record() 
 #[test]
 fn a_healthy_stateful_plugin_dead_letters_nothing() {
     let load = cpu_load();
-    let runtime = runtime();
-    let store = state_backend();
-    let mut op = operator(
-        &runtime,
-        &store,
-        "t",
-        "hostile-trap",
-        PluginLimits::default(),
-        &[],
-    );
+    let mut op = hostile_trap();
     let values: Vec<String> = (0..50_000).map(|i| format!("ok-{i}")).collect();
     let mut passed = 0;
     for chunk in values.chunks(256) {
@@ -416,16 +410,7 @@ fn a_healthy_stateful_plugin_dead_letters_nothing() {
 #[test]
 fn a_trap_storm_of_100k_records_is_dead_lettered_whole_and_then_ends() {
     let _load = cpu_load();
-    let runtime = runtime();
-    let store = state_backend();
-    let mut op = operator(
-        &runtime,
-        &store,
-        "t",
-        "hostile-trap",
-        PluginLimits::default(),
-        &[],
-    );
+    let mut op = hostile_trap();
     let storm: Vec<String> = (0..100_000).map(|i| format!("trap-{i}")).collect();
     let (mut main, mut dead) = (0, 0);
     let mut last_reason = String::new();
@@ -463,17 +448,7 @@ fn a_trap_storm_of_100k_records_is_dead_lettered_whole_and_then_ends() {
 #[test]
 fn a_storm_under_stop_fails_the_operator_and_counts_what_it_did_not_process() {
     let _load = cpu_load();
-    let runtime = runtime();
-    let store = state_backend();
-    let mut op = operator(
-        &runtime,
-        &store,
-        "t",
-        "hostile-trap",
-        PluginLimits::default(),
-        &[],
-    )
-    .with_fault_policy(
+    let mut op = hostile_trap().with_fault_policy(
         FaultPolicy::default()
             .storm_threshold(4)
             .on_storm(OnFaultStorm::Stop),

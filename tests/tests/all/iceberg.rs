@@ -179,3 +179,49 @@ fn a_table_whose_schema_does_not_fit_stops_the_pipeline_at_start_up() {
         "{error}"
     );
 }
+
+/// Dead letters into a Bronze dead-letter table: the payload as it came
+/// in, the reason, where it came from and the `late_arrival` flag as
+/// columns.
+#[test]
+fn dead_letters_land_in_a_bronze_table_with_reason_and_source() {
+    let dir = tempfile::tempdir().unwrap();
+    write_orders(dir.path(), 100);
+    let text = pipeline(dir.path(), COLUMNS).replace(
+        &format!(
+            "[dead_letter.file]\npath = \"{}/dead-letters.jsonl\"\nformat = \"record\"\n",
+            dir.path().display()
+        ),
+        &format!(
+            "[dead_letter.iceberg]\ncatalog = \"{dir}/catalog.db\"\nwarehouse = \"{dir}/warehouse\"\nnamespace = \"bronze\"\ntable = \"dead_letters\"\nrows = \"dead-letter\"\npartition = [\"day(dead_lettered_at)\"]\n",
+            dir = dir.path().display()
+        ),
+    );
+    assert!(text.contains("[dead_letter.iceberg]"), "{text}");
+    run_pipeline_to_end(&text, WAIT);
+    let table = read_table(dir.path(), "bronze.dead_letters");
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let payloads: Vec<&str> = rows.iter().filter_map(|r| r["payload"].as_str()).collect();
+    assert!(
+        payloads.contains(&r#"{"id":"not a number","at":1700000000000}"#),
+        "{payloads:?}"
+    );
+    assert!(
+        payloads.contains(&r#"{"customer":"no id","at":1700000000000}"#),
+        "{payloads:?}"
+    );
+    for row in rows {
+        assert_eq!(row["payload_encoding"], "utf8");
+        assert!(
+            row["reason"]
+                .as_str()
+                .unwrap()
+                .contains("does not fit Iceberg table silver.orders"),
+            "{row}"
+        );
+        assert_eq!(row["late_arrival"], false);
+        assert!(row["source_offset"].as_i64().is_some(), "{row}");
+        assert!(!row["dead_lettered_at"].is_null(), "{row}");
+    }
+}

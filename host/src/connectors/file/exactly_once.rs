@@ -23,7 +23,7 @@
 
 use super::OutputFormat;
 use super::sink::format_line;
-use crate::checkpoint::{CommitError, Committable, Committer};
+use crate::checkpoint::{CommitError, Committable, Committer, parse_committable};
 use crate::dataflow::{DataflowError, Sink};
 use crate::record::Record;
 use serde::{Deserialize, Serialize};
@@ -211,20 +211,13 @@ struct FileCommitter {
     output: Arc<Output>,
 }
 
-fn parse(name: &str, committable: &Committable) -> Result<FilePreCommit, CommitError> {
-    serde_json::from_value(committable.clone()).map_err(|e| CommitError {
-        sink: name.to_string(),
-        message: format!("unreadable pre-commit {committable}: {e}"),
-    })
-}
-
 impl Committer for FileCommitter {
     fn name(&self) -> &str {
         &self.output.name
     }
 
     fn commit(&self, _checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
-        let commit = parse(self.name(), committable)?;
+        let commit = parse_committable(self.name(), committable)?;
         let _lock = self.output.lock()?;
         self.output.check_ownership()?;
         self.output.apply(&commit)
@@ -235,7 +228,7 @@ impl Committer for FileCommitter {
         self.output.take_ownership()?;
         match restored {
             Some((_, committable)) => {
-                let commit = parse(self.name(), committable)?;
+                let commit: FilePreCommit = parse_committable(self.name(), committable)?;
                 // Drop what abandoned later epochs may have appended, then
                 // apply this checkpoint's part (again, if it was).
                 let length = std::fs::metadata(&self.output.path).map_or(0, |m| m.len());

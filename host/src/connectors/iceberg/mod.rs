@@ -23,7 +23,7 @@
 mod rows;
 mod sink;
 
-pub use sink::{IcebergCommits, IcebergSink};
+pub use sink::{IcebergCommits, IcebergSink, dead_letter_row};
 
 use crate::checkpoint::s3::S3Options;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
@@ -50,8 +50,15 @@ pub struct IcebergSinkConfig {
     pub namespace: String,
     /// The table's name.
     pub table: String,
+    /// What a row is made of: `value` (default: the record value's
+    /// top-level JSON fields, by column name) or `dead-letter` (the record
+    /// as it came in with why and where it was dead-lettered: see
+    /// [`IcebergRows::DeadLetter`]).
+    #[serde(default)]
+    pub rows: IcebergRows,
     /// The table's columns (for a new table; checked against an existing
-    /// one). Absent: the table must exist.
+    /// one). Absent: the table must exist, or with `rows = "dead-letter"`
+    /// the dead-letter columns.
     #[serde(default)]
     pub columns: Vec<IcebergColumn>,
     /// Partition fields of a new table: `day(col)`, `hour(col)`,
@@ -67,6 +74,37 @@ pub struct IcebergSinkConfig {
     #[serde(default)]
     pub s3: S3Options,
 }
+
+/// `[sink.iceberg] rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IcebergRows {
+    /// The record value's top-level JSON fields, by column name.
+    #[default]
+    Value,
+    /// A Bronze dead-letter table's row: `payload` (the value's exact
+    /// bytes: text when UTF-8, else base64, said by `payload_encoding`),
+    /// `key`, `reason`, `operator`, `plugin`, `source_topic`,
+    /// `source_partition`, `source_offset`, `event_time`,
+    /// `dead_lettered_at` and `late_arrival`.
+    DeadLetter,
+}
+
+/// The columns of a dead-letter table (`rows = "dead-letter"`).
+const DEAD_LETTER_COLUMNS: [(&str, &str, bool); 12] = [
+    ("payload", "string", true),
+    ("payload_encoding", "string", true),
+    ("key", "string", false),
+    ("reason", "string", true),
+    ("operator", "string", false),
+    ("plugin", "string", false),
+    ("source_topic", "string", false),
+    ("source_partition", "int", false),
+    ("source_offset", "long", false),
+    ("event_time", "timestamptz", false),
+    ("dead_lettered_at", "timestamptz", false),
+    ("late_arrival", "boolean", true),
+];
 
 fn default_catalog_name() -> String {
     "sluice".into()
@@ -97,10 +135,26 @@ pub struct IcebergColumn {
 pub struct IcebergSetupError(pub String);
 
 impl IcebergSinkConfig {
-    /// The Iceberg schema of `columns` (field ids from 1 in order).
+    /// The configured columns, or for a dead-letter table without them,
+    /// the dead-letter columns.
+    pub fn effective_columns(&self) -> Vec<IcebergColumn> {
+        if self.columns.is_empty() && self.rows == IcebergRows::DeadLetter {
+            return DEAD_LETTER_COLUMNS
+                .iter()
+                .map(|(name, column_type, required)| IcebergColumn {
+                    name: name.to_string(),
+                    column_type: column_type.to_string(),
+                    required: *required,
+                })
+                .collect();
+        }
+        self.columns.clone()
+    }
+
+    /// The Iceberg schema of the columns (field ids from 1 in order).
     pub fn schema(&self) -> Result<Schema, String> {
         let fields = self
-            .columns
+            .effective_columns()
             .iter()
             .enumerate()
             .map(|(index, column)| {
@@ -333,7 +387,7 @@ pub(crate) async fn ensure_table(
         check_schema(config, table.metadata().current_schema()).map_err(IcebergSetupError)?;
         return Ok(table);
     }
-    if config.columns.is_empty() {
+    if config.effective_columns().is_empty() {
         return Err(IcebergSetupError(format!(
             "table {ident} does not exist and no `columns` are given to create it"
         )));
@@ -383,7 +437,7 @@ fn check_schema(config: &IcebergSinkConfig, table: &Schema) -> Result<(), String
             ));
         }
     }
-    if !config.columns.is_empty() {
+    if !config.effective_columns().is_empty() {
         for existing in table.as_struct().fields() {
             if existing.required && wanted.field_by_name(&existing.name).is_none() {
                 return Err(format!(

@@ -98,6 +98,15 @@ impl RowBuffer {
         let Value::Object(fields) = document else {
             return Err("value is not a JSON object".into());
         };
+        self.push_fields(&fields)
+    }
+
+    /// Appends a row of `fields` by column name, or says why it does not
+    /// fit (then nothing is appended).
+    pub(crate) fn push_fields(
+        &mut self,
+        fields: &serde_json::Map<String, Value>,
+    ) -> Result<(), String> {
         // Convert every column first, so that a refused row appends nothing.
         let mut converted = Vec::with_capacity(self.columns.len());
         for column in &self.columns {

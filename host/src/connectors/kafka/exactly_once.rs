@@ -20,7 +20,7 @@
 
 use super::client_config;
 use super::sink::{SinkContext, await_deliveries, message};
-use crate::checkpoint::{CommitError, CommitKind, Committable, Committer};
+use crate::checkpoint::{CommitError, CommitKind, Committable, Committer, parse_committable};
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
 use crate::record::Record;
@@ -392,11 +392,6 @@ struct TransactionCommitter {
     transactions: Arc<KafkaTransactions>,
 }
 
-fn parse(committable: &Committable) -> Result<TransactionPreCommit, CommitError> {
-    serde_json::from_value(committable.clone())
-        .map_err(|e| transaction_error(format!("unreadable pre-commit {committable}: {e}")))
-}
-
 impl Committer for TransactionCommitter {
     fn name(&self) -> &str {
         KAFKA_TRANSACTIONS
@@ -410,7 +405,7 @@ impl Committer for TransactionCommitter {
     /// unknown outcome: the pipeline fails, and the restore learns from
     /// the progress topic whether the commit happened.
     fn commit(&self, checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
-        let pre_commit = parse(committable)?;
+        let pre_commit: TransactionPreCommit = parse_committable(KAFKA_TRANSACTIONS, committable)?;
         if pre_commit.records == 0 {
             return Ok(());
         }
@@ -434,7 +429,7 @@ impl Committer for TransactionCommitter {
         checkpoint: u64,
         committable: &Committable,
     ) -> Result<bool, CommitError> {
-        let pre_commit = parse(committable)?;
+        let pre_commit: TransactionPreCommit = parse_committable(KAFKA_TRANSACTIONS, committable)?;
         if pre_commit.records == 0 {
             return Ok(true);
         }
