@@ -16,7 +16,7 @@
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use sluice_benches::cpu_seconds;
-use sluice_tests::kafka::{bootstrap, create_topic, unique_topic};
+use sluice_tests::kafka::{bootstrap, create_topic, send, unique_topic};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -41,16 +41,7 @@ fn fill(topic: &str) {
             1_700_000_000_000 + id as i64 * 1000
         );
         let key = id.to_string();
-        let mut record = BaseRecord::to(topic).key(&key).payload(&value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, unsent)) => {
-                    record = unsent;
-                    producer.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        send(&producer, BaseRecord::to(topic).key(&key).payload(&value));
     }
     producer.flush(Duration::from_secs(120)).expect("flush");
 }

@@ -46,16 +46,7 @@ fn producer() -> BaseProducer {
 }
 
 fn send(producer: &BaseProducer, topic: &str, key: &[u8], value: &[u8]) {
-    let mut record = BaseRecord::to(topic).key(key).payload(value);
-    loop {
-        match producer.send(record) {
-            Ok(()) => return,
-            Err((_, unsent)) => {
-                record = unsent;
-                producer.poll(Duration::from_millis(5));
-            }
-        }
-    }
+    sluice_tests::kafka::send(producer, BaseRecord::to(topic).key(key).payload(value));
 }
 
 fn fill(topic: &str) {

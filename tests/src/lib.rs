@@ -346,6 +346,27 @@ pub mod kafka {
         pub timestamp: Option<i64>,
     }
 
+    /// Sends `record`, waiting while the producer's queue is full; any
+    /// other error fails the test.
+    pub fn send<K, P>(producer: &BaseProducer, mut record: BaseRecord<'_, K, P>)
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode;
+        loop {
+            match producer.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), unsent)) => {
+                    record = unsent;
+                    producer.poll(Duration::from_millis(5));
+                }
+                Err((error, _)) => panic!("producing: {error}"),
+            }
+        }
+    }
+
     /// Produces `records` to `topic` and waits until all are acknowledged.
     pub fn produce(topic: &str, records: &[Outgoing<'_>]) {
         let producer: BaseProducer = ClientConfig::new()
@@ -368,10 +389,7 @@ pub mod kafka {
             if let Some(timestamp) = outgoing.timestamp {
                 record = record.timestamp(timestamp);
             }
-            producer
-                .send(record)
-                .map_err(|(e, _)| e)
-                .unwrap_or_else(|e| panic!("producing: {e}"));
+            send(&producer, record);
         }
         producer
             .flush(Duration::from_secs(30))

@@ -133,6 +133,19 @@ path = "out/dead-letters.jsonl"
         command.spawn().expect("spawn sluice")
     }
 
+    /// Runs until the failpoint `at` (`name[@N]`) kills the run.
+    fn kill_at(&self, at: &str) {
+        let output = self
+            .spawn(&[], &[(sluice_host::checkpoint::FAILPOINT_ENV, at)])
+            .wait_with_output()
+            .expect("wait");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            !output.status.success() && stderr.contains("failpoint"),
+            "{at}: the failpoint did not kill the run: {stderr}"
+        );
+    }
+
     /// Runs to the end; returns stderr.
     fn run_to_end(&self, args: &[&str]) -> String {
         let output = self
@@ -343,20 +356,7 @@ fn an_iceberg_table_holds_every_window_once_after_20_sigkills() {
     // The same kills with the sink's exactly-once mode off: the table gets
     // rows again (the test can tell).
     let loose = Job::with_iceberg(RECORDS, 2, "at-least-once");
-    let killed = loose
-        .spawn(
-            &[],
-            &[(
-                sluice_host::checkpoint::FAILPOINT_ENV,
-                "after-state-upload@3",
-            )],
-        )
-        .wait_with_output()
-        .expect("wait");
-    assert!(
-        !killed.status.success(),
-        "the failpoint did not kill the run"
-    );
+    loose.kill_at("after-state-upload@3");
     kill_loop(&loose, 4);
     let (windows, dead_letters) = loose.outputs();
     assert!(
@@ -381,20 +381,7 @@ fn at_least_once_mode_duplicates_what_exactly_once_does_not() {
     // A kill after the sinks flushed checkpoint 3's records and before the
     // checkpoint was published: its records come again after the restore,
     // whatever the timing. Then kills at random moments.
-    let killed = job
-        .spawn(
-            &[],
-            &[(
-                sluice_host::checkpoint::FAILPOINT_ENV,
-                "after-state-upload@3",
-            )],
-        )
-        .wait_with_output()
-        .expect("wait");
-    assert!(
-        !killed.status.success(),
-        "the failpoint did not kill the run"
-    );
+    job.kill_at("after-state-upload@3");
     kill_loop(&job, 4);
     // Every epoch has dead letters (Nexmark persons and auctions), not
     // every one fires windows: count both outputs.
@@ -437,16 +424,7 @@ fn failpoints_recover(iceberg: bool, failpoints: &[&str]) {
             "during-restore" => failpoint.to_string(),
             _ => format!("{failpoint}@3"),
         };
-        let output = job
-            .spawn(&[], &[(sluice_host::checkpoint::FAILPOINT_ENV, &at)])
-            .wait_with_output()
-            .expect("wait");
-        assert!(
-            !output.status.success(),
-            "{failpoint}: the failpoint did not kill the run"
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("failpoint"), "{failpoint}: {stderr}");
+        job.kill_at(&at);
         job.run_to_end(&[]);
         let (windows, dead_letters) = job.outputs();
         assert!(windows == expected.0, "{failpoint}: window results differ");

@@ -61,18 +61,12 @@ fn produce_input(topic: &str, records: u64) {
             )
         }));
     for (i, value) in values.enumerate() {
-        let mut record = BaseRecord::<(), _>::to(topic)
-            .payload(value.as_bytes())
-            .partition(i as i32 % PARTITIONS);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, unsent)) => {
-                    record = unsent;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
+        sluice_tests::kafka::send(
+            &producer,
+            BaseRecord::<(), _>::to(topic)
+                .payload(value.as_bytes())
+                .partition(i as i32 % PARTITIONS),
+        );
     }
     producer
         .flush(Duration::from_secs(60))

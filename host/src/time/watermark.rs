@@ -110,17 +110,25 @@ impl SplitWatermarks {
             }
         }
         let bound = self.strategy.max_out_of_orderness.as_millis() as i64;
+        // `- 1`: a record exactly `bound` behind the highest event time is
+        // still on time (the watermark promises nothing at or before it is
+        // still to come).
+        let of = |max_event_time: i64| max_event_time.saturating_sub(bound).saturating_sub(1);
         let mut combined: Option<i64> = None;
         for state in self.splits.values().filter(|s| !s.idle) {
             // An active split without records yet holds everything back.
-            // `- 1`: a record exactly `bound` behind the highest event time
-            // is still on time (the watermark promises nothing at or
-            // before it is still to come).
-            let split = state
-                .max_event_time?
-                .saturating_sub(bound)
-                .saturating_sub(1);
+            let split = of(state.max_event_time?);
             combined = Some(combined.map_or(split, |c| c.min(split)));
+        }
+        if self.splits.values().all(|s| s.idle) {
+            // Every split idle: nothing holds the watermark back, and it is
+            // where the last split to go idle would have left it, whatever
+            // the order in which their timeouts expired.
+            combined = self
+                .splits
+                .values()
+                .filter_map(|s| s.max_event_time.map(of))
+                .max();
         }
         let watermark = combined?;
         if self.emitted.is_some_and(|emitted| watermark <= emitted) {
@@ -242,5 +250,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn splits_that_go_idle_together_release_the_watermark() {
+        // A drained split and a silent one whose timeouts expire at the
+        // same check: the drained split's watermark is emitted, as if the
+        // silent one had gone idle first.
+        let topic: Arc<str> = Arc::from("t");
+        let start = Instant::now();
+        let mut marks = SplitWatermarks::new(WatermarkStrategy {
+            max_out_of_orderness: Duration::ZERO,
+            idle_timeout: Some(Duration::from_millis(500)),
+        });
+        marks.set_splits(&[(topic.clone(), 0), (topic.clone(), 1)], start);
+        marks.on_records(&[record(0, 1_000, &topic)], start);
+        assert_eq!(marks.advance(start), None);
+        let later = start + Duration::from_millis(600);
+        assert_eq!(marks.advance(later), Some(999));
+        assert_eq!(marks.idle_splits(), 2);
     }
 }
