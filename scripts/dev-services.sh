@@ -3,7 +3,9 @@
 # on 127.0.0.1:9092, assembled from Maven Central and run on the machine's
 # Java 17 (docs/adr/0004-real-kafka-broker.md), and a real S3-compatible
 # server (moto, from PyPI, in its own virtualenv) on 127.0.0.1:9000 for
-# checkpoint storage.
+# checkpoint storage, and a real Confluent-compatible schema registry
+# (Apicurio Registry 2.6, from Maven Central, in memory, Java 17) on
+# 127.0.0.1:8081 (API base http://127.0.0.1:8081/apis/ccompat/v7).
 #
 #   scripts/dev-services.sh up       install if missing, start, wait until they answer
 #   scripts/dev-services.sh down     stop what this script started
@@ -28,6 +30,11 @@ S3_DATA=${SLUICE_S3_DATA:-/tmp/sluice-s3}
 S3_PIDFILE="$S3_DATA/moto.pid"
 MOTO_VERSION=5.2.5
 VENV="$CACHE/venv-moto-$MOTO_VERSION"
+REGISTRY_VERSION=2.6.13.Final
+REGISTRY_HOME="$CACHE/apicurio-registry-$REGISTRY_VERSION"
+REGISTRY_PORT=${SLUICE_REGISTRY_PORT:-8081}
+REGISTRY_DATA=${SLUICE_REGISTRY_DATA:-/tmp/sluice-registry}
+REGISTRY_PIDFILE="$REGISTRY_DATA/registry.pid"
 
 java_cmd() {
   java -Xms256m -Xmx768m -XX:+UseG1GC \
@@ -98,8 +105,63 @@ s3_down() {
   rm -f "$S3_PIDFILE"
 }
 
+registry_running() {
+  [ -f "$REGISTRY_PIDFILE" ] && kill -0 "$(cat "$REGISTRY_PIDFILE")" 2>/dev/null
+}
+
+registry_answers() {
+  curl -sf "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null 2>&1
+}
+
+# The schema registry: Apicurio Registry's Confluent-compatible API, in
+# memory (every `up` starts empty), BACKWARD compatibility as Confluent's
+# default.
+registry_up() {
+  if [ ! -f "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" ]; then
+    echo "dev-services: fetching Apicurio Registry $REGISTRY_VERSION from Maven Central"
+    mkdir -p "$REGISTRY_HOME"
+    mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy \
+      -Dartifact="io.apicurio:apicurio-registry-app:$REGISTRY_VERSION:tar.gz:all" \
+      -DoutputDirectory="$REGISTRY_HOME.download"
+    tar xzf "$REGISTRY_HOME.download/apicurio-registry-app-$REGISTRY_VERSION-all.tar.gz" -C "$REGISTRY_HOME"
+    rm -rf "$REGISTRY_HOME.download"
+  fi
+  if registry_running; then
+    echo "dev-services: schema registry already running (pid $(cat "$REGISTRY_PIDFILE")) on 127.0.0.1:$REGISTRY_PORT"
+    return
+  fi
+  rm -rf "$REGISTRY_DATA"
+  mkdir -p "$REGISTRY_DATA"
+  nohup java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dregistry.rules.global.compatibility=BACKWARD \
+    -jar "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" \
+    >"$REGISTRY_DATA/registry.log" 2>&1 &
+  echo $! >"$REGISTRY_PIDFILE"
+  for _ in $(seq 1 240); do
+    if registry_answers; then
+      echo "dev-services: schema registry (Apicurio $REGISTRY_VERSION) up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
+      return
+    fi
+    if ! registry_running; then
+      echo "dev-services: the schema registry exited during start-up:"; tail -n 20 "$REGISTRY_DATA/registry.log"; exit 1
+    fi
+    sleep 0.25
+  done
+  echo "dev-services: the schema registry did not answer within 60 s"; exit 1
+}
+
+registry_down() {
+  if registry_running; then
+    kill "$(cat "$REGISTRY_PIDFILE")" 2>/dev/null || true
+    echo "dev-services: schema registry stopped"
+  fi
+  rm -f "$REGISTRY_PIDFILE"
+}
+
 up() {
   s3_up
+  registry_up
   install
   if running; then
     echo "dev-services: Kafka already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"
@@ -172,6 +234,7 @@ restart() {
 
 down() {
   s3_down
+  registry_down
   kafka_down
 }
 
@@ -197,6 +260,11 @@ status() {
     echo "dev-services: S3 up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
   else
     echo "dev-services: S3 down"
+  fi
+  if registry_running && registry_answers; then
+    echo "dev-services: schema registry up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
+  else
+    echo "dev-services: schema registry down"
   fi
   if running && answers; then
     echo "dev-services: Kafka up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"

@@ -54,16 +54,22 @@ else
   echo "setup: installed componentize-py $componentize_py_version"
 fi
 
-# Independent readers for the tests: pyiceberg reads back every Iceberg
-# table Sluice writes.
+# Independent readers and writers for the tests: pyiceberg reads back every
+# Iceberg table Sluice writes; Confluent's own Python client produces
+# registry-framed Avro.
 tools_venv="$HOME/.cache/sluice/venv-tools"
 pyiceberg_version=0.11.1
-if "$tools_venv/bin/python" -c "import pyiceberg, sys; sys.exit(pyiceberg.__version__ != '$pyiceberg_version')" 2>/dev/null; then
-  echo "setup: pyiceberg $pyiceberg_version present"
+confluent_kafka_version=2.16.1
+if "$tools_venv/bin/python" -c "
+import sys, pyiceberg, confluent_kafka, fastavro
+sys.exit(pyiceberg.__version__ != '$pyiceberg_version' or confluent_kafka.__version__ != '$confluent_kafka_version')" 2>/dev/null; then
+  echo "setup: pyiceberg $pyiceberg_version and confluent-kafka $confluent_kafka_version present"
 else
   python3 -m venv "$tools_venv"
-  "$tools_venv/bin/pip" install --quiet --disable-pip-version-check "pyiceberg[sql-sqlite,pyarrow]==$pyiceberg_version"
-  echo "setup: installed pyiceberg $pyiceberg_version into $tools_venv"
+  "$tools_venv/bin/pip" install --quiet --disable-pip-version-check \
+    "pyiceberg[sql-sqlite,pyarrow]==$pyiceberg_version" \
+    "confluent-kafka[avro,schemaregistry]==$confluent_kafka_version"
+  echo "setup: installed pyiceberg $pyiceberg_version and confluent-kafka $confluent_kafka_version into $tools_venv"
 fi
 
 # JavaScript plugins: reinstalled when the committed lock file changes.

@@ -9,7 +9,8 @@ use crate::checkpoint::{
 };
 use crate::config::StateBackendKind;
 use crate::config::{
-    ConfigError, Delivery, KafkaStart, LoadedConfig, SinkConfig, SourceConfig, ValueFormatName,
+    ConfigError, Delivery, KafkaStart, LoadedConfig, SinkConfig, SinkValueFormat, SourceConfig,
+    ValueFormatName,
 };
 use crate::connectors::blackhole::BlackholeSink;
 use crate::connectors::file::{
@@ -20,6 +21,9 @@ use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
 use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KafkaSink, KafkaSinkOptions, KafkaSource,
     KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
+};
+use crate::connectors::schema_registry::{
+    ConfluentAvroDecoder, ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry,
 };
 use crate::dataflow::{
     DataflowError, ExecutorConfig, FaultPolicy, KeyedStage, Operator, OperatorChain,
@@ -668,21 +672,31 @@ fn build_source(
             .map_err(|error| loaded.error_at("source.file.path", error.to_string()))?,
         ),
         SourceConfig::Kafka(k) => {
-            let value_format = match k.value_format {
-                ValueFormatName::Raw => ValueFormat::Raw,
-                ValueFormatName::Json => ValueFormat::Json,
-                ValueFormatName::Avro => {
-                    let field = "source.kafka.avro_schema";
-                    let path = k.avro_schema.as_deref().map(|p| loaded.resolve_path(p));
-                    let text = path
-                        .as_deref()
-                        .map(std::fs::read_to_string)
-                        .transpose()
-                        .map_err(|e| loaded.error_at(field, e.to_string()))?
-                        .unwrap_or_default();
-                    let schema = apache_avro::Schema::parse_str(&text)
-                        .map_err(|e| loaded.error_at(field, e.to_string()))?;
-                    ValueFormat::Avro(Box::new(schema))
+            let field = "source.kafka.avro_schema";
+            let schema = k
+                .avro_schema
+                .as_deref()
+                .map(|path| loaded.avro_schema(field, path))
+                .transpose()?;
+            let value_format = match (k.value_format, schema) {
+                (ValueFormatName::Raw, _) => ValueFormat::Raw,
+                (ValueFormatName::Json, _) => ValueFormat::Json,
+                (ValueFormatName::Avro, Some(schema)) => ValueFormat::Avro(Box::new(schema)),
+                (ValueFormatName::Avro, None) => {
+                    return Err(loaded.error_at(field, "`avro` needs `avro_schema`").into());
+                }
+                (ValueFormatName::AvroConfluent, reader) => {
+                    let field = "source.kafka.schema_registry";
+                    let registry = k
+                        .schema_registry
+                        .as_ref()
+                        .ok_or_else(|| loaded.error_at(field, "`avro-confluent` needs it"))
+                        .and_then(|config| {
+                            SchemaRegistry::new(config).map_err(|why| loaded.error_at(field, why))
+                        })?;
+                    ValueFormat::ConfluentAvro(Box::new(ConfluentAvroDecoder::new(
+                        registry, reader,
+                    )))
                 }
             };
             let start = match (k.start_timestamp_ms, k.start) {
@@ -853,49 +867,105 @@ impl SinkFactory<'_> {
                 )
             }
             SinkConfig::Kafka {
-                bootstrap_servers,
                 topic,
-                partition,
-                properties,
-                delivery,
+                value_format,
+                avro_schema,
+                schema_registry,
+                subject,
                 ..
             } => {
-                let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
-                    && *delivery != Some(Delivery::AtLeastOnce);
-                if exactly_once {
-                    let transactions = self.kafka_transactions(field, sink)?;
-                    Box::new(ExactlyOnceKafkaSink::new(
-                        field,
-                        topic.clone(),
-                        *partition,
-                        transactions,
-                    ))
-                } else {
-                    if *delivery == Some(Delivery::ExactlyOnce) {
-                        return Err(loaded
+                // Set up (and register) the encoding first: a registry that
+                // refuses the schema stops the pipeline before any output.
+                let encoder = match value_format {
+                    SinkValueFormat::Json => None,
+                    SinkValueFormat::AvroConfluent => {
+                        let schema_field = format!("{field}.kafka.avro_schema");
+                        let registry_field = format!("{field}.kafka.schema_registry");
+                        let schema = avro_schema
+                            .as_deref()
+                            .ok_or_else(|| {
+                                loaded.error_at(&schema_field, "`avro-confluent` needs it")
+                            })
+                            .and_then(|path| loaded.avro_schema(&schema_field, path))?;
+                        let registry = schema_registry
+                            .as_ref()
+                            .ok_or_else(|| {
+                                loaded.error_at(&registry_field, "`avro-confluent` needs it")
+                            })
+                            .and_then(|config| {
+                                SchemaRegistry::new(config)
+                                    .map_err(|why| loaded.error_at(&registry_field, why))
+                            })?;
+                        let subject = subject.clone().unwrap_or_else(|| format!("{topic}-value"));
+                        Some(
+                            ConfluentAvroEncoder::register(&registry, &subject, schema)
+                                .map_err(|why| loaded.error_at(&registry_field, why.to_string()))?,
+                        )
+                    }
+                };
+                let sink = self.kafka_sink(field, sink)?;
+                match encoder {
+                    Some(encoder) => Box::new(ConfluentAvroSink::new(sink, encoder)),
+                    None => sink,
+                }
+            }
+        })
+    }
+
+    /// A Kafka sink, exactly-once or not, of the sink config `sink`.
+    fn kafka_sink(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+    ) -> Result<Box<dyn Sink>, PipelineError> {
+        let loaded = self.loaded;
+        let SinkConfig::Kafka {
+            bootstrap_servers,
+            topic,
+            partition,
+            properties,
+            delivery,
+            ..
+        } = sink
+        else {
+            return Err(loaded.error_at(field, "not a Kafka sink").into());
+        };
+        Ok({
+            let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
+                && *delivery != Some(Delivery::AtLeastOnce);
+            if exactly_once {
+                let transactions = self.kafka_transactions(field, sink)?;
+                Box::new(ExactlyOnceKafkaSink::new(
+                    field,
+                    topic.clone(),
+                    *partition,
+                    transactions,
+                ))
+            } else {
+                if *delivery == Some(Delivery::ExactlyOnce) {
+                    return Err(loaded
                             .error_at(
                                 &format!("{field}.kafka.delivery"),
                                 "exactly-once delivery needs `[checkpoints]` with mode = \"exactly-once\"",
                             )
                             .into());
-                    }
-                    Box::new(
-                        KafkaSink::new(
-                            field,
-                            KafkaSinkOptions {
-                                bootstrap_servers: bootstrap_servers.clone(),
-                                topic: topic.clone(),
-                                partition: *partition,
-                                properties: properties.clone(),
-                                flush_timeout: Duration::from_secs(60),
-                            },
-                            self.metrics.sink_partitions.clone(),
-                        )
-                        .map_err(|error| {
-                            loaded.error_at(&format!("{field}.kafka"), error.to_string())
-                        })?,
-                    )
                 }
+                Box::new(
+                    KafkaSink::new(
+                        field,
+                        KafkaSinkOptions {
+                            bootstrap_servers: bootstrap_servers.clone(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                            properties: properties.clone(),
+                            flush_timeout: Duration::from_secs(60),
+                        },
+                        self.metrics.sink_partitions.clone(),
+                    )
+                    .map_err(|error| {
+                        loaded.error_at(&format!("{field}.kafka"), error.to_string())
+                    })?,
+                )
             }
         })
     }

@@ -567,6 +567,16 @@ pub mod s3 {
         ]
     }
 
+    /// Puts [`environment`] into this test process's environment, where
+    /// S3 clients opened in-process read their credentials.
+    pub fn use_test_credentials() {
+        for (name, value) in environment() {
+            // SAFETY: every test sets the same values, before its clients
+            // read them.
+            unsafe { std::env::set_var(name, value) };
+        }
+    }
+
     /// Creates `bucket` (PUT on the bucket, path style; moto needs no
     /// signature for it).
     pub fn create_bucket(bucket: &str) {
@@ -593,10 +603,7 @@ pub mod s3 {
     /// The storage the pipeline `tenant`/`pipeline` checkpoints to in
     /// `s3://bucket/prefix`.
     pub fn storage(bucket: &str, prefix: &str) -> sluice_host::checkpoint::s3::S3Storage {
-        for (name, value) in environment() {
-            // SAFETY: set before the client reads them, in a test process.
-            unsafe { std::env::set_var(name, value) };
-        }
+        use_test_credentials();
         sluice_host::checkpoint::s3::S3Storage::connect(
             bucket,
             prefix,
@@ -752,4 +759,122 @@ pub fn iceberg_checkpoints(table: &serde_json::Value) -> Vec<u64> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Helpers for tests against the schema registry that
+/// `scripts/dev-services.sh up` starts (Apicurio's Confluent-compatible
+/// API, or `$SLUICE_REGISTRY_URL`), with Confluent's own Python client as
+/// the independent producer and reader (`tests/python/confluent_avro.py`).
+pub mod registry {
+    use std::path::Path;
+
+    /// The Confluent-compatible API's base URL.
+    pub fn url() -> String {
+        std::env::var("SLUICE_REGISTRY_URL")
+            .unwrap_or_else(|_| "http://127.0.0.1:8081/apis/ccompat/v7".to_string())
+    }
+
+    fn confluent_avro(arguments: &[&str], stdin: &str) -> String {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(super::tools_python())
+            .arg(super::repo_root().join("tests/python/confluent_avro.py"))
+            .args(arguments)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("running confluent_avro.py ({}): {e}", super::tools_python())
+            });
+        if let Some(mut input) = child.stdin.take() {
+            input
+                .write_all(stdin.as_bytes())
+                .unwrap_or_else(|e| panic!("writing to confluent_avro.py: {e}"));
+        }
+        let output = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("confluent_avro.py: {e}"));
+        assert!(
+            output.status.success(),
+            "confluent_avro.py {arguments:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Produces `values` to `topic` with Confluent's Avro serializer,
+    /// which registers `schema_file` under `<topic>-value`; returns the
+    /// schema id the values carry.
+    pub fn produce_avro(topic: &str, schema_file: &Path, values: &[serde_json::Value]) -> u32 {
+        let lines: String = values.iter().map(|v| format!("{v}\n")).collect();
+        let printed = confluent_avro(
+            &[
+                "produce",
+                &crate::kafka::bootstrap(),
+                &url(),
+                topic,
+                &schema_file.display().to_string(),
+            ],
+            &lines,
+        );
+        let summary: serde_json::Value =
+            serde_json::from_str(&printed).unwrap_or_else(|e| panic!("{e}: {printed}"));
+        assert_eq!(summary["produced"].as_u64(), Some(values.len() as u64));
+        summary["schema_id"]
+            .as_u64()
+            .and_then(|id| u32::try_from(id).ok())
+            .unwrap_or_else(|| panic!("no schema id in {printed}"))
+    }
+
+    /// Reads `count` values of `topic` (read_committed) with Confluent's
+    /// Avro deserializer: `(schema id, value)` each.
+    pub fn consume_avro(topic: &str, count: usize) -> Vec<(u32, serde_json::Value)> {
+        let printed = confluent_avro(
+            &[
+                "consume",
+                &crate::kafka::bootstrap(),
+                &url(),
+                topic,
+                &count.to_string(),
+            ],
+            "",
+        );
+        printed
+            .lines()
+            .map(|line| {
+                let read: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                let id = read["schema_id"].as_u64().unwrap_or_default() as u32;
+                (id, read["value"].clone())
+            })
+            .collect()
+    }
+
+    /// Registers `schema` (JSON text) under `subject` with a plain HTTP
+    /// call (curl); the registry's answer, e.g. `{"id": 7}` or a 409 error.
+    pub fn register(subject: &str, schema: &str) -> serde_json::Value {
+        let body = serde_json::json!({ "schema": schema }).to_string();
+        let output = std::process::Command::new("curl")
+            .args(["-s", "-X", "POST", "-H"])
+            .arg("Content-Type: application/vnd.schemaregistry.v1+json")
+            .arg("--data")
+            .arg(body)
+            .arg(format!("{}/subjects/{subject}/versions", url()))
+            .output()
+            .unwrap_or_else(|e| panic!("curl: {e}"));
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "registry answer: {e}: {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
+    /// `body` framed in the Confluent wire format with schema `id`.
+    pub fn framed(id: u32, body: &[u8]) -> Vec<u8> {
+        let mut value = vec![0u8];
+        value.extend_from_slice(&id.to_be_bytes());
+        value.extend_from_slice(body);
+        value
+    }
 }

@@ -373,11 +373,15 @@ pub struct KafkaSourceConfig {
     pub start: KafkaStart,
     /// Start at the first record at or after this time instead (ms).
     pub start_timestamp_ms: Option<i64>,
-    /// `raw` (default), `json` or `avro`.
+    /// `raw` (default), `json`, `avro` or `avro-confluent`.
     #[serde(default)]
     pub value_format: ValueFormatName,
-    /// Avro schema file (`.avsc`) for `value_format = "avro"`.
+    /// Avro schema file (`.avsc`): the writer schema of `value_format =
+    /// "avro"`; with `avro-confluent`, the reader schema values are
+    /// resolved to (absent: each value is read as written).
     pub avro_schema: Option<PathBuf>,
+    /// The schema registry of `value_format = "avro-confluent"`.
+    pub schema_registry: Option<crate::connectors::schema_registry::SchemaRegistryConfig>,
     /// Extra librdkafka consumer properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -405,7 +409,7 @@ pub enum KafkaStart {
 
 /// `value_format` of a Kafka source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ValueFormatName {
     /// Bytes as they are.
     #[default]
@@ -414,6 +418,9 @@ pub enum ValueFormatName {
     Json,
     /// Avro datums with `avro_schema`, handed to plugins as JSON.
     Avro,
+    /// Avro in the Confluent wire format (magic byte, schema id, body),
+    /// writer schemas from `schema_registry`, handed to plugins as JSON.
+    AvroConfluent,
 }
 
 /// `[source.generator]`.
@@ -596,7 +603,31 @@ pub enum SinkConfig {
         /// `transaction.timeout.ms` of exactly-once transactions (default:
         /// the larger of 60 s and three checkpoint intervals).
         transaction_timeout_ms: Option<u64>,
+        /// `json` (default: values as they are) or `avro-confluent`
+        /// (JSON values encoded with `avro_schema`, registered in
+        /// `schema_registry` under `subject`; values that do not fit are
+        /// dead-lettered).
+        #[serde(default)]
+        value_format: SinkValueFormat,
+        /// The Avro schema file of `value_format = "avro-confluent"`.
+        avro_schema: Option<PathBuf>,
+        /// The registry of `value_format = "avro-confluent"`.
+        schema_registry: Option<Box<crate::connectors::schema_registry::SchemaRegistryConfig>>,
+        /// The registry subject (default `<topic>-value`, Confluent's
+        /// topic-name strategy).
+        subject: Option<String>,
     },
+}
+
+/// `value_format` of a Kafka sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkValueFormat {
+    /// Values as they are (JSON from plugins).
+    #[default]
+    Json,
+    /// Avro in the Confluent wire format, with a registered schema.
+    AvroConfluent,
 }
 
 /// `delivery` of a Kafka sink.
@@ -735,6 +766,24 @@ impl LoadedConfig {
             .parent()
             .map(|dir| dir.join(path))
             .unwrap_or_else(|| path.to_path_buf())
+    }
+
+    /// The Avro schema in the file `path` (relative to the pipeline file)
+    /// named by `field`, or an error located at `field`.
+    pub fn avro_schema(
+        &self,
+        field: &str,
+        path: &Path,
+    ) -> Result<apache_avro::Schema, ConfigError> {
+        let path = self.resolve_path(path);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| self.error_at(field, format!("cannot read {}: {e}", path.display())))?;
+        apache_avro::Schema::parse_str(&text).map_err(|e| {
+            self.error_at(
+                field,
+                format!("invalid Avro schema {}: {e}", path.display()),
+            )
+        })
     }
 
     /// Checks that `field` (dotted path) holds a value in `min..=max`.
@@ -947,9 +996,27 @@ impl LoadedConfig {
             if let SinkConfig::Kafka {
                 partition,
                 transaction_timeout_ms,
+                value_format,
+                avro_schema,
+                schema_registry,
                 ..
             } = sink
             {
+                if *value_format == SinkValueFormat::AvroConfluent {
+                    let Some(schema) = avro_schema else {
+                        return Err(self.error_at(
+                            &format!("{name}.kafka.value_format"),
+                            "`avro-confluent` needs `avro_schema`",
+                        ));
+                    };
+                    self.avro_schema(&format!("{name}.kafka.avro_schema"), schema)?;
+                    if schema_registry.is_none() {
+                        return Err(self.error_at(
+                            &format!("{name}.kafka.value_format"),
+                            "`avro-confluent` needs `schema_registry = { url = \"..\" }`",
+                        ));
+                    }
+                }
                 if let Some(partition) = partition {
                     self.check_range(
                         &format!("{name}.kafka.partition"),
@@ -1035,27 +1102,19 @@ impl LoadedConfig {
                 if k.topics.is_empty() {
                     return Err(self.error_at("source.kafka.topics", "name at least one topic"));
                 }
-                match (k.value_format, &k.avro_schema) {
-                    (ValueFormatName::Avro, None) => {
-                        return Err(self
-                            .error_at("source.kafka.value_format", "`avro` needs `avro_schema`"));
-                    }
-                    (ValueFormatName::Avro, Some(schema)) => {
-                        let path = self.resolve_path(schema);
-                        let text = std::fs::read_to_string(&path).map_err(|e| {
-                            self.error_at(
-                                "source.kafka.avro_schema",
-                                format!("cannot read {}: {e}", path.display()),
-                            )
-                        })?;
-                        apache_avro::Schema::parse_str(&text).map_err(|e| {
-                            self.error_at(
-                                "source.kafka.avro_schema",
-                                format!("invalid Avro schema {}: {e}", path.display()),
-                            )
-                        })?;
-                    }
-                    _ => {}
+                if k.value_format == ValueFormatName::Avro && k.avro_schema.is_none() {
+                    return Err(
+                        self.error_at("source.kafka.value_format", "`avro` needs `avro_schema`")
+                    );
+                }
+                if k.value_format == ValueFormatName::AvroConfluent && k.schema_registry.is_none() {
+                    return Err(self.error_at(
+                        "source.kafka.value_format",
+                        "`avro-confluent` needs `schema_registry = { url = \"..\" }`",
+                    ));
+                }
+                if let Some(schema) = &k.avro_schema {
+                    self.avro_schema("source.kafka.avro_schema", schema)?;
                 }
             }
         }

@@ -4,9 +4,12 @@
 //!   fixed-size payloads), bounded or unbounded, paced or as fast as possible.
 //! * [`file`]: JSON-lines and Avro object container files in, JSON lines out.
 //! * [`blackhole`]: a sink that only counts (benchmarks).
+//! * [`kafka`], [`iceberg`]: topics in and out, tables out.
+//! * [`schema_registry`]: Avro in the Confluent wire format, with a registry.
 
 pub mod blackhole;
 pub mod file;
 pub mod generator;
 pub mod iceberg;
 pub mod kafka;
+pub mod schema_registry;

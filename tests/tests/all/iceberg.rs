@@ -152,6 +152,23 @@ fn rows_reach_an_iceberg_table_once_per_checkpoint_and_pyiceberg_reads_them() {
     assert_eq!(after["rows"].as_array().unwrap().len(), valid.len());
 }
 
+/// The start-up error of the pipeline file text `text` (written into
+/// `dir`), which must not open.
+fn start_up_error(dir: &Path, text: &str) -> String {
+    let file = dir.join("changed.toml");
+    std::fs::write(&file, text).unwrap();
+    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
+    match sluice_host::pipeline::Pipeline::open(
+        &loaded,
+        &sluice_tests::runtime(),
+        &sluice_host::pipeline::wasm_files_only,
+        &sluice_host::checkpoint::RestoreFrom::Fresh,
+    ) {
+        Ok(_) => panic!("the pipeline opened:\n{text}"),
+        Err(error) => error.to_string(),
+    }
+}
+
 #[test]
 fn a_table_whose_schema_does_not_fit_stops_the_pipeline_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,23 +178,60 @@ fn a_table_whose_schema_does_not_fit_stops_the_pipeline_at_start_up() {
         r#"{ name = "customer", type = "string" }"#,
         r#"{ name = "customer", type = "long" }"#,
     );
-    let file = dir.path().join("changed.toml");
-    std::fs::write(&file, pipeline(dir.path(), &changed)).unwrap();
-    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
-    let error = match sluice_host::pipeline::Pipeline::open(
-        &loaded,
-        &sluice_tests::runtime(),
-        &sluice_host::pipeline::wasm_files_only,
-        &sluice_host::checkpoint::RestoreFrom::Fresh,
-    ) {
-        Ok(_) => panic!("a table with another schema was accepted"),
-        Err(error) => error.to_string(),
-    };
+    let error = start_up_error(dir.path(), &pipeline(dir.path(), &changed));
     assert!(error.contains("field `sink.iceberg`"), "{error}");
     assert!(
         error.contains("column `customer` is string in the existing table, not long"),
         "{error}"
     );
+}
+
+/// A catalog that cannot be opened or created, and a warehouse nothing can
+/// be written to (a directory that cannot exist; an S3 bucket that does
+/// not exist), stop the pipeline at start-up naming the sink.
+#[test]
+fn a_missing_catalog_or_an_unwritable_warehouse_stops_the_pipeline_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    write_orders(dir.path(), 10);
+    let blocker = dir.path().join("not-a-directory");
+    std::fs::write(&blocker, "a file").unwrap();
+    let base = pipeline(dir.path(), COLUMNS);
+
+    let catalog = base.replace(
+        &format!("catalog = \"{}/catalog.db\"", dir.path().display()),
+        &format!("catalog = \"{}/catalog.db\"", blocker.display()),
+    );
+    let error = start_up_error(dir.path(), &catalog);
+    assert!(error.contains("field `sink.iceberg`"), "{error}");
+    assert!(error.contains("not-a-directory"), "{error}");
+
+    let warehouse = base.replace(
+        &format!("warehouse = \"{}/warehouse\"", dir.path().display()),
+        &format!("warehouse = \"{}/warehouse\"", blocker.display()),
+    );
+    let error = start_up_error(dir.path(), &warehouse);
+    assert!(error.contains("field `sink.iceberg`"), "{error}");
+    assert!(error.contains("cannot create warehouse"), "{error}");
+
+    // An S3 warehouse in a bucket that does not exist: the table's
+    // metadata cannot be written.
+    sluice_tests::s3::use_test_credentials();
+    let s3 = base
+        .replace(
+            &format!("catalog = \"{}/catalog.db\"", dir.path().display()),
+            &format!("catalog = \"{}/s3-catalog.db\"", dir.path().display()),
+        )
+        .replace(
+            &format!("warehouse = \"{}/warehouse\"", dir.path().display()),
+            &format!(
+                "warehouse = \"s3://no-such-bucket-{}/warehouse\"\ns3 = {{ endpoint = \"{}\", region = \"us-east-1\" }}",
+                std::process::id(),
+                sluice_tests::s3::endpoint()
+            ),
+        );
+    let error = start_up_error(dir.path(), &s3);
+    assert!(error.contains("field `sink.iceberg`"), "{error}");
+    assert!(error.contains("no-such-bucket"), "{error}");
 }
 
 /// Dead letters into a Bronze dead-letter table: the payload as it came

@@ -16,4 +16,5 @@ mod nexmark_queries;
 mod plugin_loading;
 mod plugin_round_trip;
 mod quickstart;
+mod schema_registry;
 mod windows;

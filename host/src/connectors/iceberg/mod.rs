@@ -61,6 +61,13 @@ pub struct IcebergSinkConfig {
     /// the dead-letter columns.
     #[serde(default)]
     pub columns: Vec<IcebergColumn>,
+    /// An Avro schema file (`.avsc`, a record of primitive fields) the
+    /// columns are derived from instead of `columns`: a field is required
+    /// unless it is a union with `null`; `int`, `long`, `float`, `double`,
+    /// `boolean`, `string`, `bytes`, `enum` (as string) and the logical
+    /// types `date`, `timestamp-millis`/`-micros` (as `timestamptz`),
+    /// `local-timestamp-*` (as `timestamp`), `decimal` and `uuid`.
+    pub avro_schema: Option<PathBuf>,
     /// Partition fields of a new table: `day(col)`, `hour(col)`,
     /// `month(col)`, `year(col)`, `bucket(N, col)`, `truncate(W, col)`,
     /// `identity(col)` or just `col`.
@@ -127,6 +134,62 @@ pub struct IcebergColumn {
     /// Whether every row must have it.
     #[serde(default)]
     pub required: bool,
+}
+
+/// The columns of an Avro record schema (see
+/// [`IcebergSinkConfig::avro_schema`]).
+pub fn columns_from_avro(schema: &apache_avro::Schema) -> Result<Vec<IcebergColumn>, String> {
+    use apache_avro::Schema as Avro;
+    let Avro::Record(record) = schema else {
+        return Err("the Avro schema must be a record".into());
+    };
+    record
+        .fields
+        .iter()
+        .map(|field| {
+            let (inner, required) = match &field.schema {
+                Avro::Union(union) => {
+                    let variants = union.variants();
+                    let others: Vec<&Avro> =
+                        variants.iter().filter(|v| **v != Avro::Null).collect();
+                    match others.as_slice() {
+                        [only] if variants.len() == 2 => (*only, false),
+                        _ => {
+                            return Err(format!(
+                                "field `{}`: only unions of null and one type map to a column",
+                                field.name
+                            ));
+                        }
+                    }
+                }
+                other => (other, true),
+            };
+            let column_type = match inner {
+                Avro::Boolean => "boolean".to_string(),
+                Avro::Int => "int".to_string(),
+                Avro::Long => "long".to_string(),
+                Avro::Float => "float".to_string(),
+                Avro::Double => "double".to_string(),
+                Avro::String | Avro::Enum(_) | Avro::Uuid => "string".to_string(),
+                Avro::Bytes => "binary".to_string(),
+                Avro::Date => "date".to_string(),
+                Avro::TimestampMillis | Avro::TimestampMicros => "timestamptz".to_string(),
+                Avro::LocalTimestampMillis | Avro::LocalTimestampMicros => "timestamp".to_string(),
+                Avro::Decimal(decimal) => format!("decimal({}, {})", decimal.precision, decimal.scale),
+                other => {
+                    return Err(format!(
+                        "field `{}`: Avro type {other:?} has no column type yet (nested types are not supported)",
+                        field.name
+                    ));
+                }
+            };
+            Ok(IcebergColumn {
+                name: field.name.clone(),
+                column_type,
+                required,
+            })
+        })
+        .collect()
 }
 
 /// Errors of setting up an Iceberg sink (reported at start-up).
@@ -337,6 +400,58 @@ pub(crate) async fn open_catalog(
             ))
         })?;
     Ok(Arc::new(catalog))
+}
+
+/// `config` with its columns derived from its `avro_schema`, if it names
+/// one (`base` resolves the path).
+pub(crate) fn with_avro_columns(
+    config: &IcebergSinkConfig,
+    base: &std::path::Path,
+) -> Result<IcebergSinkConfig, IcebergSetupError> {
+    let mut config = config.clone();
+    if let Some(path) = &config.avro_schema {
+        if !config.columns.is_empty() {
+            return Err(IcebergSetupError(
+                "give `columns` or `avro_schema`, not both".into(),
+            ));
+        }
+        let path = base.join(path);
+        let text = std::fs::read_to_string(&path).map_err(|error| {
+            IcebergSetupError(format!("cannot read {}: {error}", path.display()))
+        })?;
+        let schema = apache_avro::Schema::parse_str(&text).map_err(|error| {
+            IcebergSetupError(format!("invalid Avro schema {}: {error}", path.display()))
+        })?;
+        config.columns = columns_from_avro(&schema)
+            .map_err(|why| IcebergSetupError(format!("{}: {why}", path.display())))?;
+    }
+    Ok(config)
+}
+
+/// Writes and deletes a small file where the table's data files go, so that
+/// an unwritable warehouse stops the pipeline at start-up rather than at
+/// its first checkpoint.
+pub(crate) async fn probe_warehouse(
+    table: &iceberg::table::Table,
+    open_id: &str,
+) -> Result<(), IcebergSetupError> {
+    let location = format!(
+        "{}/data/.sluice-write-probe-{open_id}",
+        table.metadata().location().trim_end_matches('/')
+    );
+    let unwritable = |error: iceberg::Error| {
+        IcebergSetupError(format!(
+            "the warehouse is not writable ({location}): {error}"
+        ))
+    };
+    let file_io = table.file_io();
+    file_io
+        .new_output(&location)
+        .map_err(unwritable)?
+        .write(bytes::Bytes::from_static(b"sluice"))
+        .await
+        .map_err(unwritable)?;
+    file_io.delete(&location).await.map_err(unwritable)
 }
 
 /// FileIO properties of an S3 warehouse: the endpoint and region of the

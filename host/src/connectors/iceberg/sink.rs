@@ -137,9 +137,11 @@ impl IcebergSink {
             .enable_all()
             .build()
             .map_err(|error| IcebergSetupError(format!("cannot start a runtime: {error}")))?;
+        let config = &super::with_avro_columns(config, base)?;
         let (catalog, table) = runtime.block_on(async {
             let catalog = super::open_catalog(config, base).await?;
             let table = super::ensure_table(catalog.as_ref(), config).await?;
+            super::probe_warehouse(&table, open_id).await?;
             Ok::<_, IcebergSetupError>((catalog, table))
         })?;
         let schema = table.metadata().current_schema().clone();

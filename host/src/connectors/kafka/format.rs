@@ -1,5 +1,6 @@
 //! Value formats of Kafka records.
 
+use crate::connectors::schema_registry::{ConfluentAvroDecoder, DecodeError};
 use bytes::Bytes;
 
 /// How record values are read.
@@ -13,13 +14,26 @@ pub enum ValueFormat {
     /// Avro datums (no container, no header) written with this schema,
     /// handed to plugins as JSON; values that do not decode are dead-lettered.
     Avro(Box<apache_avro::Schema>),
+    /// Avro in the Confluent wire format (schema id, then the body),
+    /// writer schemas fetched from a registry, handed to plugins as JSON.
+    ConfluentAvro(Box<ConfluentAvroDecoder>),
 }
 
 impl ValueFormat {
-    /// The value plugins see, or why the bytes are not a valid value.
-    pub fn decode(&self, value: &[u8]) -> Result<Bytes, String> {
+    /// The value plugins see, or why the bytes are not a valid value
+    /// ([`DecodeError::Invalid`]: dead-letter it) or cannot be read now
+    /// ([`DecodeError::Unavailable`]: the schema registry is down).
+    pub fn decode(&mut self, value: &[u8]) -> Result<Bytes, DecodeError> {
         match self {
-            ValueFormat::Raw => Ok(Bytes::copy_from_slice(value)),
+            ValueFormat::ConfluentAvro(decoder) => decoder.decode(value).map(Bytes::from),
+            _ => self.decode_plain(value).map_err(DecodeError::Invalid),
+        }
+    }
+
+    /// The formats that need nothing but the bytes.
+    fn decode_plain(&self, value: &[u8]) -> Result<Bytes, String> {
+        match self {
+            ValueFormat::Raw | ValueFormat::ConfluentAvro(_) => Ok(Bytes::copy_from_slice(value)),
             ValueFormat::Json => match serde_json::from_slice::<serde::de::IgnoredAny>(value) {
                 Ok(_) => Ok(Bytes::copy_from_slice(value)),
                 Err(error) => Err(format!("invalid JSON value: {error}")),
@@ -61,6 +75,7 @@ mod tests {
             ValueFormat::Json
                 .decode(b"{oops")
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid JSON value")
         );
         let schema = apache_avro::Schema::parse_str(
@@ -71,11 +86,12 @@ mod tests {
         record.put("n", 7i64);
         record.put("s", "x");
         let datum = apache_avro::to_avro_datum(&schema, record).unwrap();
-        let avro = ValueFormat::Avro(Box::new(schema));
+        let mut avro = ValueFormat::Avro(Box::new(schema));
         assert_eq!(avro.decode(&datum).unwrap().as_ref(), br#"{"n":7,"s":"x"}"#);
         assert!(
             avro.decode(&[0xff])
                 .unwrap_err()
+                .to_string()
                 .starts_with("invalid Avro value")
         );
     }

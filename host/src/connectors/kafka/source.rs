@@ -1,6 +1,7 @@
 //! The Kafka source.
 
 use super::{ValueFormat, client_config};
+use crate::connectors::schema_registry::DecodeError;
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, into_dead_letter};
@@ -326,14 +327,16 @@ impl KafkaSource {
 }
 
 /// Turns a Kafka message into a record, with the reason it must be
-/// dead-lettered if its value is invalid (the record then keeps the raw value).
+/// dead-lettered if its value is invalid (the record then keeps the raw
+/// value); `Err` when the value cannot be decoded now (its schema registry
+/// is unreachable).
 fn to_record(
     topics: &mut HashMap<String, Arc<str>>,
-    format: &ValueFormat,
+    format: &mut ValueFormat,
     timestamp_field: Option<&str>,
     message: &BorrowedMessage<'_>,
-) -> (Record, Option<String>) {
-    {
+) -> Result<(Record, Option<String>), String> {
+    Ok({
         let source = SourcePosition {
             topic: intern(topics, message.topic()),
             partition: message.partition(),
@@ -359,7 +362,7 @@ fn to_record(
             source,
         };
         if message.payload().is_none() && !matches!(format, ValueFormat::Raw) {
-            return (record, Some("record has no value (tombstone)".to_string()));
+            return Ok((record, Some("record has no value (tombstone)".to_string())));
         }
         match format.decode(&raw) {
             Ok(value) => {
@@ -374,19 +377,20 @@ fn to_record(
                         Ok(time) => record.event_time = Some(time),
                         Err(reason) => {
                             record.value = raw;
-                            return (record, Some(reason));
+                            return Ok((record, Some(reason)));
                         }
                     }
                 } else if let Some(Err(reason)) = record.event_time.map(check_event_time) {
                     // A producer may set any record timestamp.
                     record.value = raw;
-                    return (record, Some(reason));
+                    return Ok((record, Some(reason)));
                 }
                 (record, None)
             }
-            Err(reason) => (record, Some(reason)),
+            Err(DecodeError::Invalid(reason)) => (record, Some(reason)),
+            Err(DecodeError::Unavailable(why)) => return Err(why),
         }
-    }
+    })
 }
 
 impl Source for KafkaSource {
@@ -441,12 +445,17 @@ impl Source for KafkaSource {
             );
             *read_per_partition.entry(key.clone()).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
-            match to_record(
+            let decoded = to_record(
                 &mut self.topics,
-                &self.options.value_format,
+                &mut self.options.value_format,
                 self.options.timestamp_field.as_deref(),
                 &message,
-            ) {
+            )
+            .map_err(|message| DataflowError::Source {
+                name: self.name.clone(),
+                message,
+            })?;
+            match decoded {
                 (record, None) => batch.records.push(record),
                 (record, Some(reason)) => {
                     batch
