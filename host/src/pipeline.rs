@@ -725,6 +725,7 @@ fn build_source(
                                 loaded.config.pipeline.tenant, loaded.config.pipeline.name
                             )
                         }),
+                        bounded: k.bounded,
                     },
                     metrics.source_partitions.clone(),
                 )

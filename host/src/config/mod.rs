@@ -392,6 +392,10 @@ pub struct KafkaSourceConfig {
     /// Longest wait for records in one poll, ms.
     #[serde(default = "default_poll_timeout_ms")]
     pub poll_timeout_ms: u64,
+    /// Read up to the end offsets the topics have at start-up, then end
+    /// (a bounded read: backfills, examples); default: run until stopped.
+    #[serde(default)]
+    pub bounded: bool,
 }
 
 /// `start` of a Kafka source.

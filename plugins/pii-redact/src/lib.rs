@@ -2,15 +2,24 @@
 //! becomes `a***@example.com`) and card numbers (13 to 19 digits, spaces or
 //! dashes allowed, all but the last four digits become `*`), wherever they
 //! appear in a string, in any field.
+//!
+//! Config: `copy_to` (optional) names a side output that also receives
+//! every redacted record (a tee: e.g. the Silver table beside a window
+//! that aggregates the same stream).
 
 use serde_json::Value;
-use sluice_sdk::{Config, Emitter, Record, Transform, export_transform, host};
+use sluice_sdk::{Config, Emitter, Output, Record, Transform, export_transform, host};
 
-struct PiiRedact;
+struct PiiRedact {
+    /// A side output that also receives every redacted record.
+    copy_to: Option<String>,
+}
 
 impl Transform for PiiRedact {
-    fn init(_config: &Config) -> Result<Self, String> {
-        Ok(PiiRedact)
+    fn init(config: &Config) -> Result<Self, String> {
+        Ok(PiiRedact {
+            copy_to: config.get("copy_to").map(str::to_string),
+        })
     }
 
     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
@@ -19,7 +28,19 @@ impl Transform for PiiRedact {
         if redactions > 0 {
             host::counter_add("redactions", redactions);
         }
-        out.emit_json(&value)
+        let bytes = serde_json::to_vec(&value).map_err(|e| format!("cannot encode JSON: {e}"))?;
+        if let Some(side) = &self.copy_to {
+            let mut copy = Output::value(&bytes);
+            if let Some(key) = record.key() {
+                copy = copy.key(key);
+            }
+            if let Some(time) = record.event_time() {
+                copy = copy.event_time(time);
+            }
+            out.side(side, copy);
+        }
+        out.emit_value(&bytes);
+        Ok(())
     }
 }
 

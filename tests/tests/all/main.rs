@@ -4,6 +4,7 @@
 //! dozen). `kafka_broker_restart` stays apart: it restarts the shared
 //! broker.
 
+mod bronze_to_silver;
 mod build_routes;
 mod conformance;
 mod dead_letters;

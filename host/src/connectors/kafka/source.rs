@@ -55,6 +55,10 @@ pub struct KafkaSourceOptions {
     /// with the same id takes its predecessor's partitions at once, with no
     /// rebalance and no wait for the session to time out.
     pub group_instance_id: Option<String>,
+    /// Read only up to the end offsets the topics have at start-up, then
+    /// end (a bounded read, as Flink's `setBounded(latest)`): backfills,
+    /// examples and tests that must finish.
+    pub bounded: bool,
 }
 
 /// Partitions revoked during a poll, reported by the rebalance callback
@@ -237,6 +241,9 @@ pub struct KafkaSource {
     pending: BTreeMap<u64, BTreeMap<(Arc<str>, i32), i64>>,
     /// Records read and lag per partition.
     partitions: Arc<PartitionMetrics>,
+    /// With `bounded`: where each partition ended at start-up
+    /// (low and high watermark).
+    end_offsets: Option<Watermarks>,
 }
 
 impl KafkaSource {
@@ -286,10 +293,16 @@ impl KafkaSource {
             })
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
+        let end_offsets = if options.bounded {
+            Some(end_offsets(&consumer, &topics).map_err(error)?)
+        } else {
+            None
+        };
         consumer
             .subscribe(&topics)
             .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
         Ok(KafkaSource {
+            end_offsets,
             name,
             consumer,
             rebalances,
@@ -324,6 +337,40 @@ impl KafkaSource {
             }
         }
     }
+}
+
+/// The low and high watermark of each partition (topic, partition).
+type Watermarks = BTreeMap<(String, i32), (i64, i64)>;
+
+/// The low and high watermark of every partition of `topics` now.
+fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+) -> Result<Watermarks, String> {
+    let timeout = Duration::from_secs(30);
+    let mut ends = BTreeMap::new();
+    for topic in topics {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| format!("cannot read the partitions of `{topic}`: {e}"))?;
+        for found in metadata.topics() {
+            if let Some(error) = found.error() {
+                return Err(format!("topic `{topic}`: {error:?}"));
+            }
+            for partition in found.partitions() {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, partition.id(), timeout)
+                    .map_err(|e| {
+                        format!(
+                            "cannot read the end offset of `{topic}` [{}]: {e}",
+                            partition.id()
+                        )
+                    })?;
+                ends.insert((topic.to_string(), partition.id()), (low, high));
+            }
+        }
+    }
+    Ok(ends)
 }
 
 /// Turns a Kafka message into a record, with the reason it must be
@@ -393,6 +440,35 @@ fn to_record(
     })
 }
 
+impl KafkaSource {
+    /// With `bounded`: whether `offset` lies past the end of `partition`
+    /// of start-up.
+    fn beyond_bound(&self, topic: &str, partition: i32, offset: i64) -> bool {
+        self.end_offsets.as_ref().is_some_and(|ends| {
+            ends.get(&(topic.to_string(), partition))
+                .is_none_or(|(_, high)| offset >= *high)
+        })
+    }
+
+    /// With `bounded`: whether this member has read every partition up to
+    /// its end offset of start-up (every partition must be assigned to it).
+    fn reached_end(&self) -> bool {
+        let Some(ends) = &self.end_offsets else {
+            return false;
+        };
+        let Ok(positions) = self.consumer.position() else {
+            return false;
+        };
+        ends.iter().all(|((topic, partition), (low, high))| {
+            high <= low
+                || matches!(
+                    positions.find_partition(topic, *partition).map(|e| e.offset()),
+                    Some(rdkafka::Offset::Offset(position)) if position >= *high
+                )
+        })
+    }
+}
+
 impl Source for KafkaSource {
     fn name(&self) -> &str {
         &self.name
@@ -439,6 +515,10 @@ impl Source for KafkaSource {
                     continue;
                 }
             };
+            if self.beyond_bound(message.topic(), message.partition(), message.offset()) {
+                // Written after a bounded read started: not this run's.
+                continue;
+            }
             let key = (
                 intern(&mut self.topics, message.topic()),
                 message.partition(),
@@ -466,6 +546,9 @@ impl Source for KafkaSource {
         }
         for ((topic, partition), records) in read_per_partition {
             self.partitions.add_records(&topic, partition, records);
+        }
+        if batch.records.is_empty() && batch.dead_letters.is_empty() && self.reached_end() {
+            return Ok(None);
         }
         Ok(Some(batch))
     }
