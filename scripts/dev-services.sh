@@ -5,7 +5,10 @@
 # server (moto, from PyPI, in its own virtualenv) on 127.0.0.1:9000 for
 # checkpoint storage, and a real Confluent-compatible schema registry
 # (Apicurio Registry 2.6, from Maven Central, in memory, Java 17) on
-# 127.0.0.1:8081 (API base http://127.0.0.1:8081/apis/ccompat/v7).
+# 127.0.0.1:8081 (API base http://127.0.0.1:8081/apis/ccompat/v7), and
+# Apache Iceberg's REST catalog server (the reference implementation behind
+# the iceberg-rest-fixture image, from Maven Central, Java 17)
+# on 127.0.0.1:8181 with its warehouse in /tmp/sluice-rest-catalog.
 #
 #   scripts/dev-services.sh up       install if missing, start, wait until they answer
 #   scripts/dev-services.sh down     stop what this script started
@@ -35,6 +38,11 @@ REGISTRY_HOME="$CACHE/apicurio-registry-$REGISTRY_VERSION"
 REGISTRY_PORT=${SLUICE_REGISTRY_PORT:-8081}
 REGISTRY_DATA=${SLUICE_REGISTRY_DATA:-/tmp/sluice-registry}
 REGISTRY_PIDFILE="$REGISTRY_DATA/registry.pid"
+REST_VERSION=1.10.0
+REST_JAR="$CACHE/iceberg-rest-$REST_VERSION/iceberg-open-api-$REST_VERSION.jar"
+REST_PORT=${SLUICE_REST_CATALOG_PORT:-8181}
+REST_DATA=${SLUICE_REST_CATALOG_DATA:-/tmp/sluice-rest-catalog}
+REST_PIDFILE="$REST_DATA/rest.pid"
 
 java_cmd() {
   java -Xms256m -Xmx768m -XX:+UseG1GC \
@@ -159,9 +167,62 @@ registry_down() {
   rm -f "$REGISTRY_PIDFILE"
 }
 
+rest_running() {
+  [ -f "$REST_PIDFILE" ] && kill -0 "$(cat "$REST_PIDFILE")" 2>/dev/null
+}
+
+rest_answers() {
+  curl -sf "http://127.0.0.1:$REST_PORT/v1/config" >/dev/null 2>&1
+}
+
+# The Iceberg REST catalog: Apache Iceberg's RESTCatalogServer (a JDBC
+# catalog on a SQLite file behind the REST protocol; every `up` starts
+# empty).
+rest_up() {
+  if [ ! -f "$REST_JAR" ]; then
+    echo "dev-services: fetching Apache Iceberg's REST catalog server $REST_VERSION from Maven Central"
+    mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy \
+      -Dartifact="org.apache.iceberg:iceberg-open-api:$REST_VERSION" \
+      -DoutputDirectory="$(dirname "$REST_JAR")"
+  fi
+  if rest_running; then
+    echo "dev-services: REST catalog already running (pid $(cat "$REST_PIDFILE")) on 127.0.0.1:$REST_PORT"
+    return
+  fi
+  rm -rf "$REST_DATA"
+  mkdir -p "$REST_DATA/warehouse"
+  # A file, not SQLite's :memory: (one empty database per pooled
+  # connection: concurrent commits would not find the tables).
+  REST_PORT="$REST_PORT" CATALOG_WAREHOUSE="file://$REST_DATA/warehouse" \
+    CATALOG_URI="jdbc:sqlite:file:$REST_DATA/catalog.db" \
+    nohup java -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -jar "$REST_JAR" \
+    >"$REST_DATA/rest.log" 2>&1 &
+  echo $! >"$REST_PIDFILE"
+  for _ in $(seq 1 240); do
+    if rest_answers; then
+      echo "dev-services: Iceberg REST catalog $REST_VERSION up on 127.0.0.1:$REST_PORT (pid $(cat "$REST_PIDFILE"))"
+      return
+    fi
+    if ! rest_running; then
+      echo "dev-services: the REST catalog exited during start-up:"; tail -n 20 "$REST_DATA/rest.log"; exit 1
+    fi
+    sleep 0.25
+  done
+  echo "dev-services: the REST catalog did not answer within 60 s"; exit 1
+}
+
+rest_down() {
+  if rest_running; then
+    kill "$(cat "$REST_PIDFILE")" 2>/dev/null || true
+    echo "dev-services: REST catalog stopped"
+  fi
+  rm -f "$REST_PIDFILE"
+}
+
 up() {
   s3_up
   registry_up
+  rest_up
   install
   if running; then
     echo "dev-services: Kafka already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"
@@ -235,6 +296,7 @@ restart() {
 down() {
   s3_down
   registry_down
+  rest_down
   kafka_down
 }
 
@@ -265,6 +327,11 @@ status() {
     echo "dev-services: schema registry up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
   else
     echo "dev-services: schema registry down"
+  fi
+  if rest_running && rest_answers; then
+    echo "dev-services: Iceberg REST catalog up on 127.0.0.1:$REST_PORT (pid $(cat "$REST_PIDFILE"))"
+  else
+    echo "dev-services: Iceberg REST catalog down"
   fi
   if running && answers; then
     echo "dev-services: Kafka up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"

@@ -3,17 +3,27 @@ check Sluice's tables with. Prints one JSON document: the table's rows and
 its snapshots' summaries in commit order.
 
     read_iceberg.py CATALOG_NAME CATALOG_DB WAREHOUSE_URI TABLE
+
+CATALOG_DB is a SQLite file of the SQL catalog, or the http:// URI of a
+REST catalog (WAREHOUSE_URI is then passed as its warehouse, if not empty).
 """
 
 import json
 import sys
 
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
 
 def main() -> None:
     name, database, warehouse, table_name = sys.argv[1:5]
-    catalog = SqlCatalog(name, uri=f"sqlite:///{database}", warehouse=warehouse)
+    if database.startswith(("http://", "https://")):
+        properties = {"uri": database}
+        if warehouse:
+            properties["warehouse"] = warehouse
+        catalog = RestCatalog(name, **properties)
+    else:
+        catalog = SqlCatalog(name, uri=f"sqlite:///{database}", warehouse=warehouse)
     table = catalog.load_table(table_name)
     rows = table.scan().to_arrow().to_pylist()
     snapshots = [

@@ -720,11 +720,30 @@ pub fn tools_python() -> String {
 /// `warehouse`: `{"rows": [...], "snapshots": [{"summary": ...}, ...] (in
 /// commit order), "files": [...]}`.
 pub fn read_iceberg_table(catalog_db: &Path, warehouse: &Path, table: &str) -> serde_json::Value {
+    read_iceberg(
+        &catalog_db.display().to_string(),
+        &format!("file://{}", warehouse.display()),
+        table,
+    )
+}
+
+/// What pyiceberg sees in `table` of the REST catalog at `uri`.
+pub fn read_iceberg_rest_table(uri: &str, table: &str) -> serde_json::Value {
+    read_iceberg(uri, "", table)
+}
+
+/// The URI of the Iceberg REST catalog that `scripts/dev-services.sh up`
+/// starts (or `$SLUICE_REST_CATALOG_URI`).
+pub fn rest_catalog_uri() -> String {
+    std::env::var("SLUICE_REST_CATALOG_URI").unwrap_or_else(|_| "http://127.0.0.1:8181".into())
+}
+
+fn read_iceberg(catalog: &str, warehouse: &str, table: &str) -> serde_json::Value {
     let output = std::process::Command::new(tools_python())
         .arg(repo_root().join("tests/python/read_iceberg.py"))
         .arg("sluice")
-        .arg(catalog_db)
-        .arg(format!("file://{}", warehouse.display()))
+        .arg(catalog)
+        .arg(warehouse)
         .arg(table)
         .output()
         .unwrap_or_else(|e| panic!("running pyiceberg ({}): {e}", tools_python()));

@@ -997,6 +997,36 @@ impl LoadedConfig {
                     .map(|(name, sink)| (format!("side_outputs.{name}"), sink)),
             );
         for (name, sink) in sinks {
+            if let SinkConfig::Iceberg(iceberg) = sink {
+                match (&iceberg.catalog, &iceberg.rest, &iceberg.warehouse) {
+                    (Some(_), Some(_), _) | (None, None, _) => {
+                        return Err(self.error_at(
+                            &format!("{name}.iceberg"),
+                            "give `catalog` (a SQLite file) or `rest = { uri = \"..\" }`, one of them",
+                        ));
+                    }
+                    (Some(_), None, None) => {
+                        return Err(self.error_at(
+                            &format!("{name}.iceberg"),
+                            "a SQLite catalog needs `warehouse` (a directory or s3://bucket/prefix)",
+                        ));
+                    }
+                    _ => {}
+                }
+                if iceberg.avro_schema.is_some() && !iceberg.columns.is_empty() {
+                    return Err(self.error_at(
+                        &format!("{name}.iceberg.avro_schema"),
+                        "give `columns` or `avro_schema`, not both",
+                    ));
+                }
+                if let Some(schema) = &iceberg.avro_schema {
+                    let schema =
+                        self.avro_schema(&format!("{name}.iceberg.avro_schema"), schema)?;
+                    crate::connectors::iceberg::columns_from_avro(&schema).map_err(|why| {
+                        self.error_at(&format!("{name}.iceberg.avro_schema"), why)
+                    })?;
+                }
+            }
             if let SinkConfig::Kafka {
                 partition,
                 transaction_timeout_ms,

@@ -234,6 +234,147 @@ fn a_missing_catalog_or_an_unwritable_warehouse_stops_the_pipeline_at_start_up()
     assert!(error.contains("no-such-bucket"), "{error}");
 }
 
+/// The same sink against a REST catalog (Apache Iceberg's reference
+/// server from the dev services), read back through the same catalog by
+/// pyiceberg; a REST catalog that does not answer stops the pipeline at
+/// start-up.
+#[test]
+fn rows_reach_a_table_of_a_rest_catalog_and_pyiceberg_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = write_orders(dir.path(), 500);
+    let namespace = format!("rest_{}", std::process::id());
+    let rest = |uri: &str| {
+        pipeline(dir.path(), COLUMNS)
+            .replace(
+                &format!(
+                    "catalog = \"{dir}/catalog.db\"\nwarehouse = \"{dir}/warehouse\"\nnamespace = \"silver\"",
+                    dir = dir.path().display()
+                ),
+                &format!("rest = {{ uri = \"{uri}\" }}\nnamespace = \"{namespace}\""),
+            )
+    };
+    let text = rest(&sluice_tests::rest_catalog_uri());
+    assert!(text.contains("rest = {"), "{text}");
+    let (_, snapshot) = run_pipeline_to_end(&text, WAIT);
+    assert_eq!(snapshot.dead_letters, 2, "{snapshot:?}");
+    let table = sluice_tests::read_iceberg_rest_table(
+        &sluice_tests::rest_catalog_uri(),
+        &format!("{namespace}.orders"),
+    );
+    let mut ids: Vec<i64> = table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = valid.iter().map(|o| o["id"].as_i64().unwrap()).collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    let checkpoints = iceberg_checkpoints(&table);
+    assert!(!checkpoints.is_empty());
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] < w[1]),
+        "{checkpoints:?}"
+    );
+
+    // Nothing listens on port 9: a missing catalog.
+    let error = start_up_error(dir.path(), &rest("http://127.0.0.1:9"));
+    assert!(error.contains("field `sink.iceberg`"), "{error}");
+    assert!(
+        error.contains("the REST catalog http://127.0.0.1:9 does not answer"),
+        "{error}"
+    );
+}
+
+/// Another writer appends to the same table (through the REST catalog)
+/// while the pipeline commits a snapshot every few milliseconds: commits
+/// that lose the race are retried on the refreshed table, and both writers'
+/// rows are there exactly once.
+#[test]
+fn commits_racing_another_writer_are_retried_and_nothing_is_lost_or_doubled() {
+    let dir = tempfile::tempdir().unwrap();
+    let namespace = format!("race_{}", std::process::id());
+    let uri = sluice_tests::rest_catalog_uri();
+    // Paced generated orders (about 4 s), a checkpoint every 10 ms: a
+    // snapshot commit every few milliseconds for the other writer to race.
+    let count = 8_000;
+    let text = format!(
+        r#"
+[pipeline]
+name = "race"
+batch_size = 16
+
+[checkpoints]
+storage = "{dir}/checkpoints"
+interval_ms = 10
+
+[source.generator]
+profile = "bronze"
+count = {count}
+rate = 2000
+invalid_ratio = 0.0
+duplicate_ratio = 0.0
+
+[sink.iceberg]
+rest = {{ uri = "{uri}" }}
+namespace = "{namespace}"
+table = "orders"
+columns = [
+  {{ name = "event_id", type = "string", required = true }},
+  {{ name = "user_id", type = "long" }},
+  {{ name = "ts", type = "timestamptz" }},
+]
+"#,
+        dir = dir.path().display()
+    );
+    let table = format!("{namespace}.orders");
+    let other_writer = std::process::Command::new(sluice_tests::tools_python())
+        .arg(sluice_tests::repo_root().join("tests/python/append_iceberg.py"))
+        .args([&uri, &table, "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_, snapshot) = run_pipeline_to_end(&text, WAIT);
+    let output = other_writer.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "the other writer failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let other: Value = serde_json::from_slice(&output.stdout).unwrap();
+    eprintln!(
+        "other writer: {other}; pipeline checkpoints: {}; last: {:?}",
+        snapshot.checkpoints.completed,
+        snapshot.checkpoints.last()
+    );
+
+    let read = sluice_tests::read_iceberg_rest_table(&uri, &table);
+    let rows = read["rows"].as_array().unwrap();
+    let ours: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|row| row["event_id"].as_str())
+        .filter(|id| id.starts_with("evt-"))
+        .collect();
+    let theirs = rows
+        .iter()
+        .filter(|row| {
+            row["event_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("other-"))
+        })
+        .count();
+    assert_eq!(ours.len(), count, "every generated order once");
+    assert_eq!(theirs, 60, "every row of the other writer once");
+    assert_eq!(rows.len(), count + 60, "nothing doubled");
+    let checkpoints = iceberg_checkpoints(&read);
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] < w[1]),
+        "{checkpoints:?}"
+    );
+}
+
 /// Dead letters into a Bronze dead-letter table: the payload as it came
 /// in, the reason, where it came from and the `late_arrival` flag as
 /// columns.

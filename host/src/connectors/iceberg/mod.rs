@@ -38,14 +38,17 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub struct IcebergSinkConfig {
     /// The SQL catalog's SQLite file (relative to the pipeline file),
-    /// created if missing.
-    pub catalog: PathBuf,
+    /// created if missing. Give this or `rest`.
+    pub catalog: Option<PathBuf>,
+    /// An Iceberg REST catalog instead of the SQLite one.
+    pub rest: Option<RestCatalogConfig>,
     /// The catalog's name (readers must use the same one).
     #[serde(default = "default_catalog_name")]
     pub catalog_name: String,
     /// Where table data goes: a directory (relative to the pipeline file)
-    /// or `s3://bucket/prefix`.
-    pub warehouse: String,
+    /// or `s3://bucket/prefix`. With `rest`, the warehouse the catalog
+    /// knows (optional: the server may have a default).
+    pub warehouse: Option<String>,
     /// The table's namespace (dots separate levels).
     pub namespace: String,
     /// The table's name.
@@ -80,6 +83,26 @@ pub struct IcebergSinkConfig {
     /// environment variables).
     #[serde(default)]
     pub s3: S3Options,
+}
+
+/// `rest = { uri = ".." }` of an Iceberg sink: a catalog speaking the
+/// Iceberg REST protocol (Polaris, Gravitino, Lakekeeper, Nessie,
+/// Unity, Apache's reference server).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestCatalogConfig {
+    /// The catalog's base URI (`http://host:8181`).
+    pub uri: String,
+    /// Environment variable holding a bearer token, if the catalog wants
+    /// one.
+    pub token_env: Option<String>,
+    /// Environment variable holding an OAuth2 client credential
+    /// (`client_id:client_secret`), if the catalog wants one.
+    pub credential_env: Option<String>,
+    /// Further catalog properties, as iceberg-rust's REST catalog takes
+    /// them (e.g. `prefix`, `oauth2-server-uri`, `scope`).
+    #[serde(default)]
+    pub properties: std::collections::BTreeMap<String, String>,
 }
 
 /// `[sink.iceberg] rows`.
@@ -240,7 +263,9 @@ impl IcebergSinkConfig {
 
     /// The partition spec of `partition`, bound to `schema`'s field ids.
     pub fn partition_spec(&self, schema: &Schema) -> Result<UnboundPartitionSpec, String> {
-        let mut spec = UnboundPartitionSpec::builder();
+        // The first spec of a new table: id 0 (REST catalogs want the id
+        // spelled out).
+        let mut spec = UnboundPartitionSpec::builder().with_spec_id(0);
         for text in &self.partition {
             let (transform, column, name) = parse_partition_field(text)?;
             let field = schema
@@ -353,20 +378,37 @@ pub(crate) async fn open_catalog(
     config: &IcebergSinkConfig,
     base: &std::path::Path,
 ) -> Result<Arc<dyn Catalog>, IcebergSetupError> {
-    let catalog_path = if config.catalog.is_absolute() {
-        config.catalog.clone()
-    } else {
-        base.join(&config.catalog)
-    };
+    match (&config.catalog, &config.rest) {
+        (Some(path), None) => open_sql_catalog(config, path, base).await,
+        (None, Some(rest)) => open_rest_catalog(config, rest).await,
+        _ => Err(IcebergSetupError(
+            "give `catalog` (a SQLite file) or `rest = { uri = \"..\" }`, one of them".into(),
+        )),
+    }
+}
+
+/// The SQL catalog on the SQLite file `path`, created if missing, with its
+/// warehouse.
+async fn open_sql_catalog(
+    config: &IcebergSinkConfig,
+    path: &std::path::Path,
+    base: &std::path::Path,
+) -> Result<Arc<dyn Catalog>, IcebergSetupError> {
+    let catalog_path = base.join(path);
     if let Some(parent) = catalog_path.parent() {
         std::fs::create_dir_all(parent).map_err(|error| {
             IcebergSetupError(format!("cannot create {}: {error}", parent.display()))
         })?;
     }
-    let warehouse = if config.warehouse.contains("://") {
-        config.warehouse.clone()
+    let Some(warehouse) = &config.warehouse else {
+        return Err(IcebergSetupError(
+            "a SQLite catalog needs `warehouse` (a directory or s3://bucket/prefix)".into(),
+        ));
+    };
+    let warehouse = if warehouse.contains("://") {
+        warehouse.clone()
     } else {
-        let path = base.join(&config.warehouse);
+        let path = base.join(warehouse);
         std::fs::create_dir_all(&path).map_err(|error| {
             IcebergSetupError(format!(
                 "cannot create warehouse {}: {error}",
@@ -399,6 +441,50 @@ pub(crate) async fn open_catalog(
                 catalog_path.display()
             ))
         })?;
+    Ok(Arc::new(catalog))
+}
+
+/// A REST catalog client; the catalog is asked for its configuration now,
+/// so that a catalog that does not answer stops the pipeline at start-up.
+async fn open_rest_catalog(
+    config: &IcebergSinkConfig,
+    rest: &RestCatalogConfig,
+) -> Result<Arc<dyn Catalog>, IcebergSetupError> {
+    let mut props: HashMap<String, String> = rest.properties.clone().into_iter().collect();
+    props.insert("uri".into(), rest.uri.clone());
+    if let Some(warehouse) = &config.warehouse {
+        props.insert("warehouse".into(), warehouse.clone());
+    }
+    for (variable, property) in [
+        (&rest.token_env, "token"),
+        (&rest.credential_env, "credential"),
+    ] {
+        if let Some(variable) = variable {
+            let value = std::env::var(variable).map_err(|_| {
+                IcebergSetupError(format!("environment variable `{variable}` is not set"))
+            })?;
+            props.insert(property.into(), value);
+        }
+    }
+    props.extend(s3_properties(&config.s3));
+    let catalog = iceberg_catalog_rest::RestCatalogBuilder::default()
+        .with_storage_factory(Arc::new(
+            iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
+        ))
+        .load(&config.catalog_name, props)
+        .await
+        .map_err(|error| {
+            IcebergSetupError(format!(
+                "cannot open the REST catalog {}: {error}",
+                rest.uri
+            ))
+        })?;
+    catalog.list_namespaces(None).await.map_err(|error| {
+        IcebergSetupError(format!(
+            "the REST catalog {} does not answer: {error}",
+            rest.uri
+        ))
+    })?;
     Ok(Arc::new(catalog))
 }
 

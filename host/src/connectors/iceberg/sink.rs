@@ -544,6 +544,10 @@ impl Shared {
     }
 }
 
+/// Attempts at committing one checkpoint before the run fails (a restore
+/// then commits it, again only if the table does not hold it).
+const COMMIT_ATTEMPTS: u32 = 5;
+
 /// Commits an [`IcebergSink`]'s checkpoints.
 struct IcebergCommitter {
     shared: Arc<Shared>,
@@ -554,11 +558,24 @@ impl Committer for IcebergCommitter {
         &self.shared.name
     }
 
+    /// Commits, retrying a failed attempt (an error or a lost answer) a few
+    /// times with backoff. Each attempt first reads the table again and
+    /// skips the commit if the table holds the checkpoint: an attempt whose
+    /// outcome is unknown is never assumed to have failed or succeeded.
     fn commit(&self, checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
-        self.shared.commit(
-            Some(checkpoint),
-            &parse_committable(self.name(), committable)?,
-        )
+        let pre_commit = parse_committable(self.name(), committable)?;
+        let mut backoff = std::time::Duration::from_millis(50);
+        for _ in 1..COMMIT_ATTEMPTS {
+            match self.shared.commit(Some(checkpoint), &pre_commit) {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    tracing::warn!(sink = %self.name(), checkpoint, %error, "Iceberg commit failed; reading the table again and retrying");
+                    std::thread::sleep(backoff);
+                    backoff *= 2;
+                }
+            }
+        }
+        self.shared.commit(Some(checkpoint), &pre_commit)
     }
 
     fn restore(&self, restored: Option<(u64, &Committable)>) -> Result<(), CommitError> {
