@@ -9,6 +9,7 @@ REST catalog (WAREHOUSE_URI is then passed as its warehouse, if not empty).
 """
 
 import json
+import os
 import sys
 
 from pyiceberg.catalog.rest import RestCatalog
@@ -23,7 +24,18 @@ def main() -> None:
             properties["warehouse"] = warehouse
         catalog = RestCatalog(name, **properties)
     else:
-        catalog = SqlCatalog(name, uri=f"sqlite:///{database}", warehouse=warehouse)
+        properties = {"uri": f"sqlite:///{database}", "warehouse": warehouse}
+        if warehouse.startswith("s3://"):
+            # The test S3 server (moto) and its credentials.
+            properties.update(
+                {
+                    "s3.endpoint": os.environ.get("SLUICE_S3_ENDPOINT", "http://127.0.0.1:9000"),
+                    "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", "sluice-test"),
+                    "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", "sluice-test"),
+                    "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+                }
+            )
+        catalog = SqlCatalog(name, **properties)
     table = catalog.load_table(table_name)
     rows = table.scan().to_arrow().to_pylist()
     snapshots = [

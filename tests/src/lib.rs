@@ -727,6 +727,13 @@ pub fn read_iceberg_table(catalog_db: &Path, warehouse: &Path, table: &str) -> s
     )
 }
 
+/// What pyiceberg sees in `table` of the SQL catalog `catalog_db` whose
+/// warehouse is `warehouse` (e.g. `s3://bucket/prefix` on the test S3
+/// server).
+pub fn read_iceberg_table_at(catalog_db: &Path, warehouse: &str, table: &str) -> serde_json::Value {
+    read_iceberg(&catalog_db.display().to_string(), warehouse, table)
+}
+
 /// What pyiceberg sees in `table` of the REST catalog at `uri`.
 pub fn read_iceberg_rest_table(uri: &str, table: &str) -> serde_json::Value {
     read_iceberg(uri, "", table)

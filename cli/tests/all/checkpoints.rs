@@ -101,6 +101,41 @@ path = "out/dead-letters.jsonl"
         )
     }
 
+    /// Every data file in the warehouse is referenced by the table: the
+    /// files a killed run wrote for a checkpoint that never completed were
+    /// removed by the restore.
+    fn assert_no_orphan_data_files(&self) {
+        let table = self.iceberg_table();
+        let referenced: std::collections::BTreeSet<String> = table["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .filter_map(|f| f.as_str())
+            .map(|f| {
+                f.trim_start_matches("file://")
+                    .trim_start_matches("file:")
+                    .to_string()
+            })
+            .collect();
+        let mut on_disk = std::collections::BTreeSet::new();
+        let mut pending = vec![self.dir.path().join("out/warehouse")];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.extension().is_some_and(|e| e == "parquet") {
+                    on_disk.insert(path.to_string_lossy().into_owned());
+                }
+            }
+        }
+        let orphans: Vec<&String> = on_disk.difference(&referenced).collect();
+        assert!(
+            orphans.is_empty(),
+            "data files no snapshot references: {orphans:?}"
+        );
+    }
+
     /// Changes `workers` in the pipeline file (between runs).
     fn set_workers(&self, workers: usize) {
         let text = std::fs::read_to_string(self.pipeline()).expect("read pipeline");
@@ -433,6 +468,9 @@ fn failpoints_recover(iceberg: bool, failpoints: &[&str]) {
             "{failpoint}: dead letters differ"
         );
         job.assert_storage_is_clean();
+        if iceberg {
+            job.assert_no_orphan_data_files();
+        }
     }
 }
 

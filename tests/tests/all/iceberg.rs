@@ -287,6 +287,70 @@ fn rows_reach_a_table_of_a_rest_catalog_and_pyiceberg_reads_them() {
     );
 }
 
+/// A warehouse on S3 (the dev services' S3 server): the table is read back
+/// from S3 by pyiceberg, and on restore a data file of this sink that no
+/// snapshot references (as a crash leaves behind) is deleted while another
+/// writer's file is left alone.
+#[test]
+fn an_s3_warehouse_is_written_read_back_and_cleaned_of_orphans_on_restore() {
+    use sluice_host::checkpoint::CheckpointStorage as _;
+    sluice_tests::s3::use_test_credentials();
+    let dir = tempfile::tempdir().unwrap();
+    let valid = write_orders(dir.path(), 300);
+    let bucket = format!("iceberg-{}", std::process::id());
+    sluice_tests::s3::create_bucket(&bucket);
+    let warehouse = format!("s3://{bucket}/warehouse");
+    let text = pipeline(dir.path(), COLUMNS).replace(
+        &format!("warehouse = \"{}/warehouse\"", dir.path().display()),
+        &format!(
+            "warehouse = \"{warehouse}\"\ns3 = {{ endpoint = \"{}\", region = \"us-east-1\" }}",
+            sluice_tests::s3::endpoint()
+        ),
+    );
+    let (_, snapshot) = run_pipeline_to_end(&text, WAIT);
+    assert_eq!(snapshot.dead_letters, 2, "{snapshot:?}");
+    let table = sluice_tests::read_iceberg_table_at(
+        &dir.path().join("catalog.db"),
+        &warehouse,
+        "silver.orders",
+    );
+    assert_eq!(table["rows"].as_array().unwrap().len(), valid.len());
+    let files: Vec<&str> = table["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        files
+            .iter()
+            .all(|f| f.starts_with(&format!("{warehouse}/"))),
+        "{files:?}"
+    );
+
+    // What a crash leaves: a file of this sink no snapshot references.
+    let name = files[0].rsplit('/').next().unwrap();
+    let tag: Vec<&str> = name.splitn(3, '-').take(2).collect();
+    let data = sluice_tests::s3::storage(&bucket, "warehouse/silver/orders/data");
+    let orphan = format!("{}-crashed-9-00001.parquet", tag.join("-"));
+    data.put(&orphan, b"never committed").unwrap();
+    data.put("other-writer-00001.parquet", b"not ours").unwrap();
+    let (_, again) = run_pipeline_to_end(&text, WAIT);
+    assert_eq!(again.records_in, 0, "{again:?}");
+    let keys = data.list("").unwrap();
+    assert!(!keys.contains(&orphan), "{keys:?}");
+    assert!(
+        keys.contains(&"other-writer-00001.parquet".to_string()),
+        "{keys:?}"
+    );
+    let after = sluice_tests::read_iceberg_table_at(
+        &dir.path().join("catalog.db"),
+        &warehouse,
+        "silver.orders",
+    );
+    assert_eq!(after["rows"].as_array().unwrap().len(), valid.len());
+}
+
 /// Another writer appends to the same table (through the REST catalog)
 /// while the pipeline commits a snapshot every few milliseconds: commits
 /// that lose the race are retried on the refreshed table, and both writers'

@@ -19,7 +19,10 @@
 //!   names the tenant, pipeline, sink and checkpoint id, and a commit whose
 //!   checkpoint the table already holds is skipped — so a commit repeated
 //!   by a restore is applied exactly once whatever the crash point.
+//! * Orphans ([`orphans`]): data files a crash left behind (written for a
+//!   checkpoint that never completed) are deleted on restore.
 
+mod orphans;
 mod rows;
 mod sink;
 

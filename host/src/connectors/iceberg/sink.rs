@@ -69,6 +69,19 @@ struct Identity {
     sink: String,
 }
 
+impl Identity {
+    /// A short tag of the identity that starts the names of this sink's
+    /// data files (`sluice-<tag>-<open id>-<epoch>-...`), so that files
+    /// left behind by a crash can be told from other writers' files.
+    fn file_tag(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(
+            format!("{}/{}/{}", self.tenant, self.pipeline, self.sink).as_bytes(),
+        );
+        hex::encode(&digest[..6])
+    }
+}
+
 /// What is shared by the sink and its committer.
 struct Shared {
     name: String,
@@ -76,6 +89,8 @@ struct Shared {
     runtime: tokio::runtime::Runtime,
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
+    /// S3 settings of the warehouse (to list its data files).
+    s3: crate::checkpoint::s3::S3Options,
 }
 
 /// What the sink pre-commits for a checkpoint: its data files.
@@ -160,6 +175,7 @@ impl IcebergSink {
                 runtime,
                 catalog,
                 ident,
+                s3: config.s3.clone(),
             }),
             commits,
             row_source: config.rows,
@@ -213,7 +229,12 @@ impl IcebergSink {
             return Ok(());
         }
         let batch = self.rows.finish().map_err(|e| self.error(e))?;
-        let prefix = format!("sluice-{}-{}", self.open_id, self.epoch);
+        let prefix = format!(
+            "sluice-{}-{}-{}",
+            self.shared.identity.file_tag(),
+            self.open_id,
+            self.epoch
+        );
         let shared = self.shared.clone();
         let table = &self.table;
         let writer = &mut self.writer;
@@ -446,6 +467,44 @@ impl Shared {
         }
     }
 
+    /// Deletes this sink's data files that no snapshot references (see
+    /// [`super::orphans`]); run on restore, after the restored checkpoint
+    /// is committed, before anything new is written.
+    fn remove_orphans(&self) -> Result<(), CommitError> {
+        let table = self
+            .runtime
+            .block_on(self.catalog.load_table(&self.ident))
+            .map_err(|e| self.commit_error(format!("cannot load: {e}")))?;
+        let data = format!("{}/data", table.metadata().location().trim_end_matches('/'));
+        let prefix = format!("sluice-{}-", self.identity.file_tag());
+        let written = super::orphans::list_files(&data, &prefix, &self.s3)
+            .map_err(|e| self.commit_error(format!("listing data files: {e}")))?;
+        if written.is_empty() {
+            return Ok(());
+        }
+        let referenced = self
+            .runtime
+            .block_on(super::orphans::referenced_files(&table))
+            .map_err(|e| self.commit_error(format!("reading manifests: {e}")))?;
+        let file_io = table.file_io();
+        let mut removed = 0;
+        for path in written.iter().filter(|path| !referenced.contains(*path)) {
+            let location = match path.starts_with('/') {
+                true => format!("file://{path}"),
+                false => path.clone(),
+            };
+            self.runtime
+                .block_on(file_io.delete(&location))
+                .map_err(|e| self.commit_error(format!("deleting orphan {location}: {e}")))?;
+            tracing::info!(sink = %self.name, file = %location, "deleted a data file no snapshot references (left by a crash)");
+            removed += 1;
+        }
+        if removed > 0 {
+            tracing::info!(sink = %self.name, removed, "orphan data files deleted");
+        }
+        Ok(())
+    }
+
     /// The highest checkpoint of this sink the table holds.
     fn last_committed(&self, table: &Table) -> Option<u64> {
         table
@@ -582,9 +641,9 @@ impl Committer for IcebergCommitter {
         // The restored checkpoint's files are committed if the table does
         // not hold them yet; files of later, abandoned epochs are never
         // referenced by the table.
-        match restored {
-            Some((checkpoint, committable)) => self.commit(checkpoint, committable),
-            None => Ok(()),
+        if let Some((checkpoint, committable)) = restored {
+            self.commit(checkpoint, committable)?;
         }
+        self.shared.remove_orphans()
     }
 }
