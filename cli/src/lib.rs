@@ -7,10 +7,14 @@
 //! * [`try_plugin`]: `sluice plugin test` — run a component on sample records.
 //! * [`run`]: `sluice run` — run a pipeline file with progress and summary.
 //! * [`checkpoints`]: `sluice checkpoints list|show` — a pipeline's checkpoints.
+//! * [`serve`]: `sluice serve` — many tenants' pipelines behind a REST API.
+//! * [`client`]: `sluice deploy`, `sluice pipelines`, `sluice tenants` — its client.
 
 pub mod build;
 pub mod checkpoints;
+pub mod client;
 pub mod inspect;
 pub mod run;
 pub mod scaffold;
+pub mod serve;
 pub mod try_plugin;

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use sluice_cli::{build, checkpoints, inspect, run, scaffold, try_plugin};
+use sluice_cli::{build, checkpoints, client, inspect, run, scaffold, serve, try_plugin};
 use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::connectors::file::FileFormat;
 use sluice_host::runtime::CallMode;
@@ -49,6 +49,103 @@ enum Command {
     /// Build, scaffold, inspect and try plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Run a long-lived host for many tenants' pipelines, with a REST API.
+    Serve {
+        /// Where pipelines, plugins, checkpoints and tokens live.
+        #[arg(long, default_value = ".sluice/serve")]
+        state_dir: PathBuf,
+        /// The address to listen on (loopback unless TLS is given).
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: std::net::SocketAddr,
+        /// A PEM certificate chain: serve HTTPS (with --tls-key).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's PEM private key.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Allow plain HTTP on a non-loopback address.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Deploy a pipeline file to a `sluice serve` (its plugins are built
+    /// and uploaded).
+    Deploy {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List, show, stop, start and delete pipelines on a `sluice serve`.
+    #[command(subcommand)]
+    Pipelines(PipelinesCommand),
+    /// Manage tenants on a `sluice serve` (admin token).
+    #[command(subcommand)]
+    Tenants(TenantsCommand),
+}
+
+/// Where the server is, and how to answer.
+#[derive(clap::Args, Debug, Clone)]
+struct ServerArgs {
+    /// The server's URL (default: $SLUICE_SERVER, the config file, or http://127.0.0.1:7070).
+    #[arg(long)]
+    server: Option<String>,
+    /// The bearer token (default: $SLUICE_TOKEN or the config file).
+    #[arg(long)]
+    token: Option<String>,
+    /// JSON output for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum PipelinesCommand {
+    /// A line per pipeline.
+    Ls {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// A pipeline's state and counters.
+    Show {
+        /// The pipeline.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stop a pipeline (drain, final checkpoint).
+    Stop {
+        /// The pipeline.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Start a stopped pipeline (from its last checkpoint).
+    Start {
+        /// The pipeline.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stop and delete a pipeline.
+    Rm {
+        /// The pipeline.
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantsCommand {
+    /// Create a tenant (or add a token to one) and print its new token.
+    Create {
+        /// The tenant.
+        name: String,
+        /// Most pipelines it may have.
+        #[arg(long)]
+        max_pipelines: Option<usize>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -138,8 +235,88 @@ fn main() -> ExitCode {
     }
 }
 
+/// A client for `server`.
+fn client_for(server: &ServerArgs) -> Result<client::Client> {
+    client::Client::new(client::ClientConfig::resolve(
+        server.server.clone(),
+        server.token.clone(),
+    )?)
+}
+
+/// Stop, start or delete `name`; what to print.
+fn lifecycle(server: &ServerArgs, name: &str, action: &str) -> Result<String> {
+    let client = client_for(server)?;
+    let (method, path) = match action {
+        "rm" => (reqwest::Method::DELETE, format!("/api/v1/pipelines/{name}")),
+        other => (
+            reqwest::Method::POST,
+            format!("/api/v1/pipelines/{name}/{other}"),
+        ),
+    };
+    let operation = client.operation(method, &path, None)?;
+    Ok(match server.json {
+        true => operation.to_string(),
+        false => format!("pipeline `{name}`: {action} done"),
+    })
+}
+
 fn execute(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Serve {
+            state_dir,
+            listen,
+            tls_cert,
+            tls_key,
+            insecure,
+        } => {
+            let mut options = serve::ServeOptions::new(state_dir, listen).insecure(insecure);
+            if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
+                options = options.with_tls(cert, key);
+            }
+            serve::serve(options)?;
+        }
+        Command::Deploy { pipeline, server } => {
+            println!(
+                "{}",
+                client::deploy(&client_for(&server)?, &pipeline, server.json)?.trim_end()
+            );
+        }
+        Command::Pipelines(PipelinesCommand::Ls { server }) => {
+            print!("{}", client::list(&client_for(&server)?, server.json)?);
+        }
+        Command::Pipelines(PipelinesCommand::Show { name, server }) => {
+            println!(
+                "{}",
+                client::show(&client_for(&server)?, &name, server.json)?.trim_end()
+            );
+        }
+        Command::Pipelines(PipelinesCommand::Stop { name, server }) => {
+            println!("{}", lifecycle(&server, &name, "stop")?);
+        }
+        Command::Pipelines(PipelinesCommand::Start { name, server }) => {
+            println!("{}", lifecycle(&server, &name, "start")?);
+        }
+        Command::Pipelines(PipelinesCommand::Rm { name, server }) => {
+            println!("{}", lifecycle(&server, &name, "rm")?);
+        }
+        Command::Tenants(TenantsCommand::Create {
+            name,
+            max_pipelines,
+            server,
+        }) => {
+            let mut body = serde_json::json!({ "name": name });
+            if let Some(max) = max_pipelines {
+                body["limits"] = serde_json::json!({ "max_pipelines": max });
+            }
+            let answer = client_for(&server)?.post_json("/api/v1/tenants", &body)?;
+            match server.json {
+                true => println!("{answer}"),
+                false => println!(
+                    "tenant `{name}` token (shown once): {}",
+                    answer["token"].as_str().unwrap_or("?")
+                ),
+            }
+        }
         Command::Run {
             pipeline,
             quiet,

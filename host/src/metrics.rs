@@ -107,7 +107,7 @@ impl OperatorMetrics {
 }
 
 /// Counters of one topic-partition.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PartitionStats {
     /// Records read from it (sources) or delivered to it (sinks).
     pub records: u64,
@@ -191,7 +191,7 @@ pub struct PipelineMetrics {
 
 /// One completed checkpoint, as the progress line, the summary and the
 /// metrics endpoint report it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CheckpointRecord {
     /// Checkpoint id.
     pub id: u64,
@@ -246,7 +246,7 @@ impl CheckpointMetrics {
 }
 
 /// A copy of a pipeline's checkpoint counters.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct CheckpointSnapshot {
     /// Checkpoints published.
     pub completed: u64,
@@ -335,7 +335,7 @@ pub fn add(counter: &AtomicU64, delta: u64) {
 }
 
 /// A copy of an operator's counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OperatorSnapshot {
     /// Operator name.
     pub name: String,
@@ -380,7 +380,7 @@ impl OperatorSnapshot {
 }
 
 /// A copy of a pipeline's counters.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PipelineSnapshot {
     /// Records read.
     pub records_in: u64,

@@ -7,3 +7,4 @@ mod checkpoints;
 mod cli;
 mod kafka_exactly_once;
 mod kafka_processes;
+mod serve;

@@ -93,7 +93,20 @@ impl IncrementalUploader {
             } else {
                 format!("{SHARED_DIR}{}/chk-{id}/{name}", self.open_id)
             };
-            let bytes = storage.put_file(&object, &dir.join(&name))?;
+            let bytes = match storage.put_file(&object, &dir.join(&name)) {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    // Nothing will reference what this call uploaded (a run
+                    // whose snapshot directory vanished — a zombie whose
+                    // replacement cleaned up — fails here): remove it.
+                    for object in &uploaded.new_objects {
+                        let _ = storage.delete(object);
+                    }
+                    self.stored
+                        .retain(|_, (object, _)| !uploaded.new_objects.contains(object));
+                    return Err(error);
+                }
+            };
             uploaded.bytes += bytes;
             uploaded.count += 1;
             uploaded.new_objects.push(object.clone());
@@ -140,4 +153,33 @@ pub fn download(
         storage.get_to_file(&file.object, &dir.join(&file.name))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::storage::LocalStorage;
+
+    /// An upload that fails part-way (here: a "file" that cannot be read)
+    /// leaves nothing behind in the storage and forgets what it uploaded.
+    #[test]
+    fn a_failed_upload_removes_what_it_uploaded() {
+        let storage_dir = tempfile::tempdir().unwrap();
+        let storage = LocalStorage::new(storage_dir.path());
+        let snapshot = tempfile::tempdir().unwrap();
+        std::fs::write(snapshot.path().join("000001.sst"), b"sst one").unwrap();
+        std::fs::create_dir(snapshot.path().join("000002.sst")).unwrap();
+        let mut uploader = IncrementalUploader::new("open-a", &[]);
+        assert!(uploader.upload(&storage, snapshot.path(), 1).is_err());
+        assert!(
+            storage.list("").unwrap().is_empty(),
+            "{:?}",
+            storage.list("")
+        );
+        // Uploaded again next time, not taken as already stored.
+        std::fs::remove_dir(snapshot.path().join("000002.sst")).unwrap();
+        let uploaded = uploader.upload(&storage, snapshot.path(), 2).unwrap();
+        assert_eq!(uploaded.new_objects.len(), 1);
+        assert_eq!(storage.list("").unwrap().len(), 1);
+    }
 }

@@ -1,0 +1,290 @@
+//! The CLI as a client of `sluice serve`: `sluice deploy`, `sluice
+//! pipelines ...`, `sluice tenants create`.
+//!
+//! The server and token come from `--server`/`--token`, else the
+//! environment (`SLUICE_SERVER`, `SLUICE_TOKEN`), else the config file
+//! (`$SLUICE_CONFIG`, default `~/.config/sluice/config.toml`, with `server
+//! = ".."` and `token = ".."`).
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where the server is and who we are.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The server's base URL.
+    pub server: String,
+    /// The bearer token.
+    pub token: Option<String>,
+}
+
+impl ClientConfig {
+    /// From the flags, the environment or the config file, in that order.
+    pub fn resolve(server: Option<String>, token: Option<String>) -> Result<ClientConfig> {
+        let file = config_file_values()?;
+        let server = server
+            .or_else(|| std::env::var("SLUICE_SERVER").ok())
+            .or_else(|| {
+                file.as_ref()
+                    .and_then(|f| f.get("server")?.as_str().map(str::to_string))
+            })
+            .unwrap_or_else(|| "http://127.0.0.1:7070".to_string());
+        let token = token
+            .or_else(|| std::env::var("SLUICE_TOKEN").ok())
+            .or_else(|| {
+                file.as_ref()
+                    .and_then(|f| f.get("token")?.as_str().map(str::to_string))
+            });
+        Ok(ClientConfig {
+            server: server.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+}
+
+fn config_file_values() -> Result<Option<toml::Table>> {
+    let path = match std::env::var_os("SLUICE_CONFIG") {
+        Some(path) => PathBuf::from(path),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".config/sluice/config.toml"),
+            None => return Ok(None),
+        },
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(
+            toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?,
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// A blocking HTTP client for the API.
+pub struct Client {
+    config: ClientConfig,
+    http: reqwest::blocking::Client,
+}
+
+impl Client {
+    /// A client for `config`.
+    pub fn new(config: ClientConfig) -> Result<Client> {
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .context("creating the HTTP client")?;
+        Ok(Client { config, http })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+        let builder = self
+            .http
+            .request(method, format!("{}{path}", self.config.server));
+        match &self.config.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    /// Sends `request`; the JSON answer, or an error with the server's
+    /// message and status.
+    fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value> {
+        let response = request
+            .send()
+            .with_context(|| format!("cannot reach the server at {}", self.config.server))?;
+        let status = response.status();
+        let text = response.text().unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if !status.is_success() {
+            let message = body["error"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or(body.to_string());
+            bail!("the server answered {status}: {message}");
+        }
+        Ok(body)
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Result<Value> {
+        self.send(self.request(reqwest::Method::GET, path))
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post_json(&self, path: &str, body: &Value) -> Result<Value> {
+        self.send(self.request(reqwest::Method::POST, path).json(body))
+    }
+
+    /// Runs a long operation (`method path`, optional text body) and waits
+    /// until it is done; the idempotency key makes a retried request safe.
+    pub fn operation(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Value> {
+        let mut key = [0u8; 16];
+        getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let mut request = self
+            .request(method, path)
+            .header("Idempotency-Key", hex::encode(key));
+        if let Some(body) = body {
+            request = request
+                .header("Content-Type", "application/toml")
+                .body(body);
+        }
+        let started = self.send(request)?;
+        let id = started["id"]
+            .as_str()
+            .context("the server answered no operation id")?
+            .to_string();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let operation = self.get(&format!("/api/v1/operations/{id}"))?;
+            match operation["status"].as_str() {
+                Some("succeeded") => return Ok(operation),
+                Some("failed") => bail!(
+                    "{} failed: {}",
+                    operation["kind"].as_str().unwrap_or("the operation"),
+                    operation["error"].as_str().unwrap_or("no reason given")
+                ),
+                _ if Instant::now() > deadline => {
+                    bail!("operation {id} still pending after 5 minutes")
+                }
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Uploads a component; its digest.
+    pub fn upload_plugin(&self, component: &Path) -> Result<String> {
+        let bytes =
+            std::fs::read(component).with_context(|| format!("reading {}", component.display()))?;
+        let answer = self.send(
+            self.request(reqwest::Method::POST, "/api/v1/plugins")
+                .header("Content-Type", "application/wasm")
+                .body(bytes),
+        )?;
+        answer["sha256"]
+            .as_str()
+            .map(str::to_string)
+            .context("the server answered no digest")
+    }
+}
+
+/// `sluice deploy FILE`: builds the pipeline's plugins (if they are crate
+/// directories), uploads them, and creates the pipeline with its plugins
+/// named by digest; waits until it runs. Returns what to print.
+pub fn deploy(client: &Client, file: &Path, json: bool) -> Result<String> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut document: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", file.display()))?;
+    let base = file.parent().unwrap_or_else(|| Path::new("."));
+    let mut uploaded = Vec::new();
+    if let Some(operators) = document
+        .get_mut("operators")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+    {
+        for operator in operators.iter_mut() {
+            let Some(plugin) = operator.get("plugin").and_then(toml_edit::Item::as_str) else {
+                continue;
+            };
+            if plugin.starts_with("sha256:") {
+                continue;
+            }
+            let component = crate::build::resolve_plugin(&base.join(plugin))
+                .map_err(|e| anyhow::anyhow!("plugin {plugin}: {e}"))?;
+            let digest = client.upload_plugin(&component)?;
+            uploaded.push((plugin.to_string(), digest.clone()));
+            operator.insert("plugin", toml_edit::value(format!("sha256:{digest}")));
+        }
+    }
+    let operation = client.operation(
+        reqwest::Method::POST,
+        "/api/v1/pipelines",
+        Some(document.to_string()),
+    )?;
+    let name = operation["pipeline"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if json {
+        return Ok(serde_json::json!({
+            "pipeline": name,
+            "plugins": uploaded.iter().map(|(p, d)| serde_json::json!({"plugin": p, "sha256": d})).collect::<Vec<_>>(),
+            "operation": operation,
+        })
+        .to_string());
+    }
+    let mut out = format!("deployed pipeline `{name}`: running\n");
+    for (plugin, digest) in uploaded {
+        out.push_str(&format!("  plugin {plugin} -> sha256:{}\n", &digest[..12]));
+    }
+    Ok(out)
+}
+
+/// `sluice pipelines ls`: a line per pipeline.
+pub fn list(client: &Client, json: bool) -> Result<String> {
+    let answer = client.get("/api/v1/pipelines")?;
+    if json {
+        return Ok(answer.to_string());
+    }
+    let mut out = format!(
+        "{:<24} {:<10} {:>12} {:>12} {:>10}\n",
+        "NAME", "STATE", "IN", "OUT", "DLQ"
+    );
+    for pipeline in answer["pipelines"].as_array().into_iter().flatten() {
+        let metrics = &pipeline["metrics"];
+        out.push_str(&format!(
+            "{:<24} {:<10} {:>12} {:>12} {:>10}\n",
+            pipeline["name"].as_str().unwrap_or("?"),
+            pipeline["state"].as_str().unwrap_or("?"),
+            metrics["records_in"].as_u64().unwrap_or(0),
+            metrics["records_out"].as_u64().unwrap_or(0),
+            metrics["dead_letters"].as_u64().unwrap_or(0),
+        ));
+    }
+    Ok(out)
+}
+
+/// `sluice pipelines show NAME`.
+pub fn show(client: &Client, name: &str, json: bool) -> Result<String> {
+    let answer = client.get(&format!("/api/v1/pipelines/{name}"))?;
+    if json {
+        return Ok(answer.to_string());
+    }
+    let metrics = &answer["metrics"];
+    let mut out = format!(
+        "pipeline {name}: {}{}\n",
+        answer["state"].as_str().unwrap_or("?"),
+        answer["detail"]
+            .as_str()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default()
+    );
+    if !metrics.is_null() {
+        out.push_str(&format!(
+            "  in {} out {} dead letters {}; checkpoints {} completed, {} failed\n",
+            metrics["records_in"],
+            metrics["records_out"],
+            metrics["dead_letters"],
+            metrics["checkpoints"]["completed"],
+            metrics["checkpoints"]["failed"],
+        ));
+        for operator in metrics["operators"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  operator {}: in {} out {} dlq {} traps {} state {} bytes\n",
+                operator["name"].as_str().unwrap_or("?"),
+                operator["records_in"],
+                operator["records_out"],
+                operator["dead_letters"],
+                operator["traps"],
+                operator["state_bytes"],
+            ));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,389 @@
+//! The REST API under `/api/v1/` (see `docs/api.md`), scoped to the
+//! caller's tenant: a pipeline of another tenant is a 404, exactly like
+//! one that does not exist. `/healthz` needs no token.
+
+use super::auth::{Auth, Caller, TenantLimits};
+use super::operations::{OperationKind, Operations};
+use super::supervisor::{PipelineKey, Supervisor};
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::{Arc, RwLock};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Tokens and tenants.
+    pub auth: Arc<RwLock<Auth>>,
+    /// The running pipelines.
+    pub supervisor: Arc<Supervisor>,
+    /// Long operations, pollable by id.
+    pub operations: Arc<Operations>,
+    /// Uploaded plugins, by digest.
+    pub plugin_store: std::path::PathBuf,
+}
+
+/// An error answer: a status and a message, as `{"error": ".."}`.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn not_found(what: &str) -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, format!("no {what}"))
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn internal(error: impl std::fmt::Display) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+}
+
+/// The routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/api/v1/tenants", post(create_tenant).get(list_tenants))
+        .route("/api/v1/plugins", post(upload_plugin))
+        .route(
+            "/api/v1/pipelines",
+            post(create_pipeline).get(list_pipelines),
+        )
+        .route(
+            "/api/v1/pipelines/{name}",
+            get(show_pipeline).delete(delete_pipeline),
+        )
+        .route("/api/v1/pipelines/{name}/stop", post(stop_pipeline))
+        .route("/api/v1/pipelines/{name}/start", post(start_pipeline))
+        .route(
+            "/api/v1/pipelines/{name}/checkpoints",
+            get(list_checkpoints),
+        )
+        .route("/api/v1/operations/{id}", get(show_operation))
+        .with_state(state)
+}
+
+/// The caller of a request, from its `Authorization: Bearer` header.
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "a bearer token is needed".into()))?;
+    let auth = state
+        .auth
+        .read()
+        .map_err(|_| internal("auth lock poisoned"))?;
+    auth.authenticate(token.trim())
+        .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "unknown token".into()))
+}
+
+fn tenant(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
+    match caller(state, headers)? {
+        Caller::Tenant(tenant) => Ok(tenant),
+        Caller::Admin => Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "the admin token manages tenants; use a tenant's token".into(),
+        )),
+    }
+}
+
+fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match caller(state, headers)? {
+        Caller::Admin => Ok(()),
+        Caller::Tenant(_) => Err(ApiError(StatusCode::FORBIDDEN, "admin only".into())),
+    }
+}
+
+/// `POST /api/v1/tenants` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+    #[serde(default)]
+    limits: Option<TenantLimits>,
+}
+
+async fn create_tenant(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(body): Json<NewTenant>,
+) -> Result<impl IntoResponse, ApiError> {
+    admin(&state, &headers)?;
+    if body.name.is_empty()
+        || !body
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(bad_request("tenant names are letters, digits, `-` and `_`"));
+    }
+    let token = state
+        .auth
+        .write()
+        .map_err(|_| internal("auth lock poisoned"))?
+        .add_tenant_token(&body.name, body.limits)
+        .map_err(internal)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "tenant": body.name, "token": token })),
+    ))
+}
+
+async fn list_tenants(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    admin(&state, &headers)?;
+    let auth = state
+        .auth
+        .read()
+        .map_err(|_| internal("auth lock poisoned"))?;
+    let tenants: Vec<_> = auth
+        .tenants()
+        .map(|(name, limits)| json!({ "name": name, "limits": limits }))
+        .collect();
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+/// `POST /api/v1/plugins`: a component's bytes; answers its digest. The
+/// same bytes always get the same digest (content-addressed).
+async fn upload_plugin(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let limit = limits(&state, &tenant)?.max_plugin_bytes;
+    if body.len() > limit {
+        return Err(ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "quota: plugins of tenant `{tenant}` may have {limit} bytes, this one has {}",
+                body.len()
+            ),
+        ));
+    }
+    if !wasmparser::Parser::is_component(&body) {
+        return Err(bad_request(
+            "not a WebAssembly component (build it with `sluice plugin build`)",
+        ));
+    }
+    use sha2::Digest as _;
+    let digest = hex::encode(sha2::Sha256::digest(&body));
+    let path = state.plugin_store.join(format!("{digest}.wasm"));
+    if !path.exists() {
+        let temporary = state.plugin_store.join(format!("{digest}.wasm.tmp"));
+        std::fs::write(&temporary, &body).map_err(internal)?;
+        std::fs::rename(&temporary, &path).map_err(internal)?;
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "sha256": digest, "bytes": body.len() })),
+    ))
+}
+
+fn limits(state: &AppState, tenant: &str) -> Result<TenantLimits, ApiError> {
+    let auth = state
+        .auth
+        .read()
+        .map_err(|_| internal("auth lock poisoned"))?;
+    Ok(auth.limits(tenant).cloned().unwrap_or_default())
+}
+
+/// The `Idempotency-Key` header, if any.
+fn idempotency_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("idempotency-key")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string)
+}
+
+/// `POST /api/v1/pipelines`: a pipeline file as the body. Checked and
+/// stored at once (a 400 names what is wrong); starting it is an
+/// operation to poll.
+async fn create_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key_header = idempotency_key(&headers);
+    if let Some(key) = &key_header
+        && let Some(operation) = state.operations.by_idempotency_key(&tenant, key)
+    {
+        return Ok((StatusCode::ACCEPTED, Json(operation)).into_response());
+    }
+    let admitted = super::admission::admit(&body, &tenant).map_err(bad_request)?;
+    let key: PipelineKey = (tenant.clone(), admitted.name.clone());
+    if state.supervisor.exists(&key) {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("pipeline `{}` exists; delete it first", admitted.name),
+        ));
+    }
+    let limit = limits(&state, &tenant)?.max_pipelines;
+    if state.supervisor.count(&tenant) >= limit {
+        return Err(ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("quota: tenant `{tenant}` may have {limit} pipelines"),
+        ));
+    }
+    for digest in &admitted.plugins {
+        if !state.plugin_store.join(format!("{digest}.wasm")).exists() {
+            return Err(bad_request(format!(
+                "plugin sha256:{digest} was not uploaded (POST /api/v1/plugins)"
+            )));
+        }
+    }
+    let supervisor = state.supervisor.clone();
+    let store = state.plugin_store.clone();
+    let text = admitted.text.clone();
+    let plugins = admitted.plugins.clone();
+    let created_key = key.clone();
+    tokio::task::spawn_blocking(move || supervisor.create(&created_key, &text, &plugins, &store))
+        .await
+        .map_err(internal)?
+        .map_err(|error| bad_request(format!("{error:#}")))?;
+    let operation = state.operations.start(
+        &tenant,
+        key_header.as_deref(),
+        OperationKind::Start,
+        &admitted.name,
+    );
+    Ok((StatusCode::ACCEPTED, Json(operation)).into_response())
+}
+
+async fn list_pipelines(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    Ok(Json(json!({ "pipelines": state.supervisor.list(&tenant) })))
+}
+
+async fn show_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let status = state
+        .supervisor
+        .status(&(tenant, name))
+        .ok_or_else(|| not_found("such pipeline"))?;
+    Ok(Json(status))
+}
+
+async fn stop_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    lifecycle(state, headers, name, OperationKind::Stop).await
+}
+
+async fn start_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    lifecycle(state, headers, name, OperationKind::Start).await
+}
+
+async fn delete_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    lifecycle(state, headers, name, OperationKind::Delete).await
+}
+
+/// Stop, start or delete: an operation to poll.
+async fn lifecycle(
+    state: AppState,
+    headers: HeaderMap,
+    name: String,
+    kind: OperationKind,
+) -> Result<(StatusCode, Json<super::operations::Operation>), ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key_header = idempotency_key(&headers);
+    if let Some(key) = &key_header
+        && let Some(operation) = state.operations.by_idempotency_key(&tenant, key)
+    {
+        return Ok((StatusCode::ACCEPTED, Json(operation)));
+    }
+    let key: PipelineKey = (tenant.clone(), name.clone());
+    if !state.supervisor.exists(&key) {
+        return Err(not_found("such pipeline"));
+    }
+    let operation = state
+        .operations
+        .start(&tenant, key_header.as_deref(), kind, &name);
+    let supervisor = state.supervisor.clone();
+    let operations = state.operations.clone();
+    let id = operation.id.clone();
+    tokio::task::spawn_blocking(move || {
+        let result = match kind {
+            OperationKind::Stop => supervisor.stop(&key),
+            OperationKind::Delete => supervisor.delete(&key),
+            // Done once the pipeline runs: see `Operations::get`.
+            OperationKind::Start => match supervisor.start(&key) {
+                Ok(()) => return,
+                Err(error) => Err(error),
+            },
+        };
+        operations.finish_now(&id, result.map_err(|e| format!("{e:#}")));
+    });
+    Ok((StatusCode::ACCEPTED, Json(operation)))
+}
+
+async fn list_checkpoints(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant, name);
+    if !state.supervisor.exists(&key) {
+        return Err(not_found("such pipeline"));
+    }
+    let file = state.supervisor.pipeline_dir(&key).join("pipeline.toml");
+    let listed = tokio::task::spawn_blocking(move || crate::checkpoints::list(&file, true))
+        .await
+        .map_err(internal)?
+        .map_err(|e| internal(format!("{e:#}")))?;
+    // One JSON document per line.
+    let checkpoints = listed
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(serde_json::from_str::<serde_json::Value>)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(internal)?;
+    Ok(Json(json!({ "checkpoints": checkpoints })))
+}
+
+async fn show_operation(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let operation = state
+        .operations
+        .get(&tenant, &id, &state.supervisor)
+        .ok_or_else(|| not_found("such operation"))?;
+    Ok(Json(operation))
+}

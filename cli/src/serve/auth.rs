@@ -1,0 +1,201 @@
+//! Bearer tokens: one admin token, created at the first start and printed
+//! once, and tokens per tenant that the admin creates. Only SHA-256 digests
+//! are stored (`auth.json` in the state directory); a presented token is
+//! hashed and compared with every stored digest in constant time.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use subtle::ConstantTimeEq;
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The admin: manages tenants.
+    Admin,
+    /// A tenant: manages its own pipelines and plugins.
+    Tenant(String),
+}
+
+/// A tenant's limits (a request over one is refused, naming it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantLimits {
+    /// Pipelines the tenant may have.
+    #[serde(default = "default_max_pipelines")]
+    pub max_pipelines: usize,
+    /// Largest plugin the tenant may upload, bytes.
+    #[serde(default = "default_max_plugin_bytes")]
+    pub max_plugin_bytes: usize,
+}
+
+fn default_max_pipelines() -> usize {
+    10
+}
+
+fn default_max_plugin_bytes() -> usize {
+    64 << 20
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        TenantLimits {
+            max_pipelines: default_max_pipelines(),
+            max_plugin_bytes: default_max_plugin_bytes(),
+        }
+    }
+}
+
+/// A tenant as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// Digests of the tenant's tokens.
+    pub token_digests: Vec<String>,
+    /// Its limits.
+    pub limits: TenantLimits,
+}
+
+/// `auth.json`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct AuthFile {
+    admin_token_digest: String,
+    tenants: BTreeMap<String, TenantRecord>,
+}
+
+/// The server's tokens and tenants, persisted in `auth.json`.
+#[derive(Debug)]
+pub struct Auth {
+    file: PathBuf,
+    data: AuthFile,
+}
+
+impl Auth {
+    /// Loads `auth.json` from `state_dir`, or creates it with a new admin
+    /// token, which is returned (the only time it is ever shown).
+    pub fn open(state_dir: &Path) -> Result<(Auth, Option<String>)> {
+        let file = state_dir.join("auth.json");
+        if file.exists() {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let data: AuthFile = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not valid", file.display()))?;
+            return Ok((Auth { file, data }, None));
+        }
+        let token = new_token("admin")?;
+        let auth = Auth {
+            file,
+            data: AuthFile {
+                admin_token_digest: digest(&token),
+                tenants: BTreeMap::new(),
+            },
+        };
+        auth.save()?;
+        Ok((auth, Some(token)))
+    }
+
+    fn save(&self) -> Result<()> {
+        let text = serde_json::to_string_pretty(&self.data)?;
+        let temporary = self.file.with_extension("json.tmp");
+        std::fs::write(&temporary, text)
+            .with_context(|| format!("writing {}", temporary.display()))?;
+        std::fs::rename(&temporary, &self.file)
+            .with_context(|| format!("writing {}", self.file.display()))
+    }
+
+    /// Who presents `token`, if anyone. Every stored digest is compared
+    /// (in constant time), so the time taken says nothing about which
+    /// matched.
+    pub fn authenticate(&self, token: &str) -> Option<Caller> {
+        let presented = digest(token);
+        let mut caller = None;
+        if equal(&presented, &self.data.admin_token_digest) {
+            caller = Some(Caller::Admin);
+        }
+        for (name, tenant) in &self.data.tenants {
+            for stored in &tenant.token_digests {
+                if equal(&presented, stored) {
+                    caller = Some(Caller::Tenant(name.clone()));
+                }
+            }
+        }
+        caller
+    }
+
+    /// Creates `tenant` (or adds a token to it, keeping its limits when
+    /// `limits` is `None`); returns the new token.
+    pub fn add_tenant_token(
+        &mut self,
+        tenant: &str,
+        limits: Option<TenantLimits>,
+    ) -> Result<String> {
+        let token = new_token(tenant)?;
+        let record = self
+            .data
+            .tenants
+            .entry(tenant.to_string())
+            .or_insert_with(|| TenantRecord {
+                token_digests: Vec::new(),
+                limits: TenantLimits::default(),
+            });
+        record.token_digests.push(digest(&token));
+        if let Some(limits) = limits {
+            record.limits = limits;
+        }
+        self.save()?;
+        Ok(token)
+    }
+
+    /// The tenant's limits, if it exists.
+    pub fn limits(&self, tenant: &str) -> Option<&TenantLimits> {
+        self.data.tenants.get(tenant).map(|t| &t.limits)
+    }
+
+    /// The tenants' names and limits.
+    pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantLimits)> {
+        self.data.tenants.iter().map(|(name, t)| (name, &t.limits))
+    }
+}
+
+/// A new random token: a readable prefix and 32 random bytes.
+fn new_token(who: &str) -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(format!("sluice_{}_{}", who, hex::encode(bytes)))
+}
+
+/// The stored form of a token.
+fn digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+fn equal(a: &str, b: &str) -> bool {
+    a.as_bytes().ct_eq(b.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_authenticate_their_owner_only_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut auth, admin) = Auth::open(dir.path()).unwrap();
+        let admin = admin.unwrap();
+        assert_eq!(auth.authenticate(&admin), Some(Caller::Admin));
+        let a = auth.add_tenant_token("a", None).unwrap();
+        let b = auth.add_tenant_token("b", None).unwrap();
+        assert_eq!(auth.authenticate(&a), Some(Caller::Tenant("a".into())));
+        assert_eq!(auth.authenticate(&b), Some(Caller::Tenant("b".into())));
+        assert_eq!(auth.authenticate("sluice_a_0000"), None);
+        let stored = std::fs::read_to_string(dir.path().join("auth.json")).unwrap();
+        assert!(
+            !stored.contains(&admin) && !stored.contains(&a),
+            "tokens stored in clear"
+        );
+        let (again, shown) = Auth::open(dir.path()).unwrap();
+        assert!(shown.is_none(), "the admin token is shown once");
+        assert_eq!(again.authenticate(&a), Some(Caller::Tenant("a".into())));
+    }
+}

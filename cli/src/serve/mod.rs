@@ -1,0 +1,156 @@
+//! `sluice serve`: a long-running host for many tenants' pipelines.
+//!
+//! * [`auth`]: the admin token (created at the first start, printed once)
+//!   and tenants' tokens, stored as digests.
+//! * [`admission`]: what a tenant's pipeline file may do (its own paths,
+//!   uploaded plugins only).
+//! * [`supervisor`]: each pipeline on its own thread, sharing one plugin
+//!   runtime; resumed from its last checkpoint when the server restarts.
+//! * [`operations`]: long operations, pollable, with idempotency keys.
+//! * [`api`]: the REST API (`docs/api.md`).
+//!
+//! Loopback by default; any other address needs TLS (`--tls-cert`,
+//! `--tls-key`) unless `--insecure` says otherwise.
+
+pub mod admission;
+pub mod api;
+pub mod auth;
+pub mod operations;
+pub mod supervisor;
+
+use anyhow::{Context, Result, bail};
+use sluice_host::runtime::{PluginRuntime, RuntimeConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+/// How `sluice serve` was asked to run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// Where pipelines, plugins, checkpoints and tokens live.
+    pub state_dir: PathBuf,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// A PEM certificate chain and key: serve HTTPS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Allow plain HTTP on a non-loopback address.
+    pub insecure: bool,
+}
+
+impl ServeOptions {
+    /// Options for `state_dir` on `listen`, plain HTTP (loopback only).
+    pub fn new(state_dir: PathBuf, listen: SocketAddr) -> Self {
+        ServeOptions {
+            state_dir,
+            listen,
+            tls: None,
+            insecure: false,
+        }
+    }
+
+    /// Serve HTTPS with this certificate chain and key (PEM files).
+    pub fn with_tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.tls = Some((cert, key));
+        self
+    }
+
+    /// Allow plain HTTP on a non-loopback address.
+    pub fn insecure(mut self, insecure: bool) -> Self {
+        self.insecure = insecure;
+        self
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM; pipelines are stopped with a
+/// final checkpoint and resume at the next start.
+pub fn serve(options: ServeOptions) -> Result<()> {
+    if !options.listen.ip().is_loopback() && options.tls.is_none() && !options.insecure {
+        bail!(
+            "refusing to listen on {} without TLS: give --tls-cert and --tls-key (or --insecure)",
+            options.listen
+        );
+    }
+    let plugin_store = options.state_dir.join("plugins");
+    std::fs::create_dir_all(&plugin_store)
+        .with_context(|| format!("creating {}", plugin_store.display()))?;
+    let (auth, admin_token) = auth::Auth::open(&options.state_dir)?;
+    if let Some(token) = admin_token {
+        eprintln!(
+            "sluice serve: admin token (shown once, stored hashed): {token}\n\
+             create a tenant: curl -H 'Authorization: Bearer <admin token>' -d '{{\"name\":\"team-a\"}}' -H 'Content-Type: application/json' http://{}/api/v1/tenants",
+            options.listen
+        );
+    }
+    let runtime = PluginRuntime::new(RuntimeConfig::default())?;
+    let supervisor = supervisor::Supervisor::new(&options.state_dir, runtime);
+    let resumed = supervisor.resume_all()?;
+    if resumed > 0 {
+        eprintln!("sluice serve: resumed {resumed} pipelines");
+    }
+    let state = api::AppState {
+        auth: Arc::new(RwLock::new(auth)),
+        supervisor: supervisor.clone(),
+        operations: Arc::new(operations::Operations::default()),
+        plugin_store,
+    };
+    let app = api::router(state);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sluice-serve")
+        .enable_all()
+        .build()
+        .context("starting the server's runtime")?;
+    let result = tokio.block_on(async {
+        let handle = axum_server::Handle::new();
+        let shutdown = handle.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            shutdown.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+        });
+        eprintln!(
+            "sluice serve: listening on {}://{} (state in {})",
+            if options.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            options.listen,
+            options.state_dir.display()
+        );
+        match &options.tls {
+            Some((cert, key)) => {
+                let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                    .await
+                    .context("loading the TLS certificate and key")?;
+                axum_server::bind_rustls(options.listen, config)
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+                    .context("serving HTTPS")
+            }
+            None => axum_server::bind(options.listen)
+                .handle(handle)
+                .serve(app.into_make_service())
+                .await
+                .context("serving HTTP"),
+        }
+    });
+    eprintln!("sluice serve: stopping pipelines (final checkpoints)");
+    supervisor.shutdown();
+    result
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,366 @@
+//! Runs the pipelines of every tenant in this process: each on its own
+//! thread, all sharing one plugin runtime (one wasmtime engine, one
+//! compiled-component cache). A pipeline's directory holds its file, its
+//! plugins, checkpoints and state; `desired` in it says whether it should
+//! run, so that a restarted server resumes what was running (from the last
+//! checkpoint).
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sluice_host::checkpoint::RestoreFrom;
+use sluice_host::config::LoadedConfig;
+use sluice_host::metrics::{PipelineMetrics, PipelineSnapshot};
+use sluice_host::pipeline::Pipeline;
+use sluice_host::runtime::PluginRuntime;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Where a pipeline is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "detail")]
+pub enum PipelineState {
+    /// Opening: restoring its checkpoint, instantiating plugins.
+    Starting,
+    /// Processing records.
+    Running,
+    /// Stopping: draining, final checkpoint.
+    Stopping,
+    /// Stopped on request (a final checkpoint was taken).
+    Stopped,
+    /// Its input ended and everything was committed.
+    Finished,
+    /// It failed; the reason.
+    Failed(String),
+}
+
+/// What the owner asked for, kept in the pipeline's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Desired {
+    /// Run (again after a server restart).
+    Running,
+    /// Stay stopped.
+    Stopped,
+}
+
+/// A pipeline the supervisor knows.
+struct Entry {
+    dir: PathBuf,
+    state: PipelineState,
+    stop: Arc<AtomicBool>,
+    metrics: Option<Arc<PipelineMetrics>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A pipeline's key: tenant and name.
+pub type PipelineKey = (String, String);
+
+/// A pipeline's status, as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineStatus {
+    /// Its name.
+    pub name: String,
+    /// Where it is.
+    #[serde(flatten)]
+    pub state: PipelineState,
+    /// Its counters, once it has started.
+    pub metrics: Option<PipelineSnapshot>,
+}
+
+/// Runs pipelines (see the module docs).
+pub struct Supervisor {
+    root: PathBuf,
+    runtime: PluginRuntime,
+    entries: Mutex<BTreeMap<PipelineKey, Entry>>,
+}
+
+impl Supervisor {
+    /// A supervisor keeping pipelines under `root/tenants/`.
+    pub fn new(root: &Path, runtime: PluginRuntime) -> Arc<Supervisor> {
+        Arc::new(Supervisor {
+            root: root.to_path_buf(),
+            runtime,
+            entries: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The directory of a pipeline.
+    pub fn pipeline_dir(&self, key: &PipelineKey) -> PathBuf {
+        self.root
+            .join("tenants")
+            .join(&key.0)
+            .join("pipelines")
+            .join(&key.1)
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<PipelineKey, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Finds the pipelines stored under the root and starts those whose
+    /// owner wanted them running.
+    pub fn resume_all(self: &Arc<Self>) -> Result<usize> {
+        let tenants = self.root.join("tenants");
+        let mut resumed = 0;
+        for tenant in read_dir_names(&tenants)? {
+            for name in read_dir_names(&tenants.join(&tenant).join("pipelines"))? {
+                let key = (tenant.clone(), name);
+                let dir = self.pipeline_dir(&key);
+                let desired = read_desired(&dir);
+                self.entries().insert(
+                    key.clone(),
+                    Entry {
+                        dir,
+                        state: PipelineState::Stopped,
+                        stop: Arc::new(AtomicBool::new(false)),
+                        metrics: None,
+                        thread: None,
+                    },
+                );
+                if desired == Desired::Running {
+                    self.start(&key)?;
+                    resumed += 1;
+                }
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// The tenant's pipelines.
+    pub fn count(&self, tenant: &str) -> usize {
+        self.entries().keys().filter(|(t, _)| t == tenant).count()
+    }
+
+    /// Whether the pipeline exists.
+    pub fn exists(&self, key: &PipelineKey) -> bool {
+        self.entries().contains_key(key)
+    }
+
+    /// Stores a new pipeline (its file `text`, the plugins `plugins` from
+    /// `plugin_store`) and starts it.
+    pub fn create(
+        self: &Arc<Self>,
+        key: &PipelineKey,
+        text: &str,
+        plugins: &[String],
+        plugin_store: &Path,
+    ) -> Result<()> {
+        let dir = self.pipeline_dir(key);
+        std::fs::create_dir_all(dir.join("plugins"))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        for digest in plugins {
+            let stored = plugin_store.join(format!("{digest}.wasm"));
+            let linked = dir.join("plugins").join(format!("{digest}.wasm"));
+            if !linked.exists() {
+                std::fs::hard_link(&stored, &linked)
+                    .or_else(|_| std::fs::copy(&stored, &linked).map(drop))
+                    .with_context(|| format!("linking plugin {digest}"))?;
+            }
+        }
+        std::fs::write(dir.join("pipeline.toml"), text).context("writing the pipeline file")?;
+        // Refuse a file that does not load before anything runs.
+        if let Err(error) = LoadedConfig::load(&dir.join("pipeline.toml")) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(error.into());
+        }
+        self.entries().insert(
+            key.clone(),
+            Entry {
+                dir,
+                state: PipelineState::Stopped,
+                stop: Arc::new(AtomicBool::new(false)),
+                metrics: None,
+                thread: None,
+            },
+        );
+        self.start(key)
+    }
+
+    /// Starts a stopped, finished or failed pipeline (restoring its last
+    /// checkpoint) on its own thread.
+    pub fn start(self: &Arc<Self>, key: &PipelineKey) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = {
+            let mut entries = self.entries();
+            let entry = entries
+                .get_mut(key)
+                .with_context(|| format!("no pipeline {}", key.1))?;
+            if matches!(
+                entry.state,
+                PipelineState::Starting | PipelineState::Running | PipelineState::Stopping
+            ) {
+                return Ok(());
+            }
+            if let Some(thread) = entry.thread.take() {
+                let _ = thread.join();
+            }
+            entry.state = PipelineState::Starting;
+            entry.stop = stop.clone();
+            entry.metrics = None;
+            entry.dir.clone()
+        };
+        write_desired(&dir, Desired::Running)?;
+        let supervisor = Arc::clone(self);
+        let thread_key = key.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("pipeline-{}-{}", key.0, key.1))
+            .spawn(move || supervisor.run(&thread_key, &dir, stop))
+            .context("starting the pipeline's thread")?;
+        if let Some(entry) = self.entries().get_mut(key) {
+            entry.thread = Some(thread);
+        }
+        Ok(())
+    }
+
+    /// The pipeline's thread: open, run until stopped or ended.
+    fn run(&self, key: &PipelineKey, dir: &Path, stop: Arc<AtomicBool>) {
+        let opened = LoadedConfig::load(&dir.join("pipeline.toml"))
+            .map_err(anyhow::Error::from)
+            .and_then(|loaded| {
+                Pipeline::open(
+                    &loaded,
+                    &self.runtime,
+                    &sluice_host::pipeline::wasm_files_only,
+                    &RestoreFrom::Latest,
+                )
+                .map_err(anyhow::Error::from)
+            });
+        let pipeline = match opened {
+            Ok(pipeline) => pipeline,
+            Err(error) => {
+                self.set_state(key, PipelineState::Failed(format!("{error:#}")));
+                return;
+            }
+        };
+        if let Some(entry) = self.entries().get_mut(key) {
+            entry.metrics = Some(pipeline.metrics());
+            entry.state = PipelineState::Running;
+        }
+        let outcome = pipeline.run(stop.clone());
+        let state = match outcome {
+            Err(error) => PipelineState::Failed(error.to_string()),
+            Ok(_) if stop.load(Ordering::Relaxed) => PipelineState::Stopped,
+            Ok(_) => PipelineState::Finished,
+        };
+        if state == PipelineState::Finished {
+            let _ = write_desired(dir, Desired::Stopped);
+        }
+        self.set_state(key, state);
+    }
+
+    fn set_state(&self, key: &PipelineKey, state: PipelineState) {
+        if let Some(entry) = self.entries().get_mut(key) {
+            entry.state = state;
+        }
+    }
+
+    /// Stops the pipeline (drain, final checkpoint) and waits for it.
+    pub fn stop(&self, key: &PipelineKey) -> Result<()> {
+        let thread = {
+            let mut entries = self.entries();
+            let entry = entries
+                .get_mut(key)
+                .with_context(|| format!("no pipeline {}", key.1))?;
+            write_desired(&entry.dir, Desired::Stopped)?;
+            entry.stop.store(true, Ordering::Relaxed);
+            if matches!(
+                entry.state,
+                PipelineState::Running | PipelineState::Starting
+            ) {
+                entry.state = PipelineState::Stopping;
+            }
+            entry.thread.take()
+        };
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        Ok(())
+    }
+
+    /// Stops the pipeline and deletes it with its directory.
+    pub fn delete(&self, key: &PipelineKey) -> Result<()> {
+        self.stop(key)?;
+        let entry = self.entries().remove(key);
+        if let Some(entry) = entry {
+            std::fs::remove_dir_all(&entry.dir)
+                .with_context(|| format!("deleting {}", entry.dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The status of one pipeline.
+    pub fn status(&self, key: &PipelineKey) -> Option<PipelineStatus> {
+        let entries = self.entries();
+        let entry = entries.get(key)?;
+        Some(PipelineStatus {
+            name: key.1.clone(),
+            state: entry.state.clone(),
+            metrics: entry.metrics.as_ref().map(|m| m.snapshot()),
+        })
+    }
+
+    /// The status of every pipeline of `tenant`.
+    pub fn list(&self, tenant: &str) -> Vec<PipelineStatus> {
+        let keys: Vec<PipelineKey> = self
+            .entries()
+            .keys()
+            .filter(|(t, _)| t == tenant)
+            .cloned()
+            .collect();
+        keys.iter().filter_map(|key| self.status(key)).collect()
+    }
+
+    /// Stops every pipeline (server shutdown); their `desired` stays, so
+    /// they resume at the next start.
+    pub fn shutdown(&self) {
+        let threads: Vec<_> = {
+            let mut entries = self.entries();
+            entries
+                .values_mut()
+                .filter_map(|entry| {
+                    entry.stop.store(true, Ordering::Relaxed);
+                    entry.thread.take()
+                })
+                .collect()
+        };
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn read_dir_names(dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error).with_context(|| format!("listing {}", dir.display())),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        if entry.path().is_dir()
+            && let Some(name) = entry.file_name().to_str()
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn read_desired(dir: &Path) -> Desired {
+    std::fs::read_to_string(dir.join("desired.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Desired::Stopped)
+}
+
+fn write_desired(dir: &Path, desired: Desired) -> Result<()> {
+    let path = dir.join("desired.json");
+    let temporary = dir.join("desired.json.tmp");
+    std::fs::write(&temporary, serde_json::to_string(&desired)?)
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))
+}
