@@ -61,16 +61,43 @@ install() {
     -DoutputDirectory="$LIBS" -DincludeScope=runtime -Dkafka.version="$KAFKA_VERSION"
 }
 
+# Whether the process in pid file $1 runs.
+pid_running() {
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# Waits until `$3` (a function) succeeds for the service $1 started with
+# pid file $2 and log $4; fails if it exits or does not answer within $5
+# seconds.
+wait_until_up() {
+  local name=$1 pidfile=$2 answers_fn=$3 log=$4 seconds=$5
+  for _ in $(seq 1 $((seconds * 4))); do
+    if "$answers_fn"; then
+      return
+    fi
+    if ! pid_running "$pidfile"; then
+      echo "dev-services: $name exited during start-up:"; tail -n 40 "$log"; exit 1
+    fi
+    sleep 0.25
+  done
+  echo "dev-services: $name did not answer within $seconds s:"; tail -n 40 "$log"; exit 1
+}
+
+# Stops the service $1 in pid file $2 (if it runs).
+stop_pid() {
+  if pid_running "$2"; then
+    kill "$(cat "$2")" 2>/dev/null || true
+    echo "dev-services: $1 stopped"
+  fi
+  rm -f "$2"
+}
+
 running() {
-  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+  pid_running "$PIDFILE"
 }
 
 answers() {
   (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && grep -q "Kafka Server started" "$DATA/broker.log" 2>/dev/null
-}
-
-s3_running() {
-  [ -f "$S3_PIDFILE" ] && kill -0 "$(cat "$S3_PIDFILE")" 2>/dev/null
 }
 
 s3_answers() {
@@ -84,7 +111,7 @@ s3_up() {
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
   fi
-  if s3_running; then
+  if pid_running "$S3_PIDFILE"; then
     echo "dev-services: S3 already running (pid $(cat "$S3_PIDFILE")) on 127.0.0.1:$S3_PORT"
     return
   fi
@@ -92,29 +119,12 @@ s3_up() {
   mkdir -p "$S3_DATA"
   nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$S3_DATA/moto.log" 2>&1 &
   echo $! >"$S3_PIDFILE"
-  for _ in $(seq 1 120); do
-    if s3_answers; then
-      echo "dev-services: S3 (moto $MOTO_VERSION) up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
-      return
-    fi
-    if ! s3_running; then
-      echo "dev-services: moto exited during start-up:"; tail -n 20 "$S3_DATA/moto.log"; exit 1
-    fi
-    sleep 0.25
-  done
-  echo "dev-services: moto did not answer within 30 s"; exit 1
+  wait_until_up "moto" "$S3_PIDFILE" s3_answers "$S3_DATA/moto.log" 30
+  echo "dev-services: S3 (moto $MOTO_VERSION) up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
 }
 
 s3_down() {
-  if s3_running; then
-    kill "$(cat "$S3_PIDFILE")" 2>/dev/null || true
-    echo "dev-services: S3 stopped"
-  fi
-  rm -f "$S3_PIDFILE"
-}
-
-registry_running() {
-  [ -f "$REGISTRY_PIDFILE" ] && kill -0 "$(cat "$REGISTRY_PIDFILE")" 2>/dev/null
+  stop_pid S3 "$S3_PIDFILE"
 }
 
 registry_answers() {
@@ -134,7 +144,7 @@ registry_up() {
     tar xzf "$REGISTRY_HOME.download/apicurio-registry-app-$REGISTRY_VERSION-all.tar.gz" -C "$REGISTRY_HOME"
     rm -rf "$REGISTRY_HOME.download"
   fi
-  if registry_running; then
+  if pid_running "$REGISTRY_PIDFILE"; then
     echo "dev-services: schema registry already running (pid $(cat "$REGISTRY_PIDFILE")) on 127.0.0.1:$REGISTRY_PORT"
     return
   fi
@@ -146,29 +156,12 @@ registry_up() {
     -jar "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" \
     >"$REGISTRY_DATA/registry.log" 2>&1 &
   echo $! >"$REGISTRY_PIDFILE"
-  for _ in $(seq 1 240); do
-    if registry_answers; then
-      echo "dev-services: schema registry (Apicurio $REGISTRY_VERSION) up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
-      return
-    fi
-    if ! registry_running; then
-      echo "dev-services: the schema registry exited during start-up:"; tail -n 20 "$REGISTRY_DATA/registry.log"; exit 1
-    fi
-    sleep 0.25
-  done
-  echo "dev-services: the schema registry did not answer within 60 s"; exit 1
+  wait_until_up "the schema registry" "$REGISTRY_PIDFILE" registry_answers "$REGISTRY_DATA/registry.log" 60
+  echo "dev-services: schema registry (Apicurio $REGISTRY_VERSION) up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
 }
 
 registry_down() {
-  if registry_running; then
-    kill "$(cat "$REGISTRY_PIDFILE")" 2>/dev/null || true
-    echo "dev-services: schema registry stopped"
-  fi
-  rm -f "$REGISTRY_PIDFILE"
-}
-
-rest_running() {
-  [ -f "$REST_PIDFILE" ] && kill -0 "$(cat "$REST_PIDFILE")" 2>/dev/null
+  stop_pid "schema registry" "$REGISTRY_PIDFILE"
 }
 
 rest_answers() {
@@ -185,7 +178,7 @@ rest_up() {
       -Dartifact="org.apache.iceberg:iceberg-open-api:$REST_VERSION" \
       -DoutputDirectory="$(dirname "$REST_JAR")"
   fi
-  if rest_running; then
+  if pid_running "$REST_PIDFILE"; then
     echo "dev-services: REST catalog already running (pid $(cat "$REST_PIDFILE")) on 127.0.0.1:$REST_PORT"
     return
   fi
@@ -198,25 +191,12 @@ rest_up() {
     nohup java -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -jar "$REST_JAR" \
     >"$REST_DATA/rest.log" 2>&1 &
   echo $! >"$REST_PIDFILE"
-  for _ in $(seq 1 240); do
-    if rest_answers; then
-      echo "dev-services: Iceberg REST catalog $REST_VERSION up on 127.0.0.1:$REST_PORT (pid $(cat "$REST_PIDFILE"))"
-      return
-    fi
-    if ! rest_running; then
-      echo "dev-services: the REST catalog exited during start-up:"; tail -n 20 "$REST_DATA/rest.log"; exit 1
-    fi
-    sleep 0.25
-  done
-  echo "dev-services: the REST catalog did not answer within 60 s"; exit 1
+  wait_until_up "the REST catalog" "$REST_PIDFILE" rest_answers "$REST_DATA/rest.log" 60
+  echo "dev-services: Iceberg REST catalog $REST_VERSION up on 127.0.0.1:$REST_PORT (pid $(cat "$REST_PIDFILE"))"
 }
 
 rest_down() {
-  if rest_running; then
-    kill "$(cat "$REST_PIDFILE")" 2>/dev/null || true
-    echo "dev-services: REST catalog stopped"
-  fi
-  rm -f "$REST_PIDFILE"
+  stop_pid "REST catalog" "$REST_PIDFILE"
 }
 
 up() {
@@ -272,17 +252,8 @@ start_broker() {
   nohup bash -c "exec java -Xms256m -Xmx768m -XX:+UseG1GC -Dlog4j2.configurationFile='$DATA/log4j2.properties' -cp '$LIBS/*' kafka.Kafka '$DATA/server.properties'" \
     >"$DATA/broker.log" 2>&1 &
   echo $! >"$PIDFILE"
-  for _ in $(seq 1 240); do
-    if answers; then
-      echo "dev-services: Kafka $KAFKA_VERSION up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), log $DATA/broker.log)"
-      return
-    fi
-    if ! running; then
-      echo "dev-services: Kafka exited during start-up:"; tail -n 40 "$DATA/broker.log"; exit 1
-    fi
-    sleep 0.25
-  done
-  echo "dev-services: Kafka did not answer within 60 s:"; tail -n 40 "$DATA/broker.log"; exit 1
+  wait_until_up Kafka "$PIDFILE" answers "$DATA/broker.log" 60
+  echo "dev-services: Kafka $KAFKA_VERSION up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), log $DATA/broker.log)"
 }
 
 restart() {
@@ -318,17 +289,17 @@ kafka_down() {
 }
 
 status() {
-  if s3_running && s3_answers; then
+  if pid_running "$S3_PIDFILE" && s3_answers; then
     echo "dev-services: S3 up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
   else
     echo "dev-services: S3 down"
   fi
-  if registry_running && registry_answers; then
+  if pid_running "$REGISTRY_PIDFILE" && registry_answers; then
     echo "dev-services: schema registry up on 127.0.0.1:$REGISTRY_PORT (pid $(cat "$REGISTRY_PIDFILE"))"
   else
     echo "dev-services: schema registry down"
   fi
-  if rest_running && rest_answers; then
+  if pid_running "$REST_PIDFILE" && rest_answers; then
     echo "dev-services: Iceberg REST catalog up on 127.0.0.1:$REST_PORT (pid $(cat "$REST_PIDFILE"))"
   else
     echo "dev-services: Iceberg REST catalog down"

@@ -66,6 +66,9 @@ enum Command {
         /// Allow plain HTTP on a non-loopback address.
         #[arg(long)]
         insecure: bool,
+        /// Plugin instances that may exist at once, over all pipelines.
+        #[arg(long, default_value_t = 128)]
+        max_instances: u32,
     },
     /// Deploy a pipeline file to a `sluice serve` (its plugins are built
     /// and uploaded).
@@ -268,8 +271,11 @@ fn execute(cli: Cli) -> Result<()> {
             tls_cert,
             tls_key,
             insecure,
+            max_instances,
         } => {
-            let mut options = serve::ServeOptions::new(state_dir, listen).insecure(insecure);
+            let mut options = serve::ServeOptions::new(state_dir, listen)
+                .insecure(insecure)
+                .max_instances(max_instances);
             if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
                 options = options.with_tls(cert, key);
             }

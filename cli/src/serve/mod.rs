@@ -36,6 +36,9 @@ pub struct ServeOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Allow plain HTTP on a non-loopback address.
     pub insecure: bool,
+    /// Plugin instances that may exist at once, over all pipelines (the
+    /// pooling allocator's slots).
+    pub max_instances: u32,
 }
 
 impl ServeOptions {
@@ -46,7 +49,14 @@ impl ServeOptions {
             listen,
             tls: None,
             insecure: false,
+            max_instances: RuntimeConfig::default().max_instances,
         }
+    }
+
+    /// Plugin instances that may exist at once, over all pipelines.
+    pub fn max_instances(mut self, slots: u32) -> Self {
+        self.max_instances = slots;
+        self
     }
 
     /// Serve HTTPS with this certificate chain and key (PEM files).
@@ -82,7 +92,13 @@ pub fn serve(options: ServeOptions) -> Result<()> {
             options.listen
         );
     }
-    let runtime = PluginRuntime::new(RuntimeConfig::default())?;
+    // One engine and one compiled-code cache for every tenant, kept in the
+    // state directory (its artifacts carry this host's keyed tag).
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: options.state_dir.join("compiled"),
+        max_instances: options.max_instances,
+        ..RuntimeConfig::default()
+    })?;
     let supervisor = supervisor::Supervisor::new(&options.state_dir, runtime);
     let resumed = supervisor.resume_all()?;
     if resumed > 0 {

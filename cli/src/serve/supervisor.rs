@@ -54,6 +54,19 @@ struct Entry {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+impl Entry {
+    /// A pipeline in `dir` that does not run (yet).
+    fn stopped(dir: PathBuf) -> Entry {
+        Entry {
+            dir,
+            state: PipelineState::Stopped,
+            stop: Arc::new(AtomicBool::new(false)),
+            metrics: None,
+            thread: None,
+        }
+    }
+}
+
 /// A pipeline's key: tenant and name.
 pub type PipelineKey = (String, String);
 
@@ -109,16 +122,7 @@ impl Supervisor {
                 let key = (tenant.clone(), name);
                 let dir = self.pipeline_dir(&key);
                 let desired = read_desired(&dir);
-                self.entries().insert(
-                    key.clone(),
-                    Entry {
-                        dir,
-                        state: PipelineState::Stopped,
-                        stop: Arc::new(AtomicBool::new(false)),
-                        metrics: None,
-                        thread: None,
-                    },
-                );
+                self.entries().insert(key.clone(), Entry::stopped(dir));
                 if desired == Desired::Running {
                     self.start(&key)?;
                     resumed += 1;
@@ -165,16 +169,7 @@ impl Supervisor {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(error.into());
         }
-        self.entries().insert(
-            key.clone(),
-            Entry {
-                dir,
-                state: PipelineState::Stopped,
-                stop: Arc::new(AtomicBool::new(false)),
-                metrics: None,
-                thread: None,
-            },
-        );
+        self.entries().insert(key.clone(), Entry::stopped(dir));
         self.start(key)
     }
 

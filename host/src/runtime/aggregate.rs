@@ -11,7 +11,8 @@
 use super::bindings::aggregate::Aggregate;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{classify, init_fault, new_store, start_call, to_wit_record};
+use super::instance::{classify, start_call, to_wit_record};
+use super::plugin_host::{HostedWorld, PluginHost};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
@@ -20,16 +21,42 @@ use crate::window::aggregate::{AggregateError, Aggregator};
 use std::sync::Arc;
 use wasmtime::Store;
 
+/// The aggregate world: `sluice:plugin/aggregator`.
+pub(crate) struct AggregateWorld;
+
+impl HostedWorld for AggregateWorld {
+    type Exports = Aggregate;
+
+    fn check(component: &PluginComponent) -> Result<(), String> {
+        match component.pre.aggregator {
+            Some(_) => Ok(()),
+            None => Err("not an aggregate plugin (it implements a transform world: use it as an operator's plugin)".into()),
+        }
+    }
+
+    fn load(
+        component: &PluginComponent,
+        store: &mut Store<PluginState>,
+        instance: &wasmtime::component::Instance,
+    ) -> wasmtime::Result<Aggregate> {
+        match &component.pre.aggregator {
+            Some(indices) => indices.load(store, instance),
+            None => Err(wasmtime::Error::msg("not an aggregate plugin")),
+        }
+    }
+
+    fn init(
+        exports: &Aggregate,
+        store: &mut Store<PluginState>,
+        config: &[(String, String)],
+    ) -> wasmtime::Result<Result<(), String>> {
+        exports.sluice_plugin_aggregator().call_init(store, config)
+    }
+}
+
 /// An aggregate plugin instance.
 pub struct PluginAggregator {
-    component: Arc<PluginComponent>,
-    scope: OperatorScope,
-    state: ScopedState,
-    metrics: Arc<OperatorMetrics>,
-    limits: PluginLimits,
-    config: Vec<(String, String)>,
-    store: Store<PluginState>,
-    bindings: Aggregate,
+    host: PluginHost<AggregateWorld>,
 }
 
 impl PluginAggregator {
@@ -44,34 +71,16 @@ impl PluginAggregator {
         config: Vec<(String, String)>,
     ) -> Result<Self, RuntimeError> {
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
-        let (store, bindings) =
-            instantiate(&component, &scope, &state, &metrics, &limits, &config)?;
         Ok(PluginAggregator {
-            component,
-            scope,
-            state,
-            metrics,
-            limits,
-            config,
-            store,
-            bindings,
+            host: PluginHost::new(component, scope, state, metrics, limits, config)?,
         })
     }
 
     fn reinstantiate(&mut self) -> Result<(), AggregateError> {
-        add(&self.metrics.reinstantiations, 1);
-        let (store, bindings) = instantiate(
-            &self.component,
-            &self.scope,
-            &self.state,
-            &self.metrics,
-            &self.limits,
-            &self.config,
-        )
-        .map_err(|error| AggregateError(error.to_string()))?;
-        self.store = store;
-        self.bindings = bindings;
-        Ok(())
+        add(&self.host.metrics.reinstantiations, 1);
+        self.host
+            .reinstantiate()
+            .map_err(|error| AggregateError(error.to_string()))
     }
 
     /// Runs `call` within the deadline; on a fault, re-creates the instance
@@ -80,13 +89,13 @@ impl PluginAggregator {
         &mut self,
         call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
     ) -> Result<T, String> {
-        start_call(&mut self.store, self.limits.deadline);
-        match call(&self.bindings, &mut self.store) {
+        start_call(&mut self.host.store, self.host.limits.deadline);
+        match call(&self.host.exports, &mut self.host.store) {
             Ok(value) => Ok(value),
             Err(error) => {
-                add(&self.metrics.traps, 1);
-                let fault = classify(error, &self.store, &self.limits);
-                tracing::warn!(plugin = %self.component.label(), %fault, "aggregate plugin faulted");
+                add(&self.host.metrics.traps, 1);
+                let fault = classify(error, &self.host.store, &self.host.limits);
+                tracing::warn!(plugin = %self.host.component.label(), %fault, "aggregate plugin faulted");
                 self.reinstantiate().map_err(|e| e.0)?;
                 Err(fault.message)
             }
@@ -104,7 +113,7 @@ impl PluginAggregator {
             Err(_) => self.call(&call).map_err(|message| {
                 AggregateError(format!(
                     "aggregate plugin {} failed in `{what}`: {message}",
-                    self.component.label()
+                    self.host.component.label()
                 ))
             }),
         }
@@ -169,49 +178,8 @@ impl Aggregator for PluginAggregator {
         serde_json::from_slice(&bytes).map_err(|error| {
             AggregateError(format!(
                 "aggregate plugin {} returned a result that is not JSON: {error}",
-                self.component.label()
+                self.host.component.label()
             ))
         })
-    }
-}
-
-fn instantiate(
-    component: &PluginComponent,
-    scope: &OperatorScope,
-    state: &ScopedState,
-    metrics: &Arc<OperatorMetrics>,
-    limits: &PluginLimits,
-    config: &[(String, String)],
-) -> Result<(Store<PluginState>, Aggregate), RuntimeError> {
-    let mut store = new_store(component, scope, state, metrics, limits);
-    start_call(&mut store, limits.init_deadline);
-    let error = |message: String| RuntimeError::Instantiate {
-        plugin: component.label(),
-        message,
-    };
-    let Some(indices) = &component.pre.aggregator else {
-        return Err(error(
-            "not an aggregate plugin (it implements a transform world: use it as an operator's plugin)".into(),
-        ));
-    };
-    let instance = component
-        .pre
-        .instance_pre
-        .instantiate(&mut store)
-        .map_err(|e| error(init_fault(e, &store, limits).message))?;
-    let bindings = indices
-        .load(&mut store, &instance)
-        .map_err(|e| error(init_fault(e, &store, limits).message))?;
-    let init_error = |message: String| RuntimeError::Init {
-        plugin: component.label(),
-        message,
-    };
-    match bindings
-        .sluice_plugin_aggregator()
-        .call_init(&mut store, config)
-    {
-        Ok(Ok(())) => Ok((store, bindings)),
-        Ok(Err(message)) => Err(init_error(message)),
-        Err(fault) => Err(init_error(init_fault(fault, &store, limits).message)),
     }
 }

@@ -5,17 +5,30 @@
 //! millisecond. Artifacts are keyed by the SHA-256 of the component bytes and
 //! by the engine's compatibility hash (wasmtime version and every setting
 //! that affects code generation), so a stale artifact is never loaded.
+//!
+//! Loading compiled code runs it without validation, so an artifact is
+//! trusted only if this host wrote it: each one starts with an HMAC-SHA256
+//! of its bytes under a key kept in the cache directory (`.host-key`,
+//! created with mode 0600 on first use). An artifact with a wrong or
+//! missing tag — written by another host, copied in, tampered with — is
+//! compiled again from the component, never loaded.
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+/// Length of the tag that starts every artifact.
+const TAG_LEN: usize = 32;
 
 /// Where compiled components are kept.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
     dir: PathBuf,
+    key: Arc<OnceLock<Option<[u8; 32]>>>,
 }
 
 /// Whether a load was served from the cache.
@@ -30,7 +43,10 @@ pub enum CacheOutcome {
 impl ComponentCache {
     /// A cache in `dir` (created on first store).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        ComponentCache { dir: dir.into() }
+        ComponentCache {
+            dir: dir.into(),
+            key: Arc::new(OnceLock::new()),
+        }
     }
 
     /// The default cache directory: `$SLUICE_CACHE_DIR`, else
@@ -67,14 +83,15 @@ impl ComponentCache {
         wasm: &[u8],
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let path = self.artifact_path(engine, wasm);
-        if path.is_file() {
-            // SAFETY: artifacts in the cache directory are written only by
-            // `store` below from `Component::serialize` of this same engine
-            // configuration (the file name carries its compatibility hash).
-            if let Ok(component) = unsafe { Component::deserialize_file(engine, &path) } {
+        if let Some(artifact) = self.read_trusted(&path) {
+            // SAFETY: the artifact carries this host's tag: it was written
+            // by `store` below from `Component::serialize` of this same
+            // engine configuration (the file name carries its
+            // compatibility hash) and not changed since.
+            if let Ok(component) = unsafe { Component::deserialize(engine, artifact) } {
                 return Ok((component, CacheOutcome::Hit));
             }
-            // A corrupt or foreign artifact: fall through and replace it.
+            // An artifact of another engine build: fall through and replace it.
         }
         let component = Component::new(engine, wasm)?;
         if let Err(error) = self.store(&path, &component) {
@@ -83,14 +100,160 @@ impl ComponentCache {
         Ok((component, CacheOutcome::Miss))
     }
 
+    /// This host's key, read or created on first use; `None` if the
+    /// directory is not writable (nothing is cached then).
+    fn key(&self) -> Option<&[u8; 32]> {
+        self.key
+            .get_or_init(|| match read_or_create_key(&self.dir) {
+                Ok(key) => Some(key),
+                Err(error) => {
+                    tracing::warn!(dir = %self.dir.display(), %error, "no cache key: compiled components are not cached");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn tag(&self, artifact: &[u8]) -> Option<Hmac<Sha256>> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(self.key()?).ok()?;
+        mac.update(artifact);
+        Some(mac)
+    }
+
+    /// The artifact at `path` if it carries this host's tag.
+    fn read_trusted(&self, path: &Path) -> Option<Vec<u8>> {
+        let mut bytes = std::fs::read(path).ok()?;
+        if bytes.len() < TAG_LEN {
+            return None;
+        }
+        let artifact = bytes.split_off(TAG_LEN);
+        match self.tag(&artifact)?.verify_slice(&bytes) {
+            Ok(()) => Some(artifact),
+            Err(_) => {
+                tracing::warn!(path = %path.display(), "a cached artifact this host did not write (or that was changed): compiling again");
+                None
+            }
+        }
+    }
+
     fn store(&self, path: &Path, component: &Component) -> wasmtime::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let bytes = component.serialize()?;
+        let artifact = component.serialize()?;
+        let tag = self
+            .tag(&artifact)
+            .ok_or_else(|| wasmtime::Error::msg("no cache key"))?
+            .finalize()
+            .into_bytes();
+        let mut bytes = Vec::with_capacity(TAG_LEN + artifact.len());
+        bytes.extend_from_slice(&tag);
+        bytes.extend_from_slice(&artifact);
         // Write to a unique temporary name, then rename: readers never see a
         // partial artifact, and concurrent writers do not clash.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)?;
         Ok(())
+    }
+}
+
+/// The key in `dir/.host-key`, created (mode 0600, exclusively: two
+/// processes starting at once agree on one) if missing.
+fn read_or_create_key(dir: &Path) -> std::io::Result<[u8; 32]> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join(".host-key");
+    let read = |path: &Path| -> std::io::Result<[u8; 32]> {
+        let bytes = std::fs::read(path)?;
+        bytes.try_into().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the cache key is not 32 bytes",
+            )
+        })
+    };
+    if let Ok(key) = read(&path) {
+        return Ok(key);
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let temporary = dir.join(format!(".host-key.tmp{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(&key)?;
+    file.sync_all()?;
+    // Another process may have created it meanwhile: keep the first.
+    match std::fs::hard_link(&temporary, &path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&temporary);
+            Ok(key)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_file(&temporary);
+            read(&path)
+        }
+        Err(error) => {
+            let _ = std::fs::remove_file(&temporary);
+            Err(error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMPONENT: &str = "(component)";
+
+    #[test]
+    fn only_artifacts_this_host_wrote_are_loaded() {
+        let engine = Engine::default();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path());
+        assert_eq!(
+            cache.load(&engine, COMPONENT.as_bytes()).unwrap().1,
+            CacheOutcome::Miss
+        );
+        assert_eq!(
+            cache.load(&engine, COMPONENT.as_bytes()).unwrap().1,
+            CacheOutcome::Hit
+        );
+        let path = cache.artifact_path(&engine, COMPONENT.as_bytes());
+
+        // Changed after it was written: compiled again (and replaced).
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(
+            cache.load(&engine, COMPONENT.as_bytes()).unwrap().1,
+            CacheOutcome::Miss
+        );
+        assert_eq!(
+            cache.load(&engine, COMPONENT.as_bytes()).unwrap().1,
+            CacheOutcome::Hit
+        );
+
+        // Another host's artifact (another key): never loaded.
+        let other = tempfile::tempdir().unwrap();
+        let foreign = ComponentCache::new(other.path());
+        foreign.load(&engine, COMPONENT.as_bytes()).unwrap();
+        std::fs::copy(foreign.artifact_path(&engine, COMPONENT.as_bytes()), &path).unwrap();
+        let fresh = ComponentCache::new(dir.path());
+        assert_eq!(
+            fresh.load(&engine, COMPONENT.as_bytes()).unwrap().1,
+            CacheOutcome::Miss
+        );
+
+        // The key is private to its owner.
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.path().join(".host-key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 }

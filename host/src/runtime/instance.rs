@@ -4,6 +4,7 @@ use super::bindings::{fast, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
+use super::plugin_host::{HostedWorld, PluginHost};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
@@ -94,21 +95,69 @@ impl std::fmt::Display for PluginFault {
 
 /// The exports of one instance: the typed transformer always, the packed
 /// one for `fast-transform` plugins.
-struct Bindings {
+pub(crate) struct Bindings {
     typed: typed::Transform,
     fast: Option<fast::FastTransform>,
 }
 
+/// The transform world: `sluice:plugin/transformer`, plus the packed
+/// path when the component exports it.
+pub(crate) struct TransformWorld;
+
+impl HostedWorld for TransformWorld {
+    type Exports = Bindings;
+
+    fn check(component: &PluginComponent) -> Result<(), String> {
+        match component.pre.transformer {
+            Some(_) => Ok(()),
+            None => Err("not a transform plugin (it implements the aggregate world: use it as a window operator's plugin)".into()),
+        }
+    }
+
+    fn load(
+        component: &PluginComponent,
+        store: &mut Store<PluginState>,
+        instance: &wasmtime::component::Instance,
+    ) -> wasmtime::Result<Bindings> {
+        let pre = &component.pre;
+        let typed = match &pre.transformer {
+            Some(indices) => indices.load(&mut *store, instance)?,
+            None => return Err(wasmtime::Error::msg("not a transform plugin")),
+        };
+        let fast = match &pre.packed {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
+        Ok(Bindings { typed, fast })
+    }
+
+    fn init(
+        exports: &Bindings,
+        store: &mut Store<PluginState>,
+        config: &[(String, String)],
+    ) -> wasmtime::Result<Result<(), String>> {
+        exports
+            .typed
+            .sluice_plugin_transformer()
+            .call_init(store, config)
+    }
+}
+
+/// Whether `component` is called through the packed path under `mode`.
+fn choose_packed(component: &PluginComponent, mode: CallMode) -> Result<bool, RuntimeError> {
+    match (mode, component.pre.packed.is_some()) {
+        (CallMode::Typed, _) | (CallMode::Auto, false) => Ok(false),
+        (_, true) => Ok(true),
+        (CallMode::Packed, false) => Err(RuntimeError::Instantiate {
+            plugin: component.label(),
+            message: "call_mode = \"packed\" but the plugin does not export sluice:plugin/packed-transformer".into(),
+        }),
+    }
+}
+
 /// A live plugin instance serving one operator.
 pub struct PluginInstance {
-    component: Arc<PluginComponent>,
-    scope: OperatorScope,
-    state: ScopedState,
-    metrics: Arc<OperatorMetrics>,
-    limits: PluginLimits,
-    config: Vec<(String, String)>,
-    store: Store<PluginState>,
-    bindings: Bindings,
+    host: PluginHost<TransformWorld>,
     packed: bool,
     packed_input: Vec<u8>,
 }
@@ -117,7 +166,7 @@ impl PluginInstance {
     /// Flushes the plugin's keyed state to disk and measures it (at a
     /// checkpoint barrier).
     pub fn flush_state(&self) -> Result<crate::state::StateUsage, crate::state::StateError> {
-        self.state.flush_and_measure()
+        self.host.state.flush_and_measure()
     }
 
     /// Instantiates `component` for the operator `scope`, whose state is
@@ -131,29 +180,10 @@ impl PluginInstance {
         limits: PluginLimits,
         config: Vec<(String, String)>,
     ) -> Result<Self, RuntimeError> {
-        let has_packed = component.pre.packed.is_some();
-        let packed = match (limits.call_mode, has_packed) {
-            (CallMode::Typed, _) | (CallMode::Auto, false) => false,
-            (_, true) => true,
-            (CallMode::Packed, false) => {
-                return Err(RuntimeError::Instantiate {
-                    plugin: component.label(),
-                    message: "call_mode = \"packed\" but the plugin does not export sluice:plugin/packed-transformer".into(),
-                });
-            }
-        };
+        let packed = choose_packed(&component, limits.call_mode)?;
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
-        let (store, bindings) =
-            instantiate(&component, &scope, &state, &metrics, &limits, &config)?;
         Ok(PluginInstance {
-            component,
-            scope,
-            state,
-            metrics,
-            limits,
-            config,
-            store,
-            bindings,
+            host: PluginHost::new(component, scope, state, metrics, limits, config)?,
             packed,
             packed_input: Vec::new(),
         })
@@ -161,7 +191,7 @@ impl PluginInstance {
 
     /// The component this instance runs.
     pub fn component(&self) -> &Arc<PluginComponent> {
-        &self.component
+        &self.host.component
     }
 
     /// Whether batches use the packed path.
@@ -172,29 +202,34 @@ impl PluginInstance {
     /// Replaces the instance with a fresh one (same component, config,
     /// limits and state scope). Needed after any [`PluginFault`].
     pub fn reinstantiate(&mut self) -> Result<(), RuntimeError> {
-        let (store, bindings) = instantiate(
-            &self.component,
-            &self.scope,
-            &self.state,
-            &self.metrics,
-            &self.limits,
-            &self.config,
-        )?;
-        self.store = store;
-        self.bindings = bindings;
-        Ok(())
+        self.host.reinstantiate()
+    }
+
+    /// Runs `component` (another version of the plugin) from now on, with
+    /// the same keyed state, limits and config; returns the component it
+    /// replaced. The call path (packed or typed) is chosen again for the
+    /// new component. If the new version cannot be instantiated or its
+    /// `init` fails, nothing changes.
+    pub fn swap_component(
+        &mut self,
+        component: Arc<PluginComponent>,
+    ) -> Result<Arc<PluginComponent>, RuntimeError> {
+        let packed = choose_packed(&component, self.host.limits.call_mode)?;
+        let previous = self.host.swap(component)?;
+        self.packed = packed;
+        Ok(previous)
     }
 
     /// Runs the plugin on `records`, within the CPU deadline and memory limit.
     pub fn call_batch(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
-        start_call(&mut self.store, self.limits.deadline);
-        self.store.data().stderr.clear_recent();
+        start_call(&mut self.host.store, self.host.limits.deadline);
+        self.host.store.data().stderr.clear_recent();
         let result = if self.packed {
             self.call_packed(records)
         } else {
             self.call_typed(records)
         };
-        let state = self.store.data_mut();
+        let state = self.host.store.data_mut();
         let result = match result {
             Ok(result) => state.commit_state().map(|()| result).map_err(|error| {
                 state.state_error = Some(error.clone());
@@ -209,7 +244,7 @@ impl PluginInstance {
             }
         };
         result.map_err(|mut fault| {
-            if let Some(error) = self.store.data_mut().state_error.take() {
+            if let Some(error) = self.host.store.data_mut().state_error.take() {
                 return PluginFault {
                     kind: FaultKind::State,
                     message: error.to_string(),
@@ -217,7 +252,7 @@ impl PluginInstance {
             }
             // What the plugin printed before it trapped (a panic message,
             // a traceback) says more than the trap itself.
-            let printed = self.store.data().stderr.recent();
+            let printed = self.host.store.data().stderr.recent();
             if fault.kind == FaultKind::Trap && !printed.is_empty() {
                 fault.message = format!("{} (plugin stderr: {printed})", fault.message);
             }
@@ -226,7 +261,7 @@ impl PluginInstance {
     }
 
     fn call_packed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
-        let Some(bindings) = &self.bindings.fast else {
+        let Some(bindings) = &self.host.exports.fast else {
             return Err(bad_output(
                 "packed call on a plugin without the packed export".into(),
             ));
@@ -254,19 +289,20 @@ impl PluginInstance {
         }
         let output = bindings
             .sluice_plugin_packed_transformer()
-            .call_process_packed(&mut self.store, &self.packed_input)
-            .map_err(|error| classify(error, &self.store, &self.limits))?;
+            .call_process_packed(&mut self.host.store, &self.packed_input)
+            .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
         decode_packed_output(Bytes::from(output), records)
     }
 
     fn call_typed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         let batch: Vec<wit::InputRecord> = records.iter().map(to_wit_record).collect();
         let outcomes = self
-            .bindings
+            .host
+            .exports
             .typed
             .sluice_plugin_transformer()
-            .call_process_batch(&mut self.store, &batch)
-            .map_err(|error| classify(error, &self.store, &self.limits))?;
+            .call_process_batch(&mut self.host.store, &batch)
+            .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
         if outcomes.len() != records.len() {
             return Err(bad_output(format!(
                 "plugin returned {} outcomes for {} records",
@@ -335,59 +371,6 @@ pub(crate) fn new_store(
 pub(crate) fn start_call(store: &mut Store<PluginState>, budget: Duration) {
     let ticks = store.data_mut().limits.start_call(budget);
     store.set_epoch_deadline(ticks);
-}
-
-/// Creates a store and instance of `component` and calls its `init`, all
-/// within the instantiation budget (`limits.init_deadline`).
-fn instantiate(
-    component: &PluginComponent,
-    scope: &OperatorScope,
-    state: &ScopedState,
-    metrics: &Arc<OperatorMetrics>,
-    limits: &PluginLimits,
-    config: &[(String, String)],
-) -> Result<(Store<PluginState>, Bindings), RuntimeError> {
-    let mut store = new_store(component, scope, state, metrics, limits);
-    start_call(&mut store, limits.init_deadline);
-    let instantiate_error =
-        |error: wasmtime::Error, store: &Store<PluginState>| RuntimeError::Instantiate {
-            plugin: component.label(),
-            message: init_fault(error, store, limits).message,
-        };
-    let pre = &component.pre;
-    let instance = pre
-        .instance_pre
-        .instantiate(&mut store)
-        .map_err(|e| instantiate_error(e, &store))?;
-    let Some(transformer) = &pre.transformer else {
-        return Err(RuntimeError::Instantiate {
-            plugin: component.label(),
-            message: "not a transform plugin (it implements the aggregate world: use it as a window operator's plugin)".into(),
-        });
-    };
-    let bindings = Bindings {
-        typed: transformer
-            .load(&mut store, &instance)
-            .map_err(|e| instantiate_error(e, &store))?,
-        fast: match &pre.packed {
-            Some(indices) => Some(
-                indices
-                    .load(&mut store, &instance)
-                    .map_err(|e| instantiate_error(e, &store))?,
-            ),
-            None => None,
-        },
-    };
-    let transformer = bindings.typed.sluice_plugin_transformer();
-    let init_error = |message: String| RuntimeError::Init {
-        plugin: component.label(),
-        message,
-    };
-    match transformer.call_init(&mut store, config) {
-        Ok(Ok(())) => Ok((store, bindings)),
-        Ok(Err(message)) => Err(init_error(message)),
-        Err(error) => Err(init_error(init_fault(error, &store, limits).message)),
-    }
 }
 
 /// [`classify`] for instantiation and `init`, whose CPU budget is

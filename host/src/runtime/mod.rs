@@ -15,6 +15,7 @@ mod component;
 mod host_api;
 mod instance;
 mod limits;
+mod plugin_host;
 mod plugin_output;
 
 pub use aggregate::PluginAggregator;

@@ -10,6 +10,7 @@ mod conformance;
 mod dead_letters;
 mod event_time;
 mod hostile_plugins;
+mod hot_swap;
 mod iceberg;
 mod joins;
 mod kafka;
