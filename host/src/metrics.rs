@@ -172,6 +172,9 @@ pub struct PipelineMetrics {
     pub watermark: AtomicI64,
     /// Checkpoint barriers that reached the sinks.
     pub barriers: AtomicU64,
+    /// The id of the last barrier the source injected (a plugin swap is
+    /// requested for a later one).
+    pub last_barrier_id: AtomicU64,
     /// Time the source spent blocked on a full channel (backpressure), ns.
     pub source_backpressured_ns: AtomicU64,
     /// Source splits currently idle (not holding the watermark back).
@@ -273,6 +276,7 @@ impl Default for PipelineMetrics {
             batches: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
             barriers: AtomicU64::new(0),
+            last_barrier_id: AtomicU64::new(0),
             source_backpressured_ns: AtomicU64::new(0),
             idle_splits: AtomicU64::new(0),
             exchange_backpressured_ns: AtomicU64::new(0),

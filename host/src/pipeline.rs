@@ -25,6 +25,7 @@ use crate::connectors::kafka::{
 use crate::connectors::schema_registry::{
     ConfluentAvroDecoder, ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry,
 };
+use crate::dataflow::deploy::{PluginSwitch, SwapReport};
 use crate::dataflow::{
     DataflowError, ExecutorConfig, FaultPolicy, KeyedStage, Operator, OperatorChain,
     ParallelChains, RunOutcome, Sink, SinkSet, Source, Topology, TransformOperator,
@@ -118,6 +119,45 @@ pub struct Pipeline {
     workdir: Option<WorkDir>,
     /// The checkpoint this run was restored from.
     restored: Option<u64>,
+    /// Plugin swap channels, by transform operator.
+    switches: BTreeMap<String, Arc<PluginSwitch>>,
+}
+
+/// Swaps the plugins of a running pipeline's transform operators at a
+/// checkpoint barrier (see [`crate::dataflow::deploy`]).
+#[derive(Clone)]
+pub struct Deployer {
+    switches: BTreeMap<String, Arc<PluginSwitch>>,
+    metrics: Arc<PipelineMetrics>,
+}
+
+impl Deployer {
+    /// Runs `component` in every instance of `operator` from a barrier the
+    /// source has not injected yet, and waits up to `timeout` for every
+    /// instance to report; their reports, or why the swap could not be
+    /// requested or did not finish.
+    pub fn swap(
+        &self,
+        operator: &str,
+        component: Arc<crate::runtime::PluginComponent>,
+        timeout: Duration,
+    ) -> Result<Vec<SwapReport>, String> {
+        let switch = self
+            .switches
+            .get(operator)
+            .ok_or_else(|| format!("no transform operator `{operator}` with a plugin"))?;
+        // Two ahead of the last injected barrier: the next one may be on
+        // its way already; this one is certainly not.
+        let at = self
+            .metrics
+            .last_barrier_id
+            .load(std::sync::atomic::Ordering::SeqCst)
+            + 2;
+        let generation = switch.request(component, at);
+        switch.wait(generation, timeout).ok_or_else(|| {
+            format!("not every instance of `{operator}` reached barrier {at} within {timeout:?}")
+        })
+    }
 }
 
 /// Opens the state backend `loaded`'s `[pipeline]` section asks for.
@@ -325,9 +365,6 @@ impl Pipeline {
         let config = &loaded.config;
         let source = build_source(loaded, &metrics)?;
 
-        let build = |index: usize, worker: Option<usize>| {
-            build_operator(loaded, index, runtime, &state, resolve_plugin, worker)
-        };
         // Split before every keyed operator: with several workers, each
         // keyed stage runs in `workers` threads behind a key-by exchange.
         let count = config.operators.len();
@@ -341,6 +378,29 @@ impl Pipeline {
         let head_end = match keyed.first() {
             Some(&first) if workers > 1 => first,
             _ => count,
+        };
+        // One swap channel per transform operator, shared by its instances.
+        let switches: BTreeMap<String, Arc<PluginSwitch>> = config
+            .operators
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| op.window.is_none() && op.join.is_none() && op.plugin.is_some())
+            .map(|(index, op)| {
+                let instances = if index < head_end { 1 } else { workers };
+                (op.name.clone(), PluginSwitch::new(instances))
+            })
+            .collect();
+        let build = |index: usize, worker: Option<usize>| {
+            let switch = switches.get(&config.operators[index].name);
+            build_operator(
+                loaded,
+                index,
+                runtime,
+                &state,
+                resolve_plugin,
+                worker,
+                switch,
+            )
         };
         let head = (0..head_end)
             .map(|index| build(index, None))
@@ -404,7 +464,16 @@ impl Pipeline {
             checkpoints: None,
             workdir: None,
             restored: None,
+            switches,
         })
+    }
+
+    /// A handle that swaps operators' plugins while the pipeline runs.
+    pub fn deployer(&self) -> Deployer {
+        Deployer {
+            switches: self.switches.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// The pipeline's live counters.
@@ -442,6 +511,7 @@ fn build_operator(
     state: &Arc<dyn StateBackend>,
     resolve_plugin: PluginResolver<'_>,
     worker: Option<usize>,
+    switch: Option<&Arc<PluginSwitch>>,
 ) -> Result<Box<dyn Operator>, PipelineError> {
     let config = &loaded.config;
     let operator = &config.operators[index];
@@ -541,10 +611,12 @@ fn build_operator(
     let policy = FaultPolicy::default()
         .storm_threshold(operator.fault_storm_threshold)
         .on_storm(operator.on_fault_storm);
-    Ok(Box::new(
-        TransformOperator::new(&operator.name, instance, operator_metrics)
-            .with_fault_policy(policy),
-    ))
+    let mut transform = TransformOperator::new(&operator.name, instance, operator_metrics)
+        .with_fault_policy(policy);
+    if let Some(switch) = switch {
+        transform = transform.with_switch(switch.clone(), worker.unwrap_or(0));
+    }
+    Ok(Box::new(transform))
 }
 
 /// Where `operators[index]` sends late records.

@@ -330,6 +330,9 @@ impl SourceReader<'_> {
             None => (self.barrier_id + 1, crate::checkpoint::now_ms()),
         };
         self.barrier_id = id;
+        self.metrics
+            .last_barrier_id
+            .store(id, std::sync::atomic::Ordering::SeqCst);
         let position = self.source.snapshot_position(id)?;
         if let Some(checkpoints) = self.checkpoints {
             checkpoints.record_source(

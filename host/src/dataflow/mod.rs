@@ -13,6 +13,7 @@
 //! barriers).
 
 mod chain;
+pub mod deploy;
 mod executor;
 mod input_gate;
 pub mod parallel;

@@ -84,6 +84,9 @@ pub struct TransformOperator {
     policy: FaultPolicy,
     /// Records that faulted in a row (reset by any record that did not).
     faults_in_a_row: u64,
+    /// Where plugin swaps come from, this worker's index, and the last
+    /// swap request it applied.
+    switch: Option<(Arc<super::deploy::PluginSwitch>, usize, u64)>,
 }
 
 impl TransformOperator {
@@ -114,6 +117,44 @@ impl TransformOperator {
             metrics,
             policy: FaultPolicy::default(),
             faults_in_a_row: 0,
+            switch: None,
+        }
+    }
+
+    /// Takes plugin swaps from `switch`, as its worker `worker`.
+    pub fn with_switch(mut self, switch: Arc<super::deploy::PluginSwitch>, worker: usize) -> Self {
+        self.switch = Some((switch, worker, 0));
+        self
+    }
+
+    /// At a barrier: swaps in a new plugin version if one is due here.
+    fn apply_due_swap(&mut self, barrier: u64) {
+        let Some((switch, worker, applied)) = &self.switch else {
+            return;
+        };
+        let Some((generation, component)) = switch.due(*applied, barrier) else {
+            return;
+        };
+        let (switch, worker) = (switch.clone(), *worker);
+        let started = std::time::Instant::now();
+        let result = match self.instance.swap_component(component) {
+            Ok(previous) => {
+                self.plugin_label = self.instance.component().label();
+                self.faults_in_a_row = 0;
+                Ok(previous.label())
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        tracing::info!(operator = %self.name, worker, barrier, ?result, "plugin swap");
+        switch.report(super::deploy::SwapReport {
+            generation,
+            worker,
+            barrier,
+            result,
+            pause: started.elapsed(),
+        });
+        if let Some((_, _, applied)) = &mut self.switch {
+            *applied = generation;
         }
     }
 
@@ -334,10 +375,12 @@ impl Operator for TransformOperator {
 
     fn on_barrier(
         &mut self,
-        _barrier: &super::CheckpointBarrier,
+        barrier: &super::CheckpointBarrier,
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.report_state_usage()
+        self.report_state_usage()?;
+        self.apply_due_swap(barrier.id);
+        Ok(())
     }
 
     fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {
