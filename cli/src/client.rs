@@ -288,3 +288,52 @@ pub fn show(client: &Client, name: &str, json: bool) -> Result<String> {
     }
     Ok(out)
 }
+
+/// `sluice plugin push PATH --pipeline P --operator O`: builds the plugin
+/// if `path` is a crate directory, uploads it, and swaps it in at the
+/// pipeline's next barrier. Returns what to print.
+pub fn push_plugin(
+    client: &Client,
+    path: &Path,
+    pipeline: &str,
+    operator: &str,
+    json: bool,
+) -> Result<String> {
+    let component = crate::build::resolve_plugin(path)
+        .map_err(|e| anyhow::anyhow!("plugin {}: {e}", path.display()))?;
+    let digest = client.upload_plugin(&component)?;
+    let deployment = client.post_json(
+        &format!("/api/v1/pipelines/{pipeline}/operators/{operator}/plugin"),
+        &serde_json::json!({ "sha256": digest }),
+    )?;
+    Ok(describe_deployment(&deployment, json))
+}
+
+/// `sluice rollback P --operator O`: back to the plugin the operator ran
+/// before its last deployment.
+pub fn rollback(client: &Client, pipeline: &str, operator: &str, json: bool) -> Result<String> {
+    let deployment = client.post_json(
+        &format!("/api/v1/pipelines/{pipeline}/operators/{operator}/rollback"),
+        &serde_json::json!({}),
+    )?;
+    Ok(describe_deployment(&deployment, json))
+}
+
+fn describe_deployment(deployment: &Value, json: bool) -> String {
+    if json {
+        return deployment.to_string();
+    }
+    let short = |key: &str| {
+        let digest = deployment[key].as_str().unwrap_or("?");
+        digest.get(..12).unwrap_or(digest).to_string()
+    };
+    format!(
+        "{} {}: sha256:{} -> sha256:{} at barrier {}, pause {:.1} ms",
+        deployment["kind"].as_str().unwrap_or("deploy"),
+        deployment["operator"].as_str().unwrap_or("?"),
+        short("from"),
+        short("to"),
+        deployment["barrier"],
+        deployment["pause_ms"].as_f64().unwrap_or(0.0),
+    )
+}

@@ -84,6 +84,17 @@ enum Command {
     /// Manage tenants on a `sluice serve` (admin token).
     #[command(subcommand)]
     Tenants(TenantsCommand),
+    /// Swap an operator of a running pipeline back to the plugin it ran
+    /// before its last deployment.
+    Rollback {
+        /// The pipeline.
+        pipeline: String,
+        /// The operator.
+        #[arg(long)]
+        operator: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
 }
 
 /// Where the server is, and how to answer.
@@ -195,6 +206,20 @@ enum PluginCommand {
         #[arg(long)]
         sdk_path: Option<PathBuf>,
     },
+    /// Build (if needed), upload and hot-swap a plugin into a running
+    /// pipeline on a `sluice serve`, at its next checkpoint barrier.
+    Push {
+        /// A plugin directory or a component file.
+        path: PathBuf,
+        /// The pipeline.
+        #[arg(long)]
+        pipeline: String,
+        /// The operator whose plugin it replaces.
+        #[arg(long)]
+        operator: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Print a component's world, WIT version, imports, exports and size.
     Inspect {
         /// The component file.
@@ -304,6 +329,33 @@ fn execute(cli: Cli) -> Result<()> {
         }
         Command::Pipelines(PipelinesCommand::Rm { name, server }) => {
             println!("{}", lifecycle(&server, &name, "rm")?);
+        }
+        Command::Plugin(PluginCommand::Push {
+            path,
+            pipeline,
+            operator,
+            server,
+        }) => {
+            println!(
+                "{}",
+                client::push_plugin(
+                    &client_for(&server)?,
+                    &path,
+                    &pipeline,
+                    &operator,
+                    server.json
+                )?
+            );
+        }
+        Command::Rollback {
+            pipeline,
+            operator,
+            server,
+        } => {
+            println!(
+                "{}",
+                client::rollback(&client_for(&server)?, &pipeline, &operator, server.json)?
+            );
         }
         Command::Tenants(TenantsCommand::Create {
             name,

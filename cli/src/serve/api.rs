@@ -71,6 +71,18 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/pipelines/{name}/checkpoints",
             get(list_checkpoints),
         )
+        .route(
+            "/api/v1/pipelines/{name}/operators/{operator}/plugin",
+            post(push_plugin),
+        )
+        .route(
+            "/api/v1/pipelines/{name}/operators/{operator}/rollback",
+            post(rollback_plugin),
+        )
+        .route(
+            "/api/v1/pipelines/{name}/deployments",
+            get(list_deployments),
+        )
         .route("/api/v1/operations/{id}", get(show_operation))
         .with_state(state)
 }
@@ -386,4 +398,93 @@ async fn show_operation(
         .get(&tenant, &id, &state.supervisor)
         .ok_or_else(|| not_found("such operation"))?;
     Ok(Json(operation))
+}
+
+/// `POST .../operators/{operator}/plugin` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PushPlugin {
+    sha256: String,
+}
+
+/// Swaps an operator's plugin to an uploaded component at the next
+/// barrier; answers the deployment record once every instance swapped.
+async fn push_plugin(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, operator)): Path<(String, String)>,
+    Json(body): Json<PushPlugin>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    if body.sha256.len() != 64 || !body.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad_request("`sha256` is not a sha256 digest"));
+    }
+    swap(
+        state,
+        (tenant.clone(), name),
+        operator,
+        body.sha256,
+        "deploy",
+        tenant,
+    )
+    .await
+}
+
+/// Swaps an operator back to the plugin it ran before its last
+/// deployment.
+async fn rollback_plugin(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, operator)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant.clone(), name);
+    let deployments = state
+        .supervisor
+        .deployments(&key)
+        .ok_or_else(|| not_found("such pipeline"))?;
+    let last = deployments
+        .iter()
+        .rev()
+        .find(|d| d.operator == operator && d.outcome == "swapped")
+        .ok_or_else(|| bad_request(format!("`{operator}` has no deployment to roll back")))?;
+    let previous = last.from.clone();
+    swap(state, key, operator, previous, "rollback", tenant).await
+}
+
+async fn swap(
+    state: AppState,
+    key: PipelineKey,
+    operator: String,
+    digest: String,
+    kind: &'static str,
+    by: String,
+) -> Result<Json<super::supervisor::Deployment>, ApiError> {
+    let supervisor = state.supervisor.clone();
+    let store = state.plugin_store.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        supervisor.swap_plugin(&key, &operator, &digest, &store, kind, &by)
+    })
+    .await
+    .map_err(internal)?;
+    use super::supervisor::SwapError;
+    match result {
+        Ok(deployment) => Ok(Json(deployment)),
+        Err(SwapError::NotFound) => Err(not_found("such pipeline")),
+        Err(SwapError::Refused(why)) => Err(ApiError(StatusCode::CONFLICT, why)),
+        Err(SwapError::Failed(why)) => Err(internal(why)),
+    }
+}
+
+async fn list_deployments(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let deployments = state
+        .supervisor
+        .deployments(&(tenant, name))
+        .ok_or_else(|| not_found("such pipeline"))?;
+    Ok(Json(json!({ "deployments": deployments })))
 }

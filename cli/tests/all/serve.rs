@@ -308,3 +308,140 @@ fn a_non_loopback_address_needs_tls() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("without TLS"), "{stderr}");
 }
+
+/// A paced pipeline whose one operator redacts PII with `plugin`.
+fn redact_pipeline(name: &str, plugin: &Path) -> String {
+    format!(
+        r#"[pipeline]
+name = "{name}"
+batch_size = 64
+checkpoint_interval_ms = 100
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 100
+
+[source.generator]
+profile = "bronze"
+count = 60000
+rate = 6000
+seed = 11
+invalid_ratio = 0.0
+
+[[operators]]
+name = "pii-redact"
+plugin = "{plugin}"
+
+[sink.file]
+path = "out/silver.jsonl"
+"#,
+        plugin = plugin.display()
+    )
+}
+
+/// `sluice plugin push` swaps a running pipeline's plugin (Rust to C) at a
+/// barrier, a plugin of another world is refused with nothing changed,
+/// `sluice rollback` goes back; every deployment is recorded, and the
+/// output equals a run that never swapped (both versions write the same
+/// bytes).
+#[test]
+fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
+    let rust = sluice_tests::plugin("pii-redact");
+    let c = sluice_tests::plugin("c/pii-redact");
+    let aggregate = sluice_tests::plugin("hot-items");
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let admin = admin.expect("admin token");
+    let (ok, out, err) = sluice(&server, &admin, &["tenants", "create", "team", "--json"]);
+    assert!(ok, "{err}");
+    let token = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let files = tempfile::tempdir().expect("files");
+    let file = files.path().join("redact.toml");
+    std::fs::write(&file, redact_pipeline("redact", &rust)).expect("write");
+    let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
+    assert!(ok, "deploy failed: {err}");
+    let api = client(&server, Some(&token));
+    wait_until("records flowing", WAIT, || {
+        state(&api, "redact")["metrics"]["records_out"]
+            .as_u64()
+            .unwrap_or(0)
+            > 5_000
+    });
+
+    let push = |path: &Path| {
+        sluice(
+            &server,
+            &token,
+            &[
+                "plugin",
+                "push",
+                &path.display().to_string(),
+                "--pipeline",
+                "redact",
+                "--operator",
+                "pii-redact",
+                "--json",
+            ],
+        )
+    };
+    let (ok, out, err) = push(&c);
+    assert!(ok, "push failed: {err}");
+    let deployed: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(deployed["outcome"], "swapped", "{deployed}");
+    assert!(deployed["barrier"].as_u64().unwrap_or(0) > 0, "{deployed}");
+    eprintln!("deploy pause: {} ms", deployed["pause_ms"]);
+
+    // Another world: refused (409) before anything changes.
+    let (ok, _, err) = push(&aggregate);
+    assert!(!ok, "an aggregate plugin replaced a transform");
+    assert!(
+        err.contains("409") && err.contains("aggregate world"),
+        "{err}"
+    );
+
+    let (ok, out, err) = sluice(
+        &server,
+        &token,
+        &["rollback", "redact", "--operator", "pii-redact", "--json"],
+    );
+    assert!(ok, "rollback failed: {err}");
+    let rolled: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(rolled["kind"], "rollback");
+    assert_eq!(rolled["from"], deployed["to"]);
+    assert_eq!(rolled["to"], deployed["from"]);
+
+    let history = api
+        .get("/api/v1/pipelines/redact/deployments")
+        .expect("deployments");
+    let kinds: Vec<&str> = history["deployments"]
+        .as_array()
+        .expect("deployments")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["deploy", "rollback"], "{history}");
+    wait_until("the pipeline to finish", WAIT, || {
+        state(&api, "redact")["state"] == "finished"
+    });
+
+    let reference = tempfile::tempdir().expect("reference");
+    let reference_file = reference.path().join("redact.toml");
+    std::fs::write(&reference_file, redact_pipeline("redact", &rust)).expect("write");
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--quiet"])
+        .arg(&reference_file)
+        .status()
+        .expect("sluice run");
+    assert!(status.success());
+    let served = state_dir
+        .path()
+        .join("tenants/team/pipelines/redact/out/silver.jsonl");
+    let expected =
+        std::fs::read_to_string(reference.path().join("out/silver.jsonl")).expect("read");
+    let got = std::fs::read_to_string(&served).expect("read");
+    assert_eq!(got.lines().count(), 60_000);
+    assert!(got == expected, "the swapped pipeline's output differs");
+}

@@ -56,12 +56,15 @@ impl JsonLinesSink {
     }
 
     /// Opens the file at `path` for appending (created if missing): a
-    /// restored at-least-once pipeline continues its output.
+    /// restored at-least-once pipeline continues its output. A torn last
+    /// line (the previous run died while writing it) is cut off first: its
+    /// record was not part of a completed checkpoint and is written again.
     pub fn append(
         name: impl Into<String>,
         path: &Path,
         format: OutputFormat,
     ) -> std::io::Result<Self> {
+        cut_torn_line(path)?;
         Self::open(name, path, format, true)
     }
 
@@ -89,6 +92,44 @@ impl JsonLinesSink {
             message: error.to_string(),
         }
     }
+}
+
+/// Truncates the file at `path` after its last newline (nothing if it is
+/// missing, empty or ends with a newline).
+fn cut_torn_line(path: &Path) -> std::io::Result<()> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let length = file.metadata()?.len();
+    // Scan back in blocks for the last newline.
+    let mut end = length;
+    let mut block = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let size = (end - start) as usize;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block[..size])?;
+        if let Some(position) = block[..size].iter().rposition(|b| *b == b'\n') {
+            let keep = start + position as u64 + 1;
+            if keep < length {
+                file.set_len(keep)?;
+            }
+            return Ok(());
+        }
+        end = start;
+    }
+    // No newline at all: the whole file is one torn line.
+    if length > 0 {
+        file.set_len(0)?;
+    }
+    Ok(())
 }
 
 impl Sink for JsonLinesSink {
@@ -218,6 +259,23 @@ pub fn record_to_exact_json(record: &Record) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_cut_before_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        for (before, after) in [
+            ("{\"a\":1}\n{\"b\":2}\n", "{\"a\":1}\n{\"b\":2}\n"),
+            ("{\"a\":1}\n{\"b\":", "{\"a\":1}\n"),
+            ("{\"b\":", ""),
+            ("", ""),
+        ] {
+            std::fs::write(&path, before).unwrap();
+            cut_torn_line(&path).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), after, "{before:?}");
+        }
+        cut_torn_line(&dir.path().join("missing.jsonl")).unwrap();
+    }
     use crate::record::SourcePosition;
 
     #[test]
