@@ -135,19 +135,20 @@ fn sorted_lines(path: &Path) -> Vec<String> {
     let mut lines: Vec<String> = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .lines()
-        .map(|line| match serde_json::from_str::<Value>(line) {
-            Ok(mut record) => {
-                if let Some(headers) = record["headers"].as_object_mut() {
-                    headers.remove("sluice.dlq.time");
-                    headers.remove("sluice.dlq.plugin");
-                }
-                record.to_string()
-            }
-            Err(_) => line.to_string(),
-        })
+        .map(sluice_tests::comparable_record_line)
         .collect();
     lines.sort();
     lines
+}
+
+/// Creates `tenant` with the admin token; its token.
+fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
+    let (ok, out, err) = sluice(server, admin, &["tenants", "create", tenant, "--json"]);
+    assert!(ok, "{err}");
+    serde_json::from_str::<Value>(&out).expect("JSON")["token"]
+        .as_str()
+        .expect("token")
+        .to_string()
 }
 
 fn state(client: &Client, name: &str) -> Value {
@@ -166,18 +167,8 @@ fn tenants_are_isolated_and_a_killed_server_resumes_its_pipelines_exactly_once()
     let admin = admin.expect("the first start prints the admin token");
 
     // Tenants, by the admin.
-    let (ok, out, err) = sluice(&server, &admin, &["tenants", "create", "team-a", "--json"]);
-    assert!(ok, "{err}");
-    let team_a = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
-    let (ok, out, err) = sluice(&server, &admin, &["tenants", "create", "team-b", "--json"]);
-    assert!(ok, "{err}");
-    let team_b = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let team_a = create_tenant(&server, &admin, "team-a");
+    let team_b = create_tenant(&server, &admin, "team-b");
 
     // No token, a wrong token: 401; the admin cannot run pipelines.
     let anonymous = client(&server, None).get("/api/v1/pipelines").unwrap_err();
@@ -352,12 +343,7 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let (ok, out, err) = sluice(&server, &admin, &["tenants", "create", "team", "--json"]);
-    assert!(ok, "{err}");
-    let token = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let token = create_tenant(&server, &admin, "team");
     let files = tempfile::tempdir().expect("files");
     let file = files.path().join("redact.toml");
     std::fs::write(&file, redact_pipeline("redact", &rust)).expect("write");

@@ -90,17 +90,26 @@ impl<W: HostedWorld> PluginHost<W> {
     /// Replaces the instance with a fresh one of the same component (after
     /// a fault poisoned it).
     pub(crate) fn reinstantiate(&mut self) -> Result<(), RuntimeError> {
-        let (store, exports) = instantiate::<W>(
-            &self.component,
+        let (store, exports) = self.instantiate(&self.component)?;
+        self.store = store;
+        self.exports = exports;
+        Ok(())
+    }
+
+    /// A new instance of `component` for this operator (its scope, state,
+    /// limits and config).
+    fn instantiate(
+        &self,
+        component: &PluginComponent,
+    ) -> Result<(Store<PluginState>, W::Exports), RuntimeError> {
+        instantiate::<W>(
+            component,
             &self.scope,
             &self.state,
             &self.metrics,
             &self.limits,
             &self.config,
-        )?;
-        self.store = store;
-        self.exports = exports;
-        Ok(())
+        )
     }
 }
 
@@ -113,14 +122,7 @@ impl<W: HostedWorld> PluginHost<W> {
         &mut self,
         component: Arc<PluginComponent>,
     ) -> Result<Arc<PluginComponent>, RuntimeError> {
-        let (store, exports) = instantiate::<W>(
-            &component,
-            &self.scope,
-            &self.state,
-            &self.metrics,
-            &self.limits,
-            &self.config,
-        )?;
+        let (store, exports) = self.instantiate(&component)?;
         self.store = store;
         self.exports = exports;
         Ok(std::mem::replace(&mut self.component, component))

@@ -202,29 +202,21 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
         // records and the rest of the reasons must match.
         let normalize = |text: &str| -> Vec<String> {
             text.lines()
-                .map(
-                    |line| match serde_json::from_str::<serde_json::Value>(line) {
-                        Ok(mut record) => {
-                            if let Some(headers) = record["headers"].as_object_mut() {
-                                headers.remove("sluice.dlq.time");
-                                headers.remove("sluice.dlq.plugin");
-                                let reason = headers
-                                    .get("sluice.dlq.reason")
-                                    .and_then(|r| r.as_str())
-                                    .unwrap_or_default()
-                                    .to_string();
-                                if reason.starts_with("invalid JSON value") {
-                                    headers.insert(
-                                        "sluice.dlq.reason".into(),
-                                        "invalid JSON value".into(),
-                                    );
-                                }
-                            }
-                            record.to_string()
-                        }
-                        Err(_) => line.to_string(),
-                    },
-                )
+                .map(|line| {
+                    let line = sluice_tests::comparable_record_line(line);
+                    let Ok(mut record) = serde_json::from_str::<serde_json::Value>(&line) else {
+                        return line;
+                    };
+                    if let Some(headers) = record["headers"].as_object_mut()
+                        && headers
+                            .get("sluice.dlq.reason")
+                            .and_then(|r| r.as_str())
+                            .is_some_and(|r| r.starts_with("invalid JSON value"))
+                    {
+                        headers.insert("sluice.dlq.reason".into(), "invalid JSON value".into());
+                    }
+                    record.to_string()
+                })
                 .collect()
         };
         let (normalized, normalized_expected) = (normalize(&got), normalize(&expected));

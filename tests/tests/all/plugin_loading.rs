@@ -71,8 +71,17 @@ fn compiled_components_are_cached_by_content() {
     let identity = sluice_tests::plugin("identity");
     assert_eq!(runtime.load(&identity).unwrap().cache, CacheOutcome::Miss);
     assert_eq!(runtime.load(&identity).unwrap().cache, CacheOutcome::Hit);
-    let artifacts = std::fs::read_dir(cache.path()).unwrap().count();
+    // One compiled artifact (beside the host's key that tags it).
+    let artifacts = std::fs::read_dir(cache.path())
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        })
+        .count();
     assert_eq!(artifacts, 1);
+    assert!(cache.path().join(".host-key").is_file());
 }
 
 #[test]
