@@ -141,6 +141,21 @@ fn sorted_lines(path: &Path) -> Vec<String> {
     lines
 }
 
+/// Runs the pipeline file `text` once with `sluice run`, in a directory of
+/// its own (returned), as the reference a served run must equal.
+fn uninterrupted_run(text: &str) -> tempfile::TempDir {
+    let reference = tempfile::tempdir().expect("reference");
+    let file = reference.path().join("pipeline.toml");
+    std::fs::write(&file, text).expect("write");
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--quiet"])
+        .arg(&file)
+        .status()
+        .expect("sluice run");
+    assert!(status.success());
+    reference
+}
+
 /// Creates `tenant` with the admin token; its token.
 fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
     let (ok, out, err) = sluice(server, admin, &["tenants", "create", tenant, "--json"]);
@@ -256,15 +271,7 @@ fn tenants_are_isolated_and_a_killed_server_resumes_its_pipelines_exactly_once()
     assert!(checkpoints.to_string().contains("\"id\""), "{checkpoints}");
 
     // The same pipeline run once without interruption, as `sluice run`.
-    let reference = tempfile::tempdir().expect("reference");
-    let reference_file = reference.path().join("silver.toml");
-    std::fs::write(&reference_file, pipeline_text("silver", &plugins, "out")).expect("write");
-    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--quiet"])
-        .arg(&reference_file)
-        .status()
-        .expect("sluice run");
-    assert!(status.success());
+    let reference = uninterrupted_run(&pipeline_text("silver", &plugins, "out"));
     let served: PathBuf = state_dir.path().join("tenants/team-a/pipelines/silver/out");
     for output in ["silver.jsonl", "dead-letters.jsonl"] {
         let expected = sorted_lines(&reference.path().join("out").join(output));
@@ -413,15 +420,7 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
         state(&api, "redact")["state"] == "finished"
     });
 
-    let reference = tempfile::tempdir().expect("reference");
-    let reference_file = reference.path().join("redact.toml");
-    std::fs::write(&reference_file, redact_pipeline("redact", &rust)).expect("write");
-    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--quiet"])
-        .arg(&reference_file)
-        .status()
-        .expect("sluice run");
-    assert!(status.success());
+    let reference = uninterrupted_run(&redact_pipeline("redact", &rust));
     let served = state_dir
         .path()
         .join("tenants/team/pipelines/redact/out/silver.jsonl");

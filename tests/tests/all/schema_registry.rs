@@ -86,6 +86,19 @@ format = "record"
     )
 }
 
+/// Opens the pipeline file at `file` as `sluice run` would (restoring its
+/// latest checkpoint, if any); the start-up error as text.
+fn open(file: &Path) -> Result<sluice_host::pipeline::Pipeline, String> {
+    let loaded = sluice_host::config::LoadedConfig::load(file).map_err(|e| e.to_string())?;
+    sluice_host::pipeline::Pipeline::open(
+        &loaded,
+        &sluice_tests::runtime(),
+        &sluice_host::pipeline::wasm_files_only,
+        &sluice_host::checkpoint::RestoreFrom::Latest,
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn write_schemas(dir: &Path) {
     std::fs::write(dir.join("order-v1.avsc"), ORDER_V1).unwrap();
     std::fs::write(dir.join("order-v2.avsc"), ORDER_V2).unwrap();
@@ -217,14 +230,7 @@ fn a_registry_outage_stops_the_pipeline_and_a_restart_loses_nothing() {
     );
     let file = dir.path().join("down.toml");
     std::fs::write(&file, &down).unwrap();
-    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
-    let pipeline_down = sluice_host::pipeline::Pipeline::open(
-        &loaded,
-        &sluice_tests::runtime(),
-        &sluice_host::pipeline::wasm_files_only,
-        &sluice_host::checkpoint::RestoreFrom::Latest,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let pipeline_down = open(&file).unwrap_or_else(|e| panic!("{e}"));
     let error = match pipeline_down.run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
         false,
     ))) {
@@ -327,15 +333,9 @@ fn the_kafka_sink_writes_registry_framed_avro_that_confluent_reads() {
         kafka_avro_sink_pipeline(dir.path(), &topic, "order-v3.avsc"),
     )
     .unwrap();
-    let loaded = sluice_host::config::LoadedConfig::load(&file).unwrap();
-    let error = match sluice_host::pipeline::Pipeline::open(
-        &loaded,
-        &sluice_tests::runtime(),
-        &sluice_host::pipeline::wasm_files_only,
-        &sluice_host::checkpoint::RestoreFrom::Fresh,
-    ) {
+    let error = match open(&file) {
         Ok(_) => panic!("an incompatible schema was accepted"),
-        Err(error) => error.to_string(),
+        Err(error) => error,
     };
     assert!(
         error.contains("field `sink.kafka.schema_registry`"),

@@ -432,19 +432,32 @@ async fn open_sql_catalog(
         ("sql_bind_style".to_string(), "QMark".to_string()),
     ]);
     props.extend(s3_properties(&config.s3));
-    let catalog = iceberg_catalog_sql::SqlCatalogBuilder::default()
+    let what = format!("the Iceberg catalog {}", catalog_path.display());
+    let catalog = load_catalog(
+        iceberg_catalog_sql::SqlCatalogBuilder::default(),
+        &config.catalog_name,
+        props,
+        &what,
+    )
+    .await?;
+    Ok(Arc::new(catalog))
+}
+
+/// Loads a catalog with `builder`, reading and writing table files through
+/// OpenDAL (local files and S3); `what` names it in the error.
+async fn load_catalog<B: CatalogBuilder>(
+    builder: B,
+    name: &str,
+    props: HashMap<String, String>,
+    what: &str,
+) -> Result<B::C, IcebergSetupError> {
+    builder
         .with_storage_factory(Arc::new(
             iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
         ))
-        .load(&config.catalog_name, props)
+        .load(name, props)
         .await
-        .map_err(|error| {
-            IcebergSetupError(format!(
-                "cannot open the Iceberg catalog {}: {error}",
-                catalog_path.display()
-            ))
-        })?;
-    Ok(Arc::new(catalog))
+        .map_err(|error| IcebergSetupError(format!("cannot open {what}: {error}")))
 }
 
 /// A REST catalog client; the catalog is asked for its configuration now,
@@ -470,18 +483,14 @@ async fn open_rest_catalog(
         }
     }
     props.extend(s3_properties(&config.s3));
-    let catalog = iceberg_catalog_rest::RestCatalogBuilder::default()
-        .with_storage_factory(Arc::new(
-            iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
-        ))
-        .load(&config.catalog_name, props)
-        .await
-        .map_err(|error| {
-            IcebergSetupError(format!(
-                "cannot open the REST catalog {}: {error}",
-                rest.uri
-            ))
-        })?;
+    let what = format!("the REST catalog {}", rest.uri);
+    let catalog = load_catalog(
+        iceberg_catalog_rest::RestCatalogBuilder::default(),
+        &config.catalog_name,
+        props,
+        &what,
+    )
+    .await?;
     catalog.list_namespaces(None).await.map_err(|error| {
         IcebergSetupError(format!(
             "the REST catalog {} does not answer: {error}",

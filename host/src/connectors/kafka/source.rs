@@ -340,7 +340,7 @@ impl KafkaSource {
 }
 
 /// The low and high watermark of each partition (topic, partition).
-type Watermarks = BTreeMap<(String, i32), (i64, i64)>;
+type Watermarks = BTreeMap<(Arc<str>, i32), (i64, i64)>;
 
 /// The low and high watermark of every partition of `topics` now.
 fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
@@ -366,7 +366,7 @@ fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
                             partition.id()
                         )
                     })?;
-                ends.insert((topic.to_string(), partition.id()), (low, high));
+                ends.insert((Arc::from(*topic), partition.id()), (low, high));
             }
         }
     }
@@ -441,13 +441,12 @@ fn to_record(
 }
 
 impl KafkaSource {
-    /// With `bounded`: whether `offset` lies past the end of `partition`
-    /// of start-up.
-    fn beyond_bound(&self, topic: &str, partition: i32, offset: i64) -> bool {
-        self.end_offsets.as_ref().is_some_and(|ends| {
-            ends.get(&(topic.to_string(), partition))
-                .is_none_or(|(_, high)| offset >= *high)
-        })
+    /// With `bounded`: whether `offset` lies past the end of the partition
+    /// `key` had at start-up.
+    fn beyond_bound(&self, key: &(Arc<str>, i32), offset: i64) -> bool {
+        self.end_offsets
+            .as_ref()
+            .is_some_and(|ends| ends.get(key).is_none_or(|(_, high)| offset >= *high))
     }
 
     /// With `bounded`: whether this member has read every partition up to
@@ -515,14 +514,14 @@ impl Source for KafkaSource {
                     continue;
                 }
             };
-            if self.beyond_bound(message.topic(), message.partition(), message.offset()) {
-                // Written after a bounded read started: not this run's.
-                continue;
-            }
             let key = (
                 intern(&mut self.topics, message.topic()),
                 message.partition(),
             );
+            if self.beyond_bound(&key, message.offset()) {
+                // Written after a bounded read started: not this run's.
+                continue;
+            }
             *read_per_partition.entry(key.clone()).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
             let decoded = to_record(
