@@ -157,6 +157,29 @@ impl Client {
         }
     }
 
+    /// `GET path` answered with server-sent events: calls `on_data` with
+    /// each event's data until the server ends the stream (no timeout).
+    pub fn follow_events(&self, path: &str, mut on_data: impl FnMut(&str)) -> Result<()> {
+        use std::io::BufRead as _;
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .timeout(Duration::from_secs(u64::MAX / 4))
+            .send()
+            .with_context(|| format!("cannot reach the server at {}", self.config.server))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().unwrap_or_default();
+            bail!("the server answered {status}: {text}");
+        }
+        for line in std::io::BufReader::new(response).lines() {
+            let line = line.context("reading the event stream")?;
+            if let Some(data) = line.strip_prefix("data:") {
+                on_data(data.trim_start());
+            }
+        }
+        Ok(())
+    }
+
     /// Uploads a component; its digest.
     pub fn upload_plugin(&self, component: &Path) -> Result<String> {
         let bytes =
@@ -297,16 +320,40 @@ pub fn push_plugin(
     path: &Path,
     pipeline: &str,
     operator: &str,
+    wait: bool,
     json: bool,
 ) -> Result<String> {
     let component = crate::build::resolve_plugin(path)
         .map_err(|e| anyhow::anyhow!("plugin {}: {e}", path.display()))?;
     let digest = client.upload_plugin(&component)?;
-    let deployment = client.post_json(
+    let mut deployment = client.post_json(
         &format!("/api/v1/pipelines/{pipeline}/operators/{operator}/plugin"),
         &serde_json::json!({ "sha256": digest }),
     )?;
-    Ok(describe_deployment(&deployment, json))
+    if wait {
+        deployment = await_verdict(client, pipeline, deployment)?;
+    }
+    let described = describe_deployment(&deployment, json);
+    if deployment["status"] == "rolled_back" {
+        bail!("{described}");
+    }
+    Ok(described)
+}
+
+/// Polls the pipeline's deployments until `deployment` (on probation) has
+/// its verdict.
+fn await_verdict(client: &Client, pipeline: &str, mut deployment: Value) -> Result<Value> {
+    let id = deployment["id"].clone();
+    while deployment["status"] == "verifying" {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let history = client.get(&format!("/api/v1/pipelines/{pipeline}/deployments"))?;
+        deployment = history["deployments"]
+            .as_array()
+            .and_then(|all| all.iter().find(|d| d["id"] == id))
+            .cloned()
+            .with_context(|| format!("deployment {id} is gone from the history"))?;
+    }
+    Ok(deployment)
 }
 
 /// `sluice rollback P --operator O`: back to the plugin the operator ran
@@ -328,12 +375,92 @@ fn describe_deployment(deployment: &Value, json: bool) -> String {
         digest.get(..12).unwrap_or(digest).to_string()
     };
     format!(
-        "{} {}: sha256:{} -> sha256:{} at barrier {}, pause {:.1} ms",
+        "{} {}: sha256:{} -> sha256:{} at barrier {}, pause {:.1} ms: {} ({})",
         deployment["kind"].as_str().unwrap_or("deploy"),
         deployment["operator"].as_str().unwrap_or("?"),
         short("from"),
         short("to"),
         deployment["barrier"],
         deployment["pause_ms"].as_f64().unwrap_or(0.0),
+        deployment["status"]
+            .as_str()
+            .unwrap_or("?")
+            .replace('_', " "),
+        deployment["outcome"].as_str().unwrap_or(""),
     )
+}
+
+/// `sluice logs P [--since D] [--follow]`: the pipeline's plugin logs,
+/// printed as they come with `--follow`.
+pub fn logs(
+    client: &Client,
+    pipeline: &str,
+    since: Option<&str>,
+    follow: bool,
+    json: bool,
+) -> Result<()> {
+    let since_ms = match since {
+        Some(since) => sluice_host::checkpoint::now_ms() - parse_age_ms(since)?,
+        None => 0,
+    };
+    let path = format!("/api/v1/pipelines/{pipeline}/logs?since_ms={since_ms}");
+    let print = |line: &Value| {
+        if json {
+            println!("{line}");
+        } else {
+            println!(
+                "{} {:>5} {}: {}",
+                line["at_ms"],
+                line["level"].as_str().unwrap_or("?"),
+                line["operator"].as_str().unwrap_or(""),
+                line["message"].as_str().unwrap_or("")
+            );
+        }
+    };
+    if follow {
+        return client.follow_events(&format!("{path}&follow=true"), |data| {
+            if let Ok(line) = serde_json::from_str::<Value>(data) {
+                print(&line);
+            }
+        });
+    }
+    let answer = client.get(&path)?;
+    for line in answer["lines"].as_array().into_iter().flatten() {
+        print(line);
+    }
+    Ok(())
+}
+
+/// An age like `90s`, `10m`, `2h` or `1d`, in ms.
+fn parse_age_ms(age: &str) -> Result<i64> {
+    let digits = age.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let number: i64 = digits
+        .parse()
+        .with_context(|| format!("`{age}` is not an age like 90s, 10m, 2h or 1d"))?;
+    let unit_ms = match &age[digits.len()..] {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        unit => bail!("`{unit}` in `{age}` is not a unit: use ms, s, m, h or d"),
+    };
+    number
+        .checked_mul(unit_ms)
+        .with_context(|| format!("`{age}` is too long ago"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_age_ms;
+
+    #[test]
+    fn ages_have_units() {
+        assert_eq!(parse_age_ms("90s").unwrap(), 90_000);
+        assert_eq!(parse_age_ms("10m").unwrap(), 600_000);
+        assert_eq!(parse_age_ms("2h").unwrap(), 7_200_000);
+        assert_eq!(parse_age_ms("250ms").unwrap(), 250);
+        assert!(parse_age_ms("ten minutes").is_err());
+        assert!(parse_age_ms("5y").is_err());
+    }
 }

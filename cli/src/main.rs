@@ -84,6 +84,19 @@ enum Command {
     /// Manage tenants on a `sluice serve` (admin token).
     #[command(subcommand)]
     Tenants(TenantsCommand),
+    /// Print a pipeline's plugin logs (from a `sluice serve`).
+    Logs {
+        /// The pipeline.
+        pipeline: String,
+        /// Only lines from this long ago on, e.g. `10m`, `2h`.
+        #[arg(long)]
+        since: Option<String>,
+        /// Keep printing new lines as they come.
+        #[arg(short, long)]
+        follow: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Swap an operator of a running pipeline back to the plugin it ran
     /// before its last deployment.
     Rollback {
@@ -217,6 +230,10 @@ enum PluginCommand {
         /// The operator whose plugin it replaces.
         #[arg(long)]
         operator: String,
+        /// Answer once the new version runs, without waiting for the
+        /// verdict of its verify window.
+        #[arg(long)]
+        no_wait: bool,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -246,21 +263,37 @@ enum PluginCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    match execute(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve { .. }));
+    match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr at the level `SLUICE_LOG` says (default `warn`). A
+/// server also keeps what plugins log, per pipeline, for `sluice logs`
+/// ([`serve::logs`]).
+fn init_logging(serving: bool) {
+    use tracing_subscriber::prelude::*;
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        );
+    let capture = serving.then(|| {
+        serve::logs::CaptureLayer(serve::logs::global())
+            .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG)
+    });
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(capture)
+        .init();
 }
 
 /// A client for `server`.
@@ -334,6 +367,7 @@ fn execute(cli: Cli) -> Result<()> {
             path,
             pipeline,
             operator,
+            no_wait,
             server,
         }) => {
             println!(
@@ -343,9 +377,24 @@ fn execute(cli: Cli) -> Result<()> {
                     &path,
                     &pipeline,
                     &operator,
+                    !no_wait,
                     server.json
                 )?
             );
+        }
+        Command::Logs {
+            pipeline,
+            since,
+            follow,
+            server,
+        } => {
+            client::logs(
+                &client_for(&server)?,
+                &pipeline,
+                since.as_deref(),
+                follow,
+                server.json,
+            )?;
         }
         Command::Rollback {
             pipeline,

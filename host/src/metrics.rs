@@ -3,9 +3,103 @@
 //! All counters are atomics updated by the threads that own the work; readers
 //! take a [`PipelineSnapshot`] at any time without stopping the pipeline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// How many samples a [`Recent`] keeps.
+pub const RECENT_SAMPLES: usize = 20;
+
+/// The latest few samples of something (faults, dead letters), newest
+/// last: what an operator looks at first when a pipeline misbehaves.
+#[derive(Debug)]
+pub struct Recent<T> {
+    items: Mutex<VecDeque<T>>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent {
+            items: Mutex::new(VecDeque::with_capacity(RECENT_SAMPLES)),
+        }
+    }
+}
+
+impl<T: Clone> Recent<T> {
+    /// Keeps `item`, forgetting the oldest beyond [`RECENT_SAMPLES`].
+    pub fn push(&self, item: T) {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.len() == RECENT_SAMPLES {
+            items.pop_front();
+        }
+        items.push_back(item);
+    }
+
+    /// The samples kept, oldest first.
+    pub fn list(&self) -> Vec<T> {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.iter().cloned().collect()
+    }
+}
+
+/// A plugin fault, as kept for "recent errors".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FaultSample {
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// The operator (instance) whose plugin faulted.
+    pub operator: String,
+    /// What kind of fault (`Deadline`, `MemoryLimit`, `Trap`, ...).
+    pub kind: String,
+    /// What the host saw.
+    pub message: String,
+}
+
+/// A dead-lettered record, as kept for "dead-letter samples".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterSample {
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// The operator that dead-lettered it.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+    /// Where it came from: topic (or file, generator), partition, offset.
+    pub source: (String, i32, i64),
+    /// The start of its value (lossy UTF-8, at most
+    /// [`DeadLetterSample::VALUE_PREVIEW`] bytes).
+    pub value: String,
+}
+
+impl DeadLetterSample {
+    /// Bytes of a value a sample keeps.
+    pub const VALUE_PREVIEW: usize = 512;
+
+    /// The sample of a record marked by [`crate::record::into_dead_letter`].
+    pub fn of(record: &crate::record::Record) -> Self {
+        use crate::record::dead_letter_headers as h;
+        let header = |name: &str| {
+            record
+                .header(name)
+                .map(|value| String::from_utf8_lossy(value).into_owned())
+                .unwrap_or_default()
+        };
+        let value = &record.value[..record.value.len().min(Self::VALUE_PREVIEW)];
+        DeadLetterSample {
+            at_ms: header(h::TIME)
+                .parse()
+                .unwrap_or_else(|_| crate::checkpoint::now_ms()),
+            operator: header(h::OPERATOR),
+            reason: header(h::REASON),
+            source: (
+                record.source.topic.to_string(),
+                record.source.partition,
+                record.source.offset,
+            ),
+            value: String::from_utf8_lossy(value).into_owned(),
+        }
+    }
+}
 
 /// Counters of one operator.
 #[derive(Debug, Default)]
@@ -22,6 +116,15 @@ pub struct OperatorMetrics {
     pub dead_letters: AtomicU64,
     /// Plugin traps (including deadline and memory-limit traps).
     pub traps: AtomicU64,
+    /// The latest plugin faults.
+    pub recent_faults: Recent<FaultSample>,
+    /// Of the traps, calls stopped at their CPU deadline.
+    pub deadline_hits: AtomicU64,
+    /// Of the traps, calls stopped at the memory limit.
+    pub memory_limit_hits: AtomicU64,
+    /// Records dead-lettered because the plugin faulted on them (not
+    /// records the plugin itself rejected).
+    pub faulted_records: AtomicU64,
     /// Times its plugin instance was re-created after a trap.
     pub reinstantiations: AtomicU64,
     /// Time spent inside the operator, nanoseconds.
@@ -50,6 +153,23 @@ pub struct OperatorMetrics {
 }
 
 impl OperatorMetrics {
+    /// Counts a plugin fault (a trap, and its kind) and keeps it among the
+    /// recent ones.
+    pub fn count_fault(&self, fault: &crate::runtime::PluginFault) {
+        add(&self.traps, 1);
+        match fault.kind {
+            crate::runtime::FaultKind::Deadline => add(&self.deadline_hits, 1),
+            crate::runtime::FaultKind::MemoryLimit => add(&self.memory_limit_hits, 1),
+            _ => {}
+        }
+        self.recent_faults.push(FaultSample {
+            at_ms: crate::checkpoint::now_ms(),
+            operator: self.name.clone(),
+            kind: format!("{:?}", fault.kind),
+            message: fault.message.clone(),
+        });
+    }
+
     /// Records a measurement of the operator's state.
     pub fn set_state_usage(&self, usage: crate::state::StateUsage) {
         self.state_bytes.store(usage.bytes, Ordering::Relaxed);
@@ -88,6 +208,9 @@ impl OperatorMetrics {
             side_out: load(&self.side_out),
             dead_letters: load(&self.dead_letters),
             traps: load(&self.traps),
+            deadline_hits: load(&self.deadline_hits),
+            memory_limit_hits: load(&self.memory_limit_hits),
+            faulted_records: load(&self.faulted_records),
             reinstantiations: load(&self.reinstantiations),
             busy_ns: load(&self.busy_ns),
             backpressured_ns: load(&self.backpressured_ns),
@@ -190,6 +313,8 @@ pub struct PipelineMetrics {
     pub sink_partitions: Arc<PartitionMetrics>,
     /// Checkpoints taken (when the pipeline checkpoints).
     pub checkpoints: Arc<CheckpointMetrics>,
+    /// The latest records written to the dead-letter output.
+    pub dead_letter_samples: Recent<DeadLetterSample>,
 }
 
 /// One completed checkpoint, as the progress line, the summary and the
@@ -284,11 +409,26 @@ impl Default for PipelineMetrics {
             source_partitions: Arc::default(),
             sink_partitions: Arc::default(),
             checkpoints: Arc::default(),
+            dead_letter_samples: Recent::default(),
         }
     }
 }
 
 impl PipelineMetrics {
+    /// The latest plugin faults of every operator, oldest first.
+    pub fn recent_faults(&self) -> Vec<FaultSample> {
+        let operators = self
+            .operators
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut faults: Vec<FaultSample> = operators
+            .iter()
+            .flat_map(|operator| operator.recent_faults.list())
+            .collect();
+        faults.sort_by_key(|fault| fault.at_ms);
+        faults
+    }
+
     /// Registers an operator's counters (in chain order).
     pub fn register_operator(&self, operator: Arc<OperatorMetrics>) {
         self.operators
@@ -353,6 +493,12 @@ pub struct OperatorSnapshot {
     pub dead_letters: u64,
     /// Plugin traps.
     pub traps: u64,
+    /// Of the traps, CPU deadline hits.
+    pub deadline_hits: u64,
+    /// Of the traps, memory-limit hits.
+    pub memory_limit_hits: u64,
+    /// Records dead-lettered because the plugin faulted on them.
+    pub faulted_records: u64,
     /// Plugin re-instantiations.
     pub reinstantiations: u64,
     /// Busy time, ns.

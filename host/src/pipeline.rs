@@ -25,7 +25,7 @@ use crate::connectors::kafka::{
 use crate::connectors::schema_registry::{
     ConfluentAvroDecoder, ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry,
 };
-use crate::dataflow::deploy::{PluginSwitch, SwapReport};
+use crate::dataflow::deploy::{DeployError, PluginRole, PluginSwitch, SwapReport, SwitchPort};
 use crate::dataflow::{
     DataflowError, ExecutorConfig, FaultPolicy, KeyedStage, Operator, OperatorChain,
     ParallelChains, RunOutcome, Sink, SinkSet, Source, Topology, TransformOperator,
@@ -119,33 +119,58 @@ pub struct Pipeline {
     workdir: Option<WorkDir>,
     /// The checkpoint this run was restored from.
     restored: Option<u64>,
-    /// Plugin swap channels, by transform operator.
+    /// Plugin swap channels, by operator.
     switches: BTreeMap<String, Arc<PluginSwitch>>,
+    /// How long checkpoints may be held for a swap (see [`Deployer::swap`]).
+    hold_limit: Option<Duration>,
 }
 
-/// Swaps the plugins of a running pipeline's transform operators at a
-/// checkpoint barrier (see [`crate::dataflow::deploy`]).
+/// Swaps the plugins of a running pipeline's operators at a checkpoint
+/// barrier (see [`crate::dataflow::deploy`]), optionally holding later
+/// checkpoints while the new version is on probation.
 #[derive(Clone)]
 pub struct Deployer {
     switches: BTreeMap<String, Arc<PluginSwitch>>,
     metrics: Arc<PipelineMetrics>,
+    checkpoints: Option<Arc<CheckpointCoordinator>>,
+    /// How long checkpoints may be held (exactly-once Kafka transactions
+    /// stay open meanwhile).
+    hold_limit: Option<Duration>,
 }
 
 impl Deployer {
     /// Runs `component` in every instance of `operator` from a barrier the
     /// source has not injected yet, and waits up to `timeout` for every
-    /// instance to report; their reports, or why the swap could not be
-    /// requested or did not finish.
+    /// instance to report; their reports. With `hold_for` (and checkpoints
+    /// on), no checkpoint after the swap barrier is taken until
+    /// [`Deployer::release`], which the caller promises within `hold_for`:
+    /// the run can then be abandoned and restored from the swap barrier's
+    /// checkpoint, with nothing of the new version committed. A hold as
+    /// long as an exactly-once Kafka sink's transaction timeout (less an
+    /// interval) is refused: the broker would abort the transaction.
     pub fn swap(
         &self,
         operator: &str,
         component: Arc<crate::runtime::PluginComponent>,
         timeout: Duration,
-    ) -> Result<Vec<SwapReport>, String> {
+        hold_for: Option<Duration>,
+    ) -> Result<Vec<SwapReport>, DeployError> {
         let switch = self
             .switches
             .get(operator)
-            .ok_or_else(|| format!("no transform operator `{operator}` with a plugin"))?;
+            .ok_or_else(|| DeployError::NoSuchOperator(operator.to_string()))?;
+        if !switch.role().accepts(component.world) {
+            return Err(DeployError::WrongWorld {
+                operator: operator.to_string(),
+                role: switch.role(),
+                world: component.world,
+            });
+        }
+        if let (Some(hold), Some(limit)) = (hold_for, self.hold_limit)
+            && hold >= limit
+        {
+            return Err(DeployError::HoldTooLong { hold, limit });
+        }
         // Two ahead of the last injected barrier: the next one may be on
         // its way already; this one is certainly not.
         let at = self
@@ -153,10 +178,40 @@ impl Deployer {
             .last_barrier_id
             .load(std::sync::atomic::Ordering::SeqCst)
             + 2;
+        if let (Some(_), Some(checkpoints)) = (hold_for, &self.checkpoints) {
+            checkpoints.hold_after(at);
+        }
         let generation = switch.request(component, at);
-        switch.wait(generation, timeout).ok_or_else(|| {
-            format!("not every instance of `{operator}` reached barrier {at} within {timeout:?}")
-        })
+        switch
+            .wait(generation, timeout)
+            .ok_or_else(|| DeployError::Timeout {
+                operator: operator.to_string(),
+                barrier: at,
+                timeout,
+            })
+    }
+
+    /// Ends a hold on checkpoints taken by [`Deployer::swap`].
+    pub fn release(&self) {
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.release();
+        }
+    }
+
+    /// The counters of `operator`, summed over its instances.
+    pub fn operator_counters(&self, operator: &str) -> crate::dataflow::deploy::PluginCounters {
+        let snapshot = self.metrics.snapshot();
+        snapshot
+            .operators
+            .iter()
+            .filter(|o| {
+                o.name == operator
+                    || o.name
+                        .strip_prefix(operator)
+                        .is_some_and(|rest| rest.starts_with('#'))
+            })
+            .map(crate::dataflow::deploy::PluginCounters::of)
+            .fold(Default::default(), |sum, counters| sum + counters)
     }
 }
 
@@ -379,15 +434,20 @@ impl Pipeline {
             Some(&first) if workers > 1 => first,
             _ => count,
         };
-        // One swap channel per transform operator, shared by its instances.
+        // One swap channel per operator running a plugin, shared by its
+        // instances.
         let switches: BTreeMap<String, Arc<PluginSwitch>> = config
             .operators
             .iter()
             .enumerate()
-            .filter(|(_, op)| op.window.is_none() && op.join.is_none() && op.plugin.is_some())
+            .filter(|(_, op)| op.join.is_none() && op.plugin.is_some())
             .map(|(index, op)| {
                 let instances = if index < head_end { 1 } else { workers };
-                (op.name.clone(), PluginSwitch::new(instances))
+                let role = match op.window {
+                    Some(_) => PluginRole::Aggregate,
+                    None => PluginRole::Transform,
+                };
+                (op.name.clone(), PluginSwitch::new(instances, role))
             })
             .collect();
         let build = |index: usize, worker: Option<usize>| {
@@ -465,6 +525,7 @@ impl Pipeline {
             workdir: None,
             restored: None,
             switches,
+            hold_limit: hold_limit(config),
         })
     }
 
@@ -473,6 +534,8 @@ impl Pipeline {
         Deployer {
             switches: self.switches.clone(),
             metrics: self.metrics.clone(),
+            checkpoints: self.checkpoints.clone(),
+            hold_limit: self.hold_limit,
         }
     }
 
@@ -586,7 +649,7 @@ fn build_operator(
             ),
             None => Box::new(builtin_aggregate(loaded, index)?),
         };
-        return Ok(Box::new(build_window_operator(
+        let mut window = build_window_operator(
             loaded,
             index,
             window,
@@ -594,7 +657,11 @@ fn build_operator(
             aggregator,
             store,
             operator_metrics,
-        )?));
+        )?;
+        if let Some(switch) = switch {
+            window = window.with_switch(SwitchPort::new(switch.clone(), worker.unwrap_or(0)));
+        }
+        return Ok(Box::new(window));
     }
     let Some(component) = component else {
         return Err(loaded.error_at(&field, "missing").into());
@@ -614,7 +681,7 @@ fn build_operator(
     let mut transform = TransformOperator::new(&operator.name, instance, operator_metrics)
         .with_fault_policy(policy);
     if let Some(switch) = switch {
-        transform = transform.with_switch(switch.clone(), worker.unwrap_or(0));
+        transform = transform.with_switch(SwitchPort::new(switch.clone(), worker.unwrap_or(0)));
     }
     Ok(Box::new(transform))
 }
@@ -1072,9 +1139,10 @@ impl SinkFactory<'_> {
             progress_topic: progress_topic
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROGRESS_TOPIC.to_string()),
-            transaction_timeout: Duration::from_millis(
-                transaction_timeout_ms.unwrap_or(interval_ms.saturating_mul(3).max(60_000)),
-            ),
+            transaction_timeout: Duration::from_millis(transaction_timeout(
+                *transaction_timeout_ms,
+                interval_ms,
+            )),
             operation_timeout: Duration::from_secs(60),
             open_id: match self.mode {
                 SinkMode::ExactlyOnce { open_id } => open_id.clone(),
@@ -1114,4 +1182,35 @@ impl SinkFactory<'_> {
         self.kafka_transactions = Some((field.to_string(), transactions.clone()));
         Ok(transactions)
     }
+}
+
+/// A Kafka sink's transaction timeout, ms: as set, or three checkpoint
+/// intervals and at least a minute.
+fn transaction_timeout(set: Option<u64>, interval_ms: u64) -> u64 {
+    set.unwrap_or(interval_ms.saturating_mul(3).max(60_000))
+}
+
+/// How long checkpoints of the pipeline `config` may be held: less than
+/// its exactly-once Kafka sinks' transaction timeout minus an interval
+/// (`None`: no such sink, no limit).
+fn hold_limit(config: &crate::config::PipelineConfig) -> Option<Duration> {
+    let checkpoints = config.checkpoints.as_ref()?;
+    if checkpoints.mode != CheckpointMode::ExactlyOnce {
+        return None;
+    }
+    std::iter::once(&config.sink)
+        .chain(std::iter::once(&config.dead_letter))
+        .chain(config.side_outputs.values())
+        .filter_map(|sink| match sink {
+            SinkConfig::Kafka {
+                transaction_timeout_ms,
+                ..
+            } => Some(transaction_timeout(
+                *transaction_timeout_ms,
+                checkpoints.interval_ms,
+            )),
+            _ => None,
+        })
+        .min()
+        .map(|timeout| Duration::from_millis(timeout.saturating_sub(checkpoints.interval_ms)))
 }

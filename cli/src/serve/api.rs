@@ -3,6 +3,7 @@
 //! one that does not exist. `/healthz` needs no token.
 
 use super::auth::{Auth, Caller, TenantLimits};
+use super::deployments::{Deployment, DeploymentKind, SwapError, SwapRequest};
 use super::operations::{OperationKind, Operations};
 use super::supervisor::{PipelineKey, Supervisor};
 use axum::Json;
@@ -27,6 +28,8 @@ pub struct AppState {
     pub operations: Arc<Operations>,
     /// Uploaded plugins, by digest.
     pub plugin_store: std::path::PathBuf,
+    /// Plugin logs, per pipeline.
+    pub logs: Arc<super::logs::LogStore>,
 }
 
 /// An error answer: a status and a message, as `{"error": ".."}`.
@@ -82,6 +85,12 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/pipelines/{name}/deployments",
             get(list_deployments),
+        )
+        .route("/api/v1/pipelines/{name}/logs", get(pipeline_logs))
+        .route("/api/v1/pipelines/{name}/errors", get(pipeline_errors))
+        .route(
+            "/api/v1/pipelines/{name}/dead-letters",
+            get(dead_letter_samples),
         )
         .route("/api/v1/operations/{id}", get(show_operation))
         .with_state(state)
@@ -299,6 +308,124 @@ async fn show_pipeline(
     Ok(Json(status))
 }
 
+/// `GET .../logs` query: lines numbered above `after` and written at or
+/// after `since_ms`, at most `limit` (the newest); `follow` streams new
+/// lines as server-sent events.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    since_ms: i64,
+    #[serde(default = "default_log_limit")]
+    limit: usize,
+    #[serde(default)]
+    follow: bool,
+}
+
+fn default_log_limit() -> usize {
+    200
+}
+
+/// How often a follower is sent the lines written since.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The pipeline's plugin logs: a JSON list, or with `follow=true` a
+/// stream of server-sent events (`event: log`, the line as JSON data)
+/// that lasts until the client goes away or the pipeline is deleted.
+async fn pipeline_logs(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<LogsQuery>,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant, name);
+    if !state.supervisor.exists(&key) {
+        return Err(not_found("such pipeline"));
+    }
+    let lines = state
+        .logs
+        .read(&key.0, &key.1, query.after, query.since_ms, query.limit);
+    if !query.follow {
+        return Ok(Json(json!({ "lines": lines })).into_response());
+    }
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let after = lines.last().map_or(query.after, |line| line.seq);
+    let first = futures::stream::iter(lines);
+    let later = futures::stream::unfold(after, move |after| {
+        let (logs, supervisor, key) = (state.logs.clone(), state.supervisor.clone(), key.clone());
+        async move {
+            loop {
+                tokio::time::sleep(FOLLOW_EVERY).await;
+                if !supervisor.exists(&key) {
+                    return None;
+                }
+                let lines = logs.read(&key.0, &key.1, after, 0, usize::MAX);
+                if let Some(last) = lines.last() {
+                    let after = last.seq;
+                    return Some((futures::stream::iter(lines), after));
+                }
+            }
+        }
+    });
+    use futures::StreamExt as _;
+    let events = first.chain(later.flatten()).map(|line| {
+        Event::default()
+            .event("log")
+            .json_data(&line)
+            .map_err(|e| e.to_string())
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The pipeline's recent errors: why it failed (if it did) and its
+/// plugins' latest faults.
+async fn pipeline_errors(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant, name);
+    let status = state
+        .supervisor
+        .status(&key)
+        .ok_or_else(|| not_found("such pipeline"))?;
+    let failure = match status.state {
+        super::supervisor::PipelineState::Failed(reason) => Some(reason),
+        _ => None,
+    };
+    let faults = state
+        .supervisor
+        .pipeline_metrics(&key)
+        .map(|metrics| metrics.recent_faults())
+        .unwrap_or_default();
+    Ok(Json(json!({ "failure": failure, "faults": faults })))
+}
+
+/// The latest records the pipeline dead-lettered, with their reasons.
+async fn dead_letter_samples(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant, name);
+    if !state.supervisor.exists(&key) {
+        return Err(not_found("such pipeline"));
+    }
+    let samples = state
+        .supervisor
+        .pipeline_metrics(&key)
+        .map(|metrics| metrics.dead_letter_samples.list())
+        .unwrap_or_default();
+    Ok(Json(json!({ "samples": samples })))
+}
+
 async fn stop_pipeline(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -346,11 +473,14 @@ async fn lifecycle(
         .start(&tenant, key_header.as_deref(), kind, &name);
     let supervisor = state.supervisor.clone();
     let operations = state.operations.clone();
+    let logs = state.logs.clone();
     let id = operation.id.clone();
     tokio::task::spawn_blocking(move || {
         let result = match kind {
             OperationKind::Stop => supervisor.stop(&key),
-            OperationKind::Delete => supervisor.delete(&key),
+            OperationKind::Delete => supervisor.delete(&key).inspect(|()| {
+                logs.remove(&key.0, &key.1);
+            }),
             // Done once the pipeline runs: see `Operations::get`.
             OperationKind::Start => match supervisor.start(&key) {
                 Ok(()) => return,
@@ -424,7 +554,7 @@ async fn push_plugin(
         (tenant.clone(), name),
         operator,
         body.sha256,
-        "deploy",
+        DeploymentKind::Deploy,
         tenant,
     )
     .await
@@ -446,10 +576,18 @@ async fn rollback_plugin(
     let last = deployments
         .iter()
         .rev()
-        .find(|d| d.operator == operator && d.outcome == "swapped")
+        .find(|d| d.operator == operator && d.status.took_effect())
         .ok_or_else(|| bad_request(format!("`{operator}` has no deployment to roll back")))?;
     let previous = last.from.clone();
-    swap(state, key, operator, previous, "rollback", tenant).await
+    swap(
+        state,
+        key,
+        operator,
+        previous,
+        DeploymentKind::Rollback,
+        tenant,
+    )
+    .await
 }
 
 async fn swap(
@@ -457,17 +595,23 @@ async fn swap(
     key: PipelineKey,
     operator: String,
     digest: String,
-    kind: &'static str,
+    kind: DeploymentKind,
     by: String,
-) -> Result<Json<super::supervisor::Deployment>, ApiError> {
+) -> Result<Json<Deployment>, ApiError> {
     let supervisor = state.supervisor.clone();
-    let store = state.plugin_store.clone();
+    let plugin_store = state.plugin_store.clone();
     let result = tokio::task::spawn_blocking(move || {
-        supervisor.swap_plugin(&key, &operator, &digest, &store, kind, &by)
+        supervisor.swap_plugin(&SwapRequest {
+            key: &key,
+            operator: &operator,
+            digest: &digest,
+            plugin_store: &plugin_store,
+            kind,
+            by: &by,
+        })
     })
     .await
     .map_err(internal)?;
-    use super::supervisor::SwapError;
     match result {
         Ok(deployment) => Ok(Json(deployment)),
         Err(SwapError::NotFound) => Err(not_found("such pipeline")),

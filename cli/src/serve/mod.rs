@@ -6,6 +6,9 @@
 //!   uploaded plugins only).
 //! * [`supervisor`]: each pipeline on its own thread, sharing one plugin
 //!   runtime; resumed from its last checkpoint when the server restarts.
+//! * [`deployments`]: plugin versions swapped into running pipelines at a
+//!   barrier, verified, kept or rolled back.
+//! * [`logs`]: what plugins log, kept per pipeline for `sluice logs`.
 //! * [`operations`]: long operations, pollable, with idempotency keys.
 //! * [`api`]: the REST API (`docs/api.md`).
 //!
@@ -15,6 +18,8 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod deployments;
+pub mod logs;
 pub mod operations;
 pub mod supervisor;
 
@@ -109,6 +114,7 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         supervisor: supervisor.clone(),
         operations: Arc::new(operations::Operations::default()),
         plugin_store,
+        logs: logs::global(),
     };
     let app = api::router(state);
     let tokio = tokio::runtime::Builder::new_multi_thread()

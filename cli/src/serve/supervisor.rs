@@ -5,6 +5,7 @@
 //! run, so that a restarted server resumes what was running (from the last
 //! checkpoint).
 
+use super::deployments::SwapError;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_host::checkpoint::RestoreFrom;
@@ -53,32 +54,9 @@ struct Entry {
     metrics: Option<Arc<PipelineMetrics>>,
     /// Swaps plugins of the running pipeline.
     deployer: Option<Deployer>,
+    /// A deployment is under way (one at a time per pipeline).
+    deploying: bool,
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// One plugin deployment (a swap or a rollback), as recorded in the
-/// pipeline's `deployments.jsonl`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Deployment {
-    /// When, ms since the Unix epoch.
-    pub at_ms: i64,
-    /// Who asked (the tenant).
-    pub by: String,
-    /// The operator.
-    pub operator: String,
-    /// The plugin it ran before (sha256).
-    pub from: String,
-    /// The plugin it runs now (sha256).
-    pub to: String,
-    /// `deploy` or `rollback`.
-    pub kind: String,
-    /// The barrier every instance swapped at.
-    pub barrier: u64,
-    /// The longest pause of an instance, ms (building the new version at
-    /// the barrier).
-    pub pause_ms: f64,
-    /// `swapped`, or why not.
-    pub outcome: String,
 }
 
 impl Entry {
@@ -90,6 +68,7 @@ impl Entry {
             stop: Arc::new(AtomicBool::new(false)),
             metrics: None,
             deployer: None,
+            deploying: false,
             thread: None,
         }
     }
@@ -326,6 +305,11 @@ impl Supervisor {
         })
     }
 
+    /// The live counters of the pipeline's current run, if it has one.
+    pub fn pipeline_metrics(&self, key: &PipelineKey) -> Option<Arc<PipelineMetrics>> {
+        self.entries().get(key)?.metrics.clone()
+    }
+
     /// The status of every pipeline of `tenant`.
     pub fn list(&self, tenant: &str) -> Vec<PipelineStatus> {
         let keys: Vec<PipelineKey> = self
@@ -337,127 +321,76 @@ impl Supervisor {
         keys.iter().filter_map(|key| self.status(key)).collect()
     }
 
-    /// Swaps `operator`'s plugin in the running pipeline to the uploaded
-    /// component `digest` at the next barrier, records the deployment and
-    /// makes the pipeline file name the new version (so that a restart
-    /// runs it). `kind` is `deploy` or `rollback`; `by` who asked.
-    pub fn swap_plugin(
+    /// Claims the running pipeline for a deployment: its directory and
+    /// deployer. Refused while another deployment of it is under way.
+    pub(super) fn begin_deployment(
         &self,
         key: &PipelineKey,
-        operator: &str,
-        digest: &str,
-        plugin_store: &Path,
-        kind: &str,
-        by: &str,
-    ) -> Result<Deployment, SwapError> {
-        let (dir, deployer) = {
-            let entries = self.entries();
-            let entry = entries.get(key).ok_or(SwapError::NotFound)?;
-            match (&entry.state, &entry.deployer) {
-                (PipelineState::Running, Some(deployer)) => (entry.dir.clone(), deployer.clone()),
-                (state, _) => {
-                    return Err(SwapError::Refused(format!(
-                        "pipeline `{}` is not running ({state:?})",
-                        key.1
-                    )));
-                }
+    ) -> Result<(PathBuf, Deployer), SwapError> {
+        let mut entries = self.entries();
+        let entry = entries.get_mut(key).ok_or(SwapError::NotFound)?;
+        match (&entry.state, &entry.deployer) {
+            (PipelineState::Running, Some(deployer)) if !entry.deploying => {
+                entry.deploying = true;
+                Ok((entry.dir.clone(), deployer.clone()))
             }
-        };
-        let file = dir.join("pipeline.toml");
-        let text = std::fs::read_to_string(&file).map_err(|e| SwapError::Failed(e.to_string()))?;
-        let mut document: toml_edit::DocumentMut = text
-            .parse()
-            .map_err(|e| SwapError::Failed(format!("{e}")))?;
-        let operators = document
-            .get_mut("operators")
-            .and_then(toml_edit::Item::as_array_of_tables_mut)
-            .ok_or_else(|| SwapError::Refused(format!("no operator `{operator}`")))?;
-        let table = operators
-            .iter_mut()
-            .find(|t| t.get("name").and_then(toml_edit::Item::as_str) == Some(operator))
-            .ok_or_else(|| SwapError::Refused(format!("no operator `{operator}`")))?;
-        if table.get("window").is_some() || table.get("join").is_some() {
-            return Err(SwapError::Refused(format!(
-                "`{operator}` is a window or join operator: only transform plugins are swapped yet"
-            )));
+            (PipelineState::Running, _) => Err(SwapError::Refused(format!(
+                "pipeline `{}` has a deployment under way (on probation)",
+                key.1
+            ))),
+            (state, _) => Err(SwapError::Refused(format!(
+                "pipeline `{}` is not running ({state:?})",
+                key.1
+            ))),
         }
-        let from = table
-            .get("plugin")
-            .and_then(toml_edit::Item::as_str)
-            .and_then(|p| p.strip_prefix("plugins/"))
-            .and_then(|p| p.strip_suffix(".wasm"))
-            .unwrap_or_default()
-            .to_string();
-        let linked = dir.join("plugins").join(format!("{digest}.wasm"));
-        if !linked.exists() {
-            std::fs::hard_link(plugin_store.join(format!("{digest}.wasm")), &linked)
-                .or_else(|_| {
-                    std::fs::copy(plugin_store.join(format!("{digest}.wasm")), &linked).map(drop)
-                })
-                .map_err(|e| {
-                    SwapError::Refused(format!("plugin sha256:{digest} was not uploaded: {e}"))
-                })?;
-        }
-        // Load and check it before anything changes: a component of another
-        // WIT version fails to load, one of another world is refused.
-        let component = self
-            .runtime
-            .load(linked.clone())
-            .map_err(|e| SwapError::Refused(format!("{e}")))?;
-        if component.world == sluice_host::runtime::PluginWorld::Aggregate {
-            return Err(SwapError::Refused(format!(
-                "sha256:{digest} implements the aggregate world; `{operator}` runs a transform"
-            )));
-        }
-        let reports = deployer
-            .swap(operator, component, std::time::Duration::from_secs(60))
-            .map_err(SwapError::Failed)?;
-        let failures: Vec<String> = reports
-            .iter()
-            .filter_map(|r| {
-                r.result
-                    .as_ref()
-                    .err()
-                    .map(|e| format!("instance {}: {e}", r.worker))
-            })
-            .collect();
-        let mut deployment = Deployment {
-            at_ms: sluice_host::checkpoint::now_ms(),
-            by: by.to_string(),
-            operator: operator.to_string(),
-            from,
-            to: digest.to_string(),
-            kind: kind.to_string(),
-            barrier: reports.first().map(|r| r.barrier).unwrap_or_default(),
-            pause_ms: reports
-                .iter()
-                .map(|r| r.pause.as_secs_f64() * 1000.0)
-                .fold(0.0, f64::max),
-            outcome: "swapped".into(),
-        };
-        if !failures.is_empty() {
-            deployment.outcome = format!("refused: {}", failures.join("; "));
-            record_deployment(&dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
-            return Err(SwapError::Refused(deployment.outcome));
-        }
-        table.insert("plugin", toml_edit::value(format!("plugins/{digest}.wasm")));
-        let temporary = dir.join("pipeline.toml.tmp");
-        std::fs::write(&temporary, document.to_string())
-            .and_then(|()| std::fs::rename(&temporary, &file))
-            .map_err(|e| SwapError::Failed(format!("recording the new version: {e}")))?;
-        record_deployment(&dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
-        Ok(deployment)
     }
 
-    /// The pipeline's deployments, oldest first.
-    pub fn deployments(&self, key: &PipelineKey) -> Option<Vec<Deployment>> {
-        let dir = self.entries().get(key)?.dir.clone();
-        let text = std::fs::read_to_string(dir.join("deployments.jsonl")).unwrap_or_default();
-        Some(
-            text.lines()
-                .filter_map(|line| serde_json::from_str(line).ok())
-                .collect(),
-        )
+    /// Ends the deployment [`Self::begin_deployment`] claimed.
+    pub(super) fn end_deployment(&self, key: &PipelineKey) {
+        if let Some(entry) = self.entries().get_mut(key) {
+            entry.deploying = false;
+        }
+    }
+
+    /// Where the pipeline is, if it exists.
+    pub(super) fn state(&self, key: &PipelineKey) -> Option<PipelineState> {
+        self.entries().get(key).map(|entry| entry.state.clone())
+    }
+
+    /// The pipeline's directory, if it exists.
+    pub(super) fn dir_of(&self, key: &PipelineKey) -> Option<PathBuf> {
+        self.entries().get(key).map(|entry| entry.dir.clone())
+    }
+
+    /// The plugin runtime all pipelines share.
+    pub(super) fn runtime(&self) -> &PluginRuntime {
+        &self.runtime
+    }
+
+    /// Abandons the pipeline's run without a final checkpoint (its
+    /// checkpoints are held: nothing after the hold is committed) and, if
+    /// its owner wants it running, starts it again from its last
+    /// checkpoint with the plugins its file names.
+    pub(super) fn restart_abandoning(self: &Arc<Self>, key: &PipelineKey) {
+        let thread = {
+            let mut entries = self.entries();
+            let Some(entry) = entries.get_mut(key) else {
+                return;
+            };
+            entry.stop.store(true, Ordering::Relaxed);
+            entry.thread.take()
+        };
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        let Some(dir) = self.dir_of(key) else {
+            return;
+        };
+        if read_desired(&dir) == Desired::Running
+            && let Err(error) = self.start(key)
+        {
+            self.set_state(key, PipelineState::Failed(format!("{error:#}")));
+        }
     }
 
     /// Stops every pipeline (server shutdown); their `desired` stays, so
@@ -477,28 +410,6 @@ impl Supervisor {
             let _ = thread.join();
         }
     }
-}
-
-/// Why a swap did not happen.
-#[derive(Debug)]
-pub enum SwapError {
-    /// No such pipeline (for this tenant).
-    NotFound,
-    /// The request cannot be done (the message says why); nothing changed.
-    Refused(String),
-    /// Something broke on the way.
-    Failed(String),
-}
-
-fn record_deployment(dir: &Path, deployment: &Deployment) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("deployments.jsonl"))?;
-    let line = serde_json::to_string(deployment).map_err(std::io::Error::other)?;
-    writeln!(file, "{line}")?;
-    file.sync_all()
 }
 
 fn read_dir_names(dir: &Path) -> Result<Vec<String>> {

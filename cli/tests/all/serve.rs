@@ -14,6 +14,9 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(180);
 
+/// An environment variable of the server that plugins must not see.
+const SECRET_VARIABLE: &str = "SLUICE_TEST_SECRET";
+
 /// A running `sluice serve`, killed when dropped.
 struct Server {
     child: Child,
@@ -42,6 +45,8 @@ fn start_server(state_dir: &Path, port: u16) -> (Server, Option<String>) {
         .args(["serve", "--state-dir"])
         .arg(state_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        // A secret a plugin must not see (see `plugins_see_no_host_file_environment_clock_or_network`).
+        .env(SECRET_VARIABLE, "hunter2")
         .stderr(Stdio::piped())
         .spawn()
         .expect("start sluice serve");
@@ -319,6 +324,9 @@ checkpoint_interval_ms = 100
 storage = "checkpoints"
 interval_ms = 100
 
+[deploy]
+verify_window_ms = 1000
+
 [source.generator]
 profile = "bronze"
 count = 60000
@@ -383,7 +391,8 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     let (ok, out, err) = push(&c);
     assert!(ok, "push failed: {err}");
     let deployed: Value = serde_json::from_str(&out).expect("JSON");
-    assert_eq!(deployed["outcome"], "swapped", "{deployed}");
+    // `plugin push` waits for the verify window's verdict.
+    assert_eq!(deployed["status"], "kept", "{deployed}");
     assert!(deployed["barrier"].as_u64().unwrap_or(0) > 0, "{deployed}");
     eprintln!("deploy pause: {} ms", deployed["pause_ms"]);
 
@@ -403,6 +412,7 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     assert!(ok, "rollback failed: {err}");
     let rolled: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(rolled["kind"], "rollback");
+    assert_eq!(rolled["status"], "swapped", "{rolled}");
     assert_eq!(rolled["from"], deployed["to"]);
     assert_eq!(rolled["to"], deployed["from"]);
 
@@ -429,4 +439,334 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     let got = std::fs::read_to_string(&served).expect("read");
     assert_eq!(got.lines().count(), 60_000);
     assert!(got == expected, "the swapped pipeline's output differs");
+}
+
+/// A Kafka -> plugin -> file pipeline (exactly-once file sinks for the
+/// output and the dead letters), verifying new plugin versions for 5 s.
+fn probation_pipeline(name: &str, input: &str, plugin: &Path) -> String {
+    format!(
+        r#"[pipeline]
+name = "{name}"
+batch_size = 50
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 100
+
+[deploy]
+verify_window_ms = 5000
+max_fault_rate = 0.001
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{input}"]
+group_id = "{input}-group"
+
+[[operators]]
+name = "check"
+plugin = "{plugin}"
+
+[sink.file]
+path = "out/records.jsonl"
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+        bootstrap = sluice_tests::kafka::bootstrap(),
+        plugin = plugin.display()
+    )
+}
+
+/// Produces records `r<i>` for `range`; every 100th (1 %) says `trap`.
+fn produce_with_traps(topic: &str, range: std::ops::Range<usize>) {
+    use sluice_tests::kafka::{Outgoing, produce};
+    let values: Vec<String> = range
+        .map(|i| match i % 100 {
+            99 => format!("r{i:06}-trap"),
+            _ => format!("r{i:06}"),
+        })
+        .collect();
+    let records: Vec<Outgoing<'_>> = values
+        .iter()
+        .map(|value| Outgoing {
+            value: value.as_bytes(),
+            ..Outgoing::default()
+        })
+        .collect();
+    produce(topic, &records);
+}
+
+/// A new version that faults on 1 % of the records is rolled back within
+/// its verify window: the run is restored from the swap barrier's
+/// checkpoint with the previous version, so the output is v1's — every
+/// record exactly once, none dead-lettered — as if v3 never ran.
+#[test]
+fn a_version_faulting_on_one_percent_is_rolled_back_and_the_output_is_the_old_versions() {
+    const BEFORE: usize = 5_000;
+    const DURING: usize = 5_000;
+    let identity = sluice_tests::plugin("identity");
+    let trapping = sluice_tests::plugin("hostile-trap");
+    let input = sluice_tests::kafka::unique_topic("probation-in");
+    sluice_tests::kafka::create_topic(&input, 2);
+    produce_with_traps(&input, 0..BEFORE);
+
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let token = create_tenant(&server, &admin.expect("admin token"), "team");
+    let files = tempfile::tempdir().expect("files");
+    let file = files.path().join("probation.toml");
+    std::fs::write(&file, probation_pipeline("probation", &input, &identity)).expect("write");
+    let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
+    assert!(ok, "deploy failed: {err}");
+    let api = client(&server, Some(&token));
+    let records_out = |api: &Client| {
+        state(api, "probation")["metrics"]["operators"]
+            .as_array()
+            .and_then(|ops| ops.iter().find(|o| o["name"] == "check"))
+            .and_then(|o| o["records_out"].as_u64())
+            .unwrap_or(0)
+    };
+    wait_until("v1 to process the first records", WAIT, || {
+        records_out(&api) as usize >= BEFORE
+    });
+
+    let (ok, out, err) = sluice(
+        &server,
+        &token,
+        &[
+            "plugin",
+            "push",
+            &trapping.display().to_string(),
+            "--pipeline",
+            "probation",
+            "--operator",
+            "check",
+            "--no-wait",
+            "--json",
+        ],
+    );
+    assert!(ok, "push failed: {err}");
+    let deployed: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(deployed["status"], "verifying", "{deployed}");
+    produce_with_traps(&input, BEFORE..BEFORE + DURING);
+
+    let mut verdict = Value::Null;
+    wait_until("the verdict", WAIT, || {
+        let history = api
+            .get("/api/v1/pipelines/probation/deployments")
+            .expect("deployments");
+        verdict = history["deployments"][0].clone();
+        verdict["status"] != "verifying"
+    });
+    assert_eq!(verdict["status"], "rolled_back", "{verdict}");
+    assert!(
+        verdict["outcome"]
+            .as_str()
+            .is_some_and(|o| o.contains("faulted on")),
+        "{verdict}"
+    );
+    // The file still names v1; the pipeline runs again and catches up.
+    let pipeline_file = state_dir
+        .path()
+        .join("tenants/team/pipelines/probation/pipeline.toml");
+    let text = std::fs::read_to_string(&pipeline_file).expect("pipeline file");
+    assert!(
+        text.contains(deployed["from"].as_str().expect("from")),
+        "{text}"
+    );
+    let out = state_dir
+        .path()
+        .join("tenants/team/pipelines/probation/out");
+    wait_until("v1's output to hold every record", WAIT, || {
+        std::fs::read_to_string(out.join("records.jsonl"))
+            .is_ok_and(|text| text.lines().count() >= BEFORE + DURING)
+    });
+    let (ok, _, err) = sluice(&server, &token, &["pipelines", "stop", "probation"]);
+    assert!(ok, "stop failed: {err}");
+    wait_until("the pipeline to stop", WAIT, || {
+        state(&api, "probation")["state"] == "stopped"
+    });
+
+    let written = std::fs::read_to_string(out.join("records.jsonl")).expect("output");
+    let mut values: Vec<String> = written
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line).expect("JSON line");
+            value.as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    values.sort();
+    let mut expected: Vec<String> = (0..BEFORE + DURING)
+        .map(|i| match i % 100 {
+            99 => format!("r{i:06}-trap"),
+            _ => format!("r{i:06}"),
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(values.len(), expected.len(), "records in the output");
+    assert!(values == expected, "the output is not v1's");
+    let dead = std::fs::read_to_string(out.join("dead-letters.jsonl")).unwrap_or_default();
+    assert_eq!(
+        dead.lines().count(),
+        0,
+        "v3's dead letters were kept: {dead}"
+    );
+}
+
+/// A plugin run by `sluice serve` sees none of the host: reading a file the
+/// server can read (and `/etc/passwd`), listing `/`, the server's
+/// environment, the clock and the network all fail or come back empty.
+#[test]
+fn plugins_see_no_host_file_environment_clock_or_network() {
+    let snoop = sluice_tests::plugin("hostile-snoop");
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let secret = state_dir.path().join("secret.txt");
+    std::fs::write(&secret, "the host's secret").expect("write");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let token = create_tenant(&server, &admin.expect("admin token"), "team");
+    let files = tempfile::tempdir().expect("files");
+    let file = files.path().join("snoop.toml");
+    let text = format!(
+        r#"[pipeline]
+name = "snoop"
+
+[source.generator]
+profile = "bronze"
+count = 3
+
+[[operators]]
+name = "snoop"
+plugin = "{plugin}"
+config = {{ file = "{secret}", connect = "{broker}" }}
+
+[sink.file]
+path = "out/snoop.jsonl"
+"#,
+        plugin = snoop.display(),
+        secret = secret.display(),
+        broker = sluice_tests::kafka::bootstrap(),
+    );
+    std::fs::write(&file, text).expect("write");
+    let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
+    assert!(ok, "deploy failed: {err}");
+    let api = client(&server, Some(&token));
+    wait_until("the pipeline to finish", WAIT, || {
+        state(&api, "snoop")["state"] == "finished"
+    });
+    let output = std::fs::read_to_string(
+        state_dir
+            .path()
+            .join("tenants/team/pipelines/snoop/out/snoop.jsonl"),
+    )
+    .expect("output");
+    assert_eq!(output.lines().count(), 3, "{output}");
+    for line in output.lines() {
+        let report: Value = serde_json::from_str(line).expect("JSON");
+        for attempt in ["file", "passwd", "directory", "connect"] {
+            assert!(
+                report[attempt]["error"].is_string(),
+                "{attempt} should fail: {report}"
+            );
+        }
+        assert_eq!(report["environment"], serde_json::json!([]), "{report}");
+        assert_eq!(report["clock_secs"]["ok"], "0", "a frozen clock: {report}");
+        assert!(!line.contains("hunter2") && !line.contains("the host's secret"));
+    }
+}
+
+/// What a pipeline's plugin prints reaches `sluice logs` (and `--follow`
+/// streams it), its faults are its recent errors, its dead letters are
+/// sampled with their reasons — and another tenant sees none of it (404).
+#[test]
+fn logs_errors_and_dead_letters_are_shown_to_their_tenant_only() {
+    let trapping = sluice_tests::plugin("hostile-trap");
+    let input = sluice_tests::kafka::unique_topic("diagnostics-in");
+    sluice_tests::kafka::create_topic(&input, 1);
+    produce_with_traps(&input, 0..1_000);
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let admin = admin.expect("admin token");
+    let token = create_tenant(&server, &admin, "team");
+    let other = create_tenant(&server, &admin, "other");
+    let files = tempfile::tempdir().expect("files");
+    let file = files.path().join("diagnostics.toml");
+    std::fs::write(&file, probation_pipeline("diagnostics", &input, &trapping)).expect("write");
+    let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
+    assert!(ok, "deploy failed: {err}");
+    let api = client(&server, Some(&token));
+    wait_until("the ten trapping records to be dead-lettered", WAIT, || {
+        state(&api, "diagnostics")["metrics"]["dead_letters"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 10
+    });
+
+    let errors = api
+        .get("/api/v1/pipelines/diagnostics/errors")
+        .expect("errors");
+    let faults = errors["faults"].as_array().expect("faults");
+    assert!(!faults.is_empty(), "{errors}");
+    assert!(
+        faults
+            .iter()
+            .all(|f| f["kind"] == "Trap" && f["operator"] == "check"),
+        "{errors}"
+    );
+    let samples = api
+        .get("/api/v1/pipelines/diagnostics/dead-letters")
+        .expect("dead letters");
+    let samples = samples["samples"].as_array().expect("samples").clone();
+    assert!(!samples.is_empty());
+    for sample in &samples {
+        assert!(
+            sample["value"]
+                .as_str()
+                .is_some_and(|v| v.ends_with("-trap")),
+            "{sample}"
+        );
+        assert!(
+            sample["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("refusing this record")),
+            "{sample}"
+        );
+    }
+
+    let (ok, out, err) = sluice(&server, &token, &["logs", "diagnostics", "--json"]);
+    assert!(ok, "logs failed: {err}");
+    assert!(
+        out.lines()
+            .any(|line| line.contains("refusing this record")),
+        "the plugin's panic messages are its logs: {out}"
+    );
+    // --follow: the lines so far, then new ones as they come.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["logs", "diagnostics", "--follow", "--json", "--since", "1h"])
+        .args(["--server", &server.url])
+        .env("SLUICE_TOKEN", &token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sluice logs --follow");
+    let mut first = String::new();
+    BufReader::new(follow.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("a followed line");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let line: Value = serde_json::from_str(&first).expect("a JSON line");
+    assert_eq!(line["operator"], "check", "{line}");
+
+    // Another tenant: the pipeline does not exist.
+    let (ok, _, err) = sluice(&server, &other, &["logs", "diagnostics"]);
+    assert!(!ok && err.contains("404"), "{err}");
+    let stranger = client(&server, Some(&other));
+    for path in ["errors", "dead-letters", "logs?follow=true"] {
+        let answer = stranger.get(&format!("/api/v1/pipelines/diagnostics/{path}"));
+        assert!(
+            answer
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("404")),
+            "{path}: {answer:?}"
+        );
+    }
 }

@@ -58,6 +58,9 @@ struct Shared {
     in_flight: Option<InFlight>,
     next_id: u64,
     failure: Option<String>,
+    /// No barrier above this id is injected while set (see
+    /// [`CheckpointCoordinator::hold_after`]).
+    hold_after: Option<u64>,
 }
 
 /// Runs the checkpoints of one pipeline (see the module docs).
@@ -127,6 +130,7 @@ impl CheckpointCoordinator {
             shared: Mutex::new(Shared {
                 in_flight: None,
                 next_id: parts.first_id,
+                hold_after: None,
                 failure: None,
             }),
             rendezvous: Mutex::new(Rendezvous::default()),
@@ -214,6 +218,9 @@ impl CheckpointCoordinator {
         if shared.in_flight.is_some() || shared.failure.is_some() {
             return None;
         }
+        if shared.hold_after.is_some_and(|last| shared.next_id > last) {
+            return None;
+        }
         let id = shared.next_id;
         shared.next_id += 1;
         let timestamp_ms = super::now_ms();
@@ -228,6 +235,28 @@ impl CheckpointCoordinator {
             sync_ms: 0.0,
         });
         Some((id, timestamp_ms))
+    }
+
+    /// Holds checkpoints after `id`: barriers up to `id` are injected as
+    /// usual, later ones not until [`Self::release`]. Nothing processed
+    /// after barrier `id` is committed meanwhile, so that the run can be
+    /// abandoned and restored from checkpoint `id` (a plugin version on
+    /// probation that is rolled back leaves no output). A hold longer than a
+    /// Kafka sink's transaction timeout aborts its transaction.
+    pub fn hold_after(&self, id: u64) {
+        lock(&self.shared).hold_after = Some(id);
+    }
+
+    /// Ends a hold: checkpoints resume with the next barrier.
+    pub fn release(&self) {
+        lock(&self.shared).hold_after = None;
+    }
+
+    /// Whether checkpoints are held (see [`Self::hold_after`]) and the
+    /// held barrier has been injected.
+    pub fn is_holding(&self) -> bool {
+        let shared = lock(&self.shared);
+        shared.hold_after.is_some_and(|last| shared.next_id > last)
     }
 
     /// Whether a checkpoint is in flight.

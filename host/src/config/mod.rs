@@ -92,6 +92,10 @@ pub struct PipelineConfig {
     /// pipeline keeps no checkpoint (barriers still flush the sinks and
     /// commit Kafka offsets: at-least-once).
     pub checkpoints: Option<CheckpointsSection>,
+    /// How `sluice serve` verifies a plugin version deployed into the
+    /// running pipeline before keeping it (`[deploy]`).
+    #[serde(default)]
+    pub deploy: crate::dataflow::deploy::VerifyPolicy,
 }
 
 /// `[checkpoints]`.
@@ -1072,6 +1076,25 @@ impl LoadedConfig {
         Ok(())
     }
 
+    fn validate_deploy(&self) -> Result<(), ConfigError> {
+        let deploy = &self.config.deploy;
+        self.check_range(
+            "deploy.verify_window_ms",
+            deploy.verify_window_ms.into(),
+            0,
+            MAX_DURATION_MS as i128,
+        )?;
+        for (field, rate) in [
+            ("max_fault_rate", deploy.max_fault_rate),
+            ("max_dead_letter_rate", deploy.max_dead_letter_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(self.error_at(&format!("deploy.{field}"), "must be between 0 and 1"));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_checkpoints(&self, checkpoints: &CheckpointsSection) -> Result<(), ConfigError> {
         if checkpoints.max_concurrent != 1 {
             return Err(self.error_at(
@@ -1098,6 +1121,7 @@ impl LoadedConfig {
             return Err(self.error_at("pipeline.name", "must not be empty"));
         }
         self.validate_numbers()?;
+        self.validate_deploy()?;
         match &c.source {
             SourceConfig::Generator(g) => {
                 if g.rate == Some(0) {

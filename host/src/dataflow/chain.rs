@@ -259,6 +259,12 @@ impl OperatorChain {
     }
 
     fn write_dead_letters(&mut self, records: Vec<Record>) -> Result<(), DataflowError> {
+        // A few of each batch: a fault storm does not copy every record.
+        for record in records.iter().take(4) {
+            self.metrics
+                .dead_letter_samples
+                .push(crate::metrics::DeadLetterSample::of(record));
+        }
         self.sinks
             .write(&SinkRoute::DeadLetter, &records, &self.metrics)
     }

@@ -260,6 +260,15 @@ impl SourceReader<'_> {
         // it (and, with checkpoints, for its checkpoint to complete) so the
         // source can commit its final position.
         if let Some(checkpoints) = self.checkpoints {
+            // Checkpoints held (a plugin version on probation): the end of
+            // the input waits for the verdict; a stop abandons what was
+            // processed since the held barrier (no final checkpoint).
+            while checkpoints.is_holding() && !stop.load(Ordering::Relaxed) {
+                self.check_checkpoints()?;
+                if let Ok(id) = self.acks.recv_timeout(Duration::from_millis(50)) {
+                    self.source.on_checkpoint_complete(id)?;
+                }
+            }
             // One checkpoint at a time: the final one follows the one in flight.
             while checkpoints.in_flight() {
                 self.check_checkpoints()?;

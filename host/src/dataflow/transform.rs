@@ -3,7 +3,9 @@
 use super::{Collector, DataflowError, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
-use crate::runtime::{BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance};
+use crate::runtime::{
+    BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance, SwappablePlugin,
+};
 use crate::time::check_event_time;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,9 +86,8 @@ pub struct TransformOperator {
     policy: FaultPolicy,
     /// Records that faulted in a row (reset by any record that did not).
     faults_in_a_row: u64,
-    /// Where plugin swaps come from, this worker's index, and the last
-    /// swap request it applied.
-    switch: Option<(Arc<super::deploy::PluginSwitch>, usize, u64)>,
+    /// Where plugin swaps come from.
+    switch: Option<super::deploy::SwitchPort>,
 }
 
 impl TransformOperator {
@@ -121,40 +122,20 @@ impl TransformOperator {
         }
     }
 
-    /// Takes plugin swaps from `switch`, as its worker `worker`.
-    pub fn with_switch(mut self, switch: Arc<super::deploy::PluginSwitch>, worker: usize) -> Self {
-        self.switch = Some((switch, worker, 0));
+    /// Takes plugin swaps from `switch`.
+    pub fn with_switch(mut self, switch: super::deploy::SwitchPort) -> Self {
+        self.switch = Some(switch);
         self
     }
 
     /// At a barrier: swaps in a new plugin version if one is due here.
     fn apply_due_swap(&mut self, barrier: u64) {
-        let Some((switch, worker, applied)) = &self.switch else {
+        let Some(switch) = &mut self.switch else {
             return;
         };
-        let Some((generation, component)) = switch.due(*applied, barrier) else {
-            return;
-        };
-        let (switch, worker) = (switch.clone(), *worker);
-        let started = std::time::Instant::now();
-        let result = match self.instance.swap_component(component) {
-            Ok(previous) => {
-                self.plugin_label = self.instance.component().label();
-                self.faults_in_a_row = 0;
-                Ok(previous.label())
-            }
-            Err(error) => Err(error.to_string()),
-        };
-        tracing::info!(operator = %self.name, worker, barrier, ?result, "plugin swap");
-        switch.report(super::deploy::SwapReport {
-            generation,
-            worker,
-            barrier,
-            result,
-            pause: started.elapsed(),
-        });
-        if let Some((_, _, applied)) = &mut self.switch {
-            *applied = generation;
+        if switch.apply_due(&self.name, barrier, &mut self.instance) {
+            self.plugin_label = self.instance.running().label();
+            self.faults_in_a_row = 0;
         }
     }
 
@@ -223,6 +204,7 @@ impl TransformOperator {
 
     /// Counts `records` faulting records; reports a storm as it begins.
     fn records_faulted(&mut self, records: usize, fault: &PluginFault) {
+        add(&self.metrics.faulted_records, records as u64);
         let before = self.in_fault_storm();
         self.faults_in_a_row = self.faults_in_a_row.saturating_add(records as u64);
         if !before && self.in_fault_storm() {
@@ -263,7 +245,7 @@ impl TransformOperator {
             Err(fault) => fault,
         };
         self.stop_on_state_failure(&fault)?;
-        add(&self.metrics.traps, 1);
+        self.metrics.count_fault(&fault);
         self.records_faulted(records.len(), &fault);
         self.reinstantiate(records.len())?;
         let reason = format!(
@@ -345,7 +327,7 @@ impl Operator for TransformOperator {
             Err(fault) => fault,
         };
         self.stop_on_state_failure(&fault)?;
-        add(&self.metrics.traps, 1);
+        self.metrics.count_fault(&fault);
         tracing::warn!(operator = %self.name, plugin = %self.plugin_label, %fault,
             records = batch.len(), "plugin faulted on a batch; retrying record by record");
         self.reinstantiate(batch.len())?;
@@ -363,7 +345,7 @@ impl Operator for TransformOperator {
                 }
                 Err(fault) => {
                     self.stop_on_state_failure(&fault)?;
-                    add(&self.metrics.traps, 1);
+                    self.metrics.count_fault(&fault);
                     self.records_faulted(1, &fault);
                     self.dead_letter(record.clone(), &fault.message, out);
                     self.reinstantiate(batch.len() - index - 1)?;

@@ -12,7 +12,7 @@ use super::bindings::aggregate::Aggregate;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::instance::{classify, start_call, to_wit_record};
-use super::plugin_host::{HostedWorld, PluginHost};
+use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
@@ -93,8 +93,8 @@ impl PluginAggregator {
         match call(&self.host.exports, &mut self.host.store) {
             Ok(value) => Ok(value),
             Err(error) => {
-                add(&self.host.metrics.traps, 1);
                 let fault = classify(error, &self.host.store, &self.host.limits);
+                self.host.metrics.count_fault(&fault);
                 tracing::warn!(plugin = %self.host.component.label(), %fault, "aggregate plugin faulted");
                 self.reinstantiate().map_err(|e| e.0)?;
                 Err(fault.message)
@@ -120,7 +120,26 @@ impl PluginAggregator {
     }
 }
 
+impl SwappablePlugin for PluginAggregator {
+    fn running(&self) -> &Arc<PluginComponent> {
+        &self.host.component
+    }
+
+    /// Accumulators stay in the window state: the new version must read
+    /// the old version's accumulator format.
+    fn swap_component(
+        &mut self,
+        component: Arc<PluginComponent>,
+    ) -> Result<Arc<PluginComponent>, RuntimeError> {
+        self.host.swap(component)
+    }
+}
+
 impl Aggregator for PluginAggregator {
+    fn plugin(&mut self) -> Option<&mut dyn SwappablePlugin> {
+        Some(self)
+    }
+
     fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
         self.call_retrying("create", |b, store| {
             b.sluice_plugin_aggregator().call_create(store)
@@ -159,7 +178,10 @@ impl Aggregator for PluginAggregator {
                         rejected.push((index, reason));
                     }
                 }
-                Err(fault) => rejected.push((index, fault)),
+                Err(fault) => {
+                    add(&self.host.metrics.faulted_records, 1);
+                    rejected.push((index, fault));
+                }
             }
         }
         Ok(rejected)

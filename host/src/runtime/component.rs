@@ -21,6 +21,16 @@ pub enum PluginWorld {
     Aggregate,
 }
 
+impl std::fmt::Display for PluginWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PluginWorld::Transform => "transform",
+            PluginWorld::FastTransform => "fast-transform",
+            PluginWorld::Aggregate => "aggregate",
+        })
+    }
+}
+
 /// The pre-linked instantiation recipe and where to find the exports.
 pub(crate) struct Pre {
     pub(crate) instance_pre: InstancePre<PluginState>,

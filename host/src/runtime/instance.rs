@@ -4,7 +4,7 @@ use super::bindings::{fast, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
-use super::plugin_host::{HostedWorld, PluginHost};
+use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
@@ -203,21 +203,6 @@ impl PluginInstance {
     /// limits and state scope). Needed after any [`PluginFault`].
     pub fn reinstantiate(&mut self) -> Result<(), RuntimeError> {
         self.host.reinstantiate()
-    }
-
-    /// Runs `component` (another version of the plugin) from now on, with
-    /// the same keyed state, limits and config; returns the component it
-    /// replaced. The call path (packed or typed) is chosen again for the
-    /// new component. If the new version cannot be instantiated or its
-    /// `init` fails, nothing changes.
-    pub fn swap_component(
-        &mut self,
-        component: Arc<PluginComponent>,
-    ) -> Result<Arc<PluginComponent>, RuntimeError> {
-        let packed = choose_packed(&component, self.host.limits.call_mode)?;
-        let previous = self.host.swap(component)?;
-        self.packed = packed;
-        Ok(previous)
     }
 
     /// Runs the plugin on `records`, within the CPU deadline and memory limit.
@@ -564,6 +549,24 @@ pub(crate) fn classify(
     PluginFault {
         kind: FaultKind::Trap,
         message: format!("plugin trapped: {cause}"),
+    }
+}
+
+impl SwappablePlugin for PluginInstance {
+    fn running(&self) -> &Arc<PluginComponent> {
+        &self.host.component
+    }
+
+    /// The call path (packed or typed) is chosen again for the new
+    /// component.
+    fn swap_component(
+        &mut self,
+        component: Arc<PluginComponent>,
+    ) -> Result<Arc<PluginComponent>, RuntimeError> {
+        let packed = choose_packed(&component, self.host.limits.call_mode)?;
+        let previous = self.host.swap(component)?;
+        self.packed = packed;
+        Ok(previous)
     }
 }
 

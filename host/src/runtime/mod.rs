@@ -24,6 +24,7 @@ pub use component::{PluginComponent, PluginWorld};
 pub use instance::{
     BatchResult, CallMode, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
 };
+pub use plugin_host::SwappablePlugin;
 
 use host_api::PluginState;
 use std::path::PathBuf;

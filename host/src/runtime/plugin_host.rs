@@ -19,6 +19,22 @@ use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::Instance;
 
+/// A running plugin whose version can be replaced while its operator keeps
+/// its keyed state: a hot swap (see [`crate::dataflow::deploy`]).
+pub trait SwappablePlugin {
+    /// The component it runs.
+    fn running(&self) -> &Arc<PluginComponent>;
+
+    /// Runs `component` (another version of the plugin) from now on, with
+    /// the same keyed state, limits and config, and returns the component
+    /// it replaced. If the new version cannot be instantiated or its `init`
+    /// fails, nothing changes.
+    fn swap_component(
+        &mut self,
+        component: Arc<PluginComponent>,
+    ) -> Result<Arc<PluginComponent>, RuntimeError>;
+}
+
 /// A WIT world the host runs plugins of.
 pub(crate) trait HostedWorld {
     /// The world's exports in one instance.

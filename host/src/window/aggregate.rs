@@ -37,6 +37,12 @@ pub trait Aggregator: Send {
 
     /// The window's result.
     fn finish(&mut self, accumulator: &[u8]) -> Result<Value, AggregateError>;
+
+    /// The plugin computing it, if a plugin does (to swap its version);
+    /// `None` for built-in aggregates.
+    fn plugin(&mut self) -> Option<&mut dyn crate::runtime::SwappablePlugin> {
+        None
+    }
 }
 
 /// The built-in functions.

@@ -5,6 +5,7 @@ use super::aggregate::{AggregateError, Aggregator};
 use super::fields::{FieldPath, extract};
 use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
+use crate::dataflow::deploy::SwitchPort;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::{Record, SourcePosition};
@@ -123,6 +124,8 @@ pub struct WindowOperator {
     fire_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Windows with state, by the time their state is dropped.
     cleanup_timers: BTreeSet<(i64, Vec<u8>, Window)>,
+    /// Where swaps of the aggregate plugin come from.
+    switch: Option<SwitchPort>,
 }
 
 impl WindowOperator {
@@ -150,9 +153,16 @@ impl WindowOperator {
             states,
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
+            switch: None,
         };
         operator.restore()?;
         Ok(operator)
+    }
+
+    /// Takes swaps of its aggregate plugin from `switch`.
+    pub fn with_switch(mut self, switch: SwitchPort) -> Self {
+        self.switch = Some(switch);
+        self
     }
 
     /// Rebuilds the timers of the windows the store holds for this
@@ -553,10 +563,14 @@ impl Operator for WindowOperator {
 
     fn on_barrier(
         &mut self,
-        _barrier: &CheckpointBarrier,
+        barrier: &CheckpointBarrier,
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.write_back()
+        self.write_back()?;
+        if let (Some(switch), Some(plugin)) = (&mut self.switch, self.aggregator.plugin()) {
+            switch.apply_due(&self.options.name, barrier.id, plugin);
+        }
+        Ok(())
     }
 
     fn finish(&mut self, _out: &mut Collector) -> Result<(), DataflowError> {

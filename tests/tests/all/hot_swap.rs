@@ -6,7 +6,7 @@
 //! the next, because the state lives in the host, not in the plugin.
 
 use sluice_host::record::{Record, SourcePosition};
-use sluice_host::runtime::{EmitRoute, PluginInstance, PluginLimits};
+use sluice_host::runtime::{EmitRoute, PluginInstance, PluginLimits, SwappablePlugin};
 use sluice_host::state::OperatorScope;
 use sluice_tests::{plugin, runtime, state_backend};
 use std::sync::Arc;
@@ -82,7 +82,7 @@ fn a_swapped_plugin_keeps_the_operators_state_across_languages_and_back() {
     // v2 (Python): ids 25..50 were seen by v1.
     let previous = instance.swap_component(python.clone()).unwrap();
     assert!(Arc::ptr_eq(&previous, &rust));
-    assert!(Arc::ptr_eq(instance.component(), &python));
+    assert!(Arc::ptr_eq(instance.running(), &python));
     assert_eq!(forwarded(&mut instance, &orders(25..75)), ids(50..75));
 
     // A plugin of another world is refused; the running version stays.
@@ -94,7 +94,7 @@ fn a_swapped_plugin_keeps_the_operators_state_across_languages_and_back() {
         refused.to_string().contains("not a transform plugin"),
         "{refused}"
     );
-    assert!(Arc::ptr_eq(instance.component(), &python));
+    assert!(Arc::ptr_eq(instance.running(), &python));
 
     // Back to v1 (a rollback): ids up to 75 are known.
     let previous = instance.swap_component(previous).unwrap();
@@ -184,7 +184,12 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
         metrics.snapshot().barriers
     );
     let reports = deployer
-        .swap("validate-dedup", python, std::time::Duration::from_secs(60))
+        .swap(
+            "validate-dedup",
+            python,
+            std::time::Duration::from_secs(60),
+            None,
+        )
         .unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(reports[0].result.is_ok(), "{reports:?}");
@@ -260,4 +265,159 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
             );
         }
     }
+}
+
+/// Nexmark bids counted and summed per auction in 1 s tumbling windows by
+/// the aggregate plugin `aggregate`, in two workers, paced so that a swap
+/// lands mid-stream; barriers every 50 ms.
+fn window_pipeline(dir: &std::path::Path, aggregate: &std::path::Path) -> std::path::PathBuf {
+    let text = format!(
+        r#"[pipeline]
+name = "window-swap"
+batch_size = 64
+checkpoint_interval_ms = 50
+workers = 2
+max_out_of_orderness_ms = 200
+
+[source.generator]
+profile = "nexmark"
+count = 40000
+rate = 8000
+events_per_second = 4000
+max_disorder_ms = 100
+seed = 5
+
+[[operators]]
+name = "bids"
+plugin = "{filter}"
+config = {{ modulus = 1 }}
+
+[[operators]]
+name = "count-sum"
+plugin = "{plugin}"
+window = {{ tumbling_ms = 1000 }}
+key_field = "auction"
+config = {{ field = "price" }}
+
+[sink.file]
+path = "{dir}/windows.jsonl"
+"#,
+        filter = plugin("filter-bids").display(),
+        plugin = aggregate.display(),
+        dir = dir.display()
+    );
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The window results of a run: (key, window end) -> (count, sum, version).
+fn window_results(dir: &std::path::Path) -> Vec<(String, i64, u64, i64, u64)> {
+    let text = std::fs::read_to_string(dir.join("windows.jsonl")).unwrap();
+    text.lines()
+        .map(|line| {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                r["key"].as_str().unwrap_or_default().to_string(),
+                r["window_end"].as_i64().unwrap_or_default(),
+                r["result"]["count"].as_u64().unwrap_or_default(),
+                r["result"]["sum"].as_i64().unwrap_or_default(),
+                r["result"]["version"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Under load, a keyed window's aggregate plugin goes from v1 to v2 at a
+/// barrier in both workers: every window's count and sum equal a run that
+/// never swapped (windows open across the swap carry their accumulators
+/// over, nothing is lost or counted twice), windows fired before the swap
+/// say v1 and every window fired after it says v2.
+#[test]
+fn a_window_aggregate_swapped_at_a_barrier_in_every_worker_keeps_per_key_results_continuous() {
+    let v1 = plugin("count-sum");
+    let reference = tempfile::tempdir().unwrap();
+    open(&window_pipeline(reference.path(), &v1))
+        .run(Arc::new(std::sync::atomic::AtomicBool::new(false)))
+        .unwrap();
+    let expected = window_results(reference.path());
+    assert!(expected.len() > 100, "{} windows", expected.len());
+
+    let v2 = runtime().load(plugin("count-sum-v2")).unwrap();
+    let swapped = tempfile::tempdir().unwrap();
+    let pipeline = open(&window_pipeline(swapped.path(), &v1));
+    let deployer = pipeline.deployer();
+    let metrics = pipeline.metrics();
+    let run = std::thread::spawn(move || {
+        pipeline.run(Arc::new(std::sync::atomic::AtomicBool::new(false)))
+    });
+    sluice_tests::wait_until(
+        "a quarter of the input",
+        std::time::Duration::from_secs(60),
+        || metrics.snapshot().records_in >= 10_000,
+    );
+    eprintln!(
+        "swap requested after barrier {} ({} records in)",
+        metrics
+            .last_barrier_id
+            .load(std::sync::atomic::Ordering::SeqCst),
+        metrics.snapshot().records_in
+    );
+    // Refused: a transform cannot replace a window's aggregate.
+    let transform = runtime().load(plugin("identity")).unwrap();
+    let refused = deployer.swap(
+        "count-sum",
+        transform,
+        std::time::Duration::from_secs(5),
+        None,
+    );
+    assert!(
+        matches!(
+            refused,
+            Err(sluice_host::dataflow::deploy::DeployError::WrongWorld { .. })
+        ),
+        "{refused:?}"
+    );
+    let reports = match deployer.swap("count-sum", v2, std::time::Duration::from_secs(60), None) {
+        Ok(reports) => reports,
+        Err(error) => panic!("{error}; the run ended with {:?}", run.join()),
+    };
+    assert_eq!(reports.len(), 2, "one report per worker: {reports:?}");
+    assert!(reports.iter().all(|r| r.result.is_ok()), "{reports:?}");
+    assert_eq!(
+        reports[0].barrier, reports[1].barrier,
+        "both workers swapped at the same barrier"
+    );
+    assert!(
+        metrics.snapshot().records_in < 40_000,
+        "the swap must land mid-stream"
+    );
+    run.join().unwrap().unwrap();
+
+    let got = window_results(swapped.path());
+    let strip = |results: &[(String, i64, u64, i64, u64)]| {
+        let mut windows: Vec<(String, i64, u64, i64)> = results
+            .iter()
+            .map(|(key, end, count, sum, _)| (key.clone(), *end, *count, *sum))
+            .collect();
+        windows.sort();
+        windows
+    };
+    assert!(
+        strip(&got) == strip(&expected),
+        "window results differ from the run without a swap"
+    );
+    // Watermarks and barriers reach both workers in stream order, so every
+    // window fired before the swap barrier ends before every window fired
+    // after it.
+    assert!(got.iter().all(|r| r.4 == 1 || r.4 == 2), "versions");
+    let last_v1 = got.iter().filter(|r| r.4 == 1).map(|r| r.1).max();
+    let first_v2 = got.iter().filter(|r| r.4 == 2).map(|r| r.1).min();
+    let (Some(last_v1), Some(first_v2)) = (last_v1, first_v2) else {
+        panic!("both versions must have fired windows: {last_v1:?} {first_v2:?}");
+    };
+    assert!(
+        last_v1 < first_v2,
+        "v1 fired a window ending at {last_v1}, after v2 fired one ending at {first_v2}"
+    );
 }

@@ -1,0 +1,414 @@
+//! Plugin deployments into running pipelines: swap at a barrier, verify,
+//! keep or roll back.
+//!
+//! A deploy loads and checks the uploaded component, then swaps it into
+//! every instance of the operator at the next checkpoint barrier
+//! ([`Deployer::swap`]). With a verify window (`[deploy]` in the pipeline
+//! file, on by default) the new version is on probation: checkpoints after
+//! the swap barrier are held, so nothing it produces is committed, and its
+//! fault rate, dead-letter rate and deadline hits are judged
+//! ([`VerifyPolicy`]). Kept: the pipeline file names the new version, then
+//! checkpoints resume. Rolled back: the run is abandoned (no checkpoint
+//! after the swap barrier exists) and restarted from the swap barrier's
+//! checkpoint with the previous version, which the pipeline file still
+//! names and the component cache still holds compiled — state and output
+//! then come from one cut, as if the new version had never run.
+//!
+//! Every deployment is recorded in the pipeline's `deployments.jsonl`: a
+//! line when it is swapped and another with the verdict, under one id.
+
+use super::supervisor::{PipelineKey, PipelineState, Supervisor};
+use serde::{Deserialize, Serialize};
+use sluice_host::config::LoadedConfig;
+use sluice_host::dataflow::deploy::{DeployError, Verdict, VerifyPolicy};
+use sluice_host::pipeline::Deployer;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long every instance has to reach the swap barrier.
+const SWAP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often a version on probation is judged.
+const JUDGE_EVERY: Duration = Duration::from_millis(50);
+
+/// `deploy` (a new version) or `rollback` (back to a kept one, by hand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentKind {
+    /// A new version.
+    Deploy,
+    /// Back to a version the operator ran before.
+    Rollback,
+}
+
+/// Where a deployment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentStatus {
+    /// Swapped, without probation (rollbacks; `verify_window_ms = 0`).
+    #[default]
+    Swapped,
+    /// Swapped and on probation: checkpoints are held until the verdict.
+    Verifying,
+    /// Kept after its verify window.
+    Kept,
+    /// Rolled back automatically; `outcome` says why.
+    RolledBack,
+    /// Not swapped; `outcome` says why.
+    Refused,
+}
+
+impl DeploymentStatus {
+    /// Whether the version it deployed runs now (or did until a later
+    /// deployment).
+    pub fn took_effect(self) -> bool {
+        matches!(self, DeploymentStatus::Swapped | DeploymentStatus::Kept)
+    }
+}
+
+/// One plugin deployment (a swap or a rollback), as recorded in the
+/// pipeline's `deployments.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Deployment {
+    /// Its number in the pipeline's history (from 1).
+    #[serde(default)]
+    pub id: u64,
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Who asked (the tenant).
+    pub by: String,
+    /// The operator.
+    pub operator: String,
+    /// The plugin it ran before (sha256).
+    pub from: String,
+    /// The plugin it runs now (sha256).
+    pub to: String,
+    /// A new version or a rollback.
+    pub kind: DeploymentKind,
+    /// The barrier every instance swapped at.
+    pub barrier: u64,
+    /// The longest pause of an instance, ms (building the new version at
+    /// the barrier).
+    pub pause_ms: f64,
+    /// Where it is.
+    #[serde(default)]
+    pub status: DeploymentStatus,
+    /// What happened, in words.
+    pub outcome: String,
+}
+
+/// Why a swap did not happen.
+#[derive(Debug)]
+pub enum SwapError {
+    /// No such pipeline (for this tenant).
+    NotFound,
+    /// The request cannot be done (the message says why); nothing changed.
+    Refused(String),
+    /// Something broke on the way.
+    Failed(String),
+}
+
+/// A deploy request.
+#[derive(Debug, Clone)]
+pub struct SwapRequest<'a> {
+    /// The pipeline.
+    pub key: &'a PipelineKey,
+    /// The operator whose plugin changes.
+    pub operator: &'a str,
+    /// The uploaded component (sha256).
+    pub digest: &'a str,
+    /// Where uploaded components are.
+    pub plugin_store: &'a Path,
+    /// A new version, or back to an old one.
+    pub kind: DeploymentKind,
+    /// Who asks.
+    pub by: &'a str,
+}
+
+impl Supervisor {
+    /// Swaps an operator's plugin in the running pipeline to an uploaded
+    /// component at the next barrier (see the module docs). Answers once
+    /// every instance runs it: a new version on probation is judged
+    /// afterwards, on a thread of its own.
+    pub fn swap_plugin(
+        self: &Arc<Self>,
+        request: &SwapRequest<'_>,
+    ) -> Result<Deployment, SwapError> {
+        let key = request.key;
+        let (dir, deployer) = self.begin_deployment(key)?;
+        let result = self.swap_claimed(request, &dir, &deployer);
+        if !matches!(&result, Ok(d) if d.status == DeploymentStatus::Verifying) {
+            self.end_deployment(key);
+        }
+        result
+    }
+
+    fn swap_claimed(
+        self: &Arc<Self>,
+        request: &SwapRequest<'_>,
+        dir: &Path,
+        deployer: &Deployer,
+    ) -> Result<Deployment, SwapError> {
+        let file = dir.join("pipeline.toml");
+        let from = plugin_of(&file, request.operator)?;
+        let component = self.load_uploaded(dir, request.digest, request.plugin_store)?;
+        let policy = LoadedConfig::load(&file)
+            .map(|loaded| loaded.config.deploy.clone())
+            .map_err(|e| SwapError::Failed(e.to_string()))?;
+        let window = Duration::from_millis(policy.verify_window_ms);
+        let verify = request.kind == DeploymentKind::Deploy && !window.is_zero();
+        // The verdict comes within the window plus a judging interval.
+        let hold = verify.then(|| window + JUDGE_EVERY * 4);
+        let reports = deployer
+            .swap(request.operator, component, SWAP_TIMEOUT, hold)
+            .map_err(|error| {
+                deployer.release();
+                match error {
+                    DeployError::Timeout { .. } => SwapError::Failed(error.to_string()),
+                    _ => SwapError::Refused(error.to_string()),
+                }
+            })?;
+        let mut deployment = Deployment {
+            id: next_deployment_id(dir),
+            at_ms: sluice_host::checkpoint::now_ms(),
+            by: request.by.to_string(),
+            operator: request.operator.to_string(),
+            from,
+            to: request.digest.to_string(),
+            kind: request.kind,
+            barrier: reports.first().map(|r| r.barrier).unwrap_or_default(),
+            pause_ms: reports
+                .iter()
+                .map(|r| r.pause.as_secs_f64() * 1000.0)
+                .fold(0.0, f64::max),
+            status: DeploymentStatus::Swapped,
+            outcome: "swapped".into(),
+        };
+        let failures: Vec<String> = reports
+            .iter()
+            .filter_map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("instance {}: {e}", r.worker))
+            })
+            .collect();
+        if !failures.is_empty() {
+            // Instances that did swap keep running the new version until the
+            // pipeline restarts from its file (which names the old one).
+            deployer.release();
+            deployment.status = DeploymentStatus::Refused;
+            deployment.outcome = failures.join("; ");
+            record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
+            return Err(SwapError::Refused(deployment.outcome));
+        }
+        if !verify {
+            set_plugin(&file, request.operator, request.digest)?;
+            record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
+            return Ok(deployment);
+        }
+        deployment.status = DeploymentStatus::Verifying;
+        deployment.outcome = format!("on probation for {} ms", window.as_millis());
+        record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
+        let baseline = deployer.operator_counters(request.operator);
+        let probation = Probation {
+            key: request.key.clone(),
+            dir: dir.to_path_buf(),
+            deployer: deployer.clone(),
+            deployment: deployment.clone(),
+            policy,
+            baseline,
+            started: Instant::now(),
+        };
+        let supervisor = Arc::clone(self);
+        std::thread::Builder::new()
+            .name(format!("verify-{}-{}", request.key.0, request.key.1))
+            .spawn(move || supervisor.judge(probation))
+            .map_err(|e| SwapError::Failed(format!("starting the verification: {e}")))?;
+        Ok(deployment)
+    }
+
+    /// Judges a version on probation until the verdict, then keeps it or
+    /// rolls it back (see the module docs).
+    fn judge(self: Arc<Self>, probation: Probation) {
+        let Probation {
+            key,
+            dir,
+            deployer,
+            mut deployment,
+            policy,
+            baseline,
+            started,
+        } = probation;
+        let window = Duration::from_millis(policy.verify_window_ms);
+        let verdict = loop {
+            if self.state(&key) != Some(PipelineState::Running) {
+                break Verdict::RollBack("the pipeline stopped during verification".into());
+            }
+            let seen = deployer
+                .operator_counters(&deployment.operator)
+                .since(baseline);
+            match policy.judge(seen, started.elapsed() >= window) {
+                Verdict::Undecided => std::thread::sleep(JUDGE_EVERY),
+                verdict => break verdict,
+            }
+        };
+        let file = dir.join("pipeline.toml");
+        match verdict {
+            Verdict::Keep(detail) => {
+                // The file names the new version before any checkpoint
+                // holds its output: a restart from then on runs it.
+                match set_plugin(&file, &deployment.operator, &deployment.to) {
+                    Ok(()) => {
+                        deployment.status = DeploymentStatus::Kept;
+                        deployment.outcome = detail;
+                        deployer.release();
+                    }
+                    Err(error) => {
+                        deployment.status = DeploymentStatus::RolledBack;
+                        deployment.outcome = format!("recording the new version failed: {error:?}");
+                        self.restart_abandoning(&key);
+                    }
+                }
+            }
+            Verdict::RollBack(reason) => {
+                tracing::warn!(pipeline = %key.1, operator = %deployment.operator, %reason,
+                    "new plugin version rolled back");
+                deployment.status = DeploymentStatus::RolledBack;
+                deployment.outcome = reason;
+                self.restart_abandoning(&key);
+            }
+            Verdict::Undecided => {}
+        }
+        if let Err(error) = record_deployment(&dir, &deployment) {
+            tracing::error!(%error, "recording a deployment's verdict");
+        }
+        self.end_deployment(&key);
+    }
+
+    /// Loads the uploaded component `digest` for the pipeline in `dir`
+    /// (linking it into the pipeline's plugins first): a component of
+    /// another WIT version fails to load here, before anything changes.
+    fn load_uploaded(
+        &self,
+        dir: &Path,
+        digest: &str,
+        plugin_store: &Path,
+    ) -> Result<Arc<sluice_host::runtime::PluginComponent>, SwapError> {
+        let linked = dir.join("plugins").join(format!("{digest}.wasm"));
+        if !linked.exists() {
+            let stored = plugin_store.join(format!("{digest}.wasm"));
+            std::fs::hard_link(&stored, &linked)
+                .or_else(|_| std::fs::copy(&stored, &linked).map(drop))
+                .map_err(|e| {
+                    SwapError::Refused(format!("plugin sha256:{digest} was not uploaded: {e}"))
+                })?;
+        }
+        self.runtime()
+            .load(linked)
+            .map_err(|e| SwapError::Refused(e.to_string()))
+    }
+
+    /// The pipeline's deployments, oldest first, each in its latest state.
+    pub fn deployments(&self, key: &PipelineKey) -> Option<Vec<Deployment>> {
+        let dir = self.dir_of(key)?;
+        Some(read_deployments(&dir))
+    }
+}
+
+/// A version on probation.
+struct Probation {
+    key: PipelineKey,
+    dir: PathBuf,
+    deployer: Deployer,
+    deployment: Deployment,
+    policy: VerifyPolicy,
+    baseline: sluice_host::dataflow::deploy::PluginCounters,
+    started: Instant,
+}
+
+/// The operator's table in a pipeline document.
+fn operator_table<'a>(
+    document: &'a mut toml_edit::DocumentMut,
+    operator: &str,
+) -> Result<&'a mut toml_edit::Table, SwapError> {
+    document
+        .get_mut("operators")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .and_then(|operators| {
+            operators
+                .iter_mut()
+                .find(|t| t.get("name").and_then(toml_edit::Item::as_str) == Some(operator))
+        })
+        .ok_or_else(|| SwapError::Refused(format!("no operator `{operator}`")))
+}
+
+fn read_document(file: &Path) -> Result<toml_edit::DocumentMut, SwapError> {
+    let text = std::fs::read_to_string(file).map_err(|e| SwapError::Failed(e.to_string()))?;
+    text.parse()
+        .map_err(|e| SwapError::Failed(format!("{}: {e}", file.display())))
+}
+
+/// The digest of the plugin `operator` runs, as the pipeline file names it.
+fn plugin_of(file: &Path, operator: &str) -> Result<String, SwapError> {
+    let mut document = read_document(file)?;
+    let table = operator_table(&mut document, operator)?;
+    table
+        .get("plugin")
+        .and_then(toml_edit::Item::as_str)
+        .and_then(|p| p.strip_prefix("plugins/"))
+        .and_then(|p| p.strip_suffix(".wasm"))
+        .map(str::to_string)
+        .ok_or_else(|| SwapError::Refused(format!("`{operator}` runs no uploaded plugin")))
+}
+
+/// Makes the pipeline file name `digest` as `operator`'s plugin (written
+/// aside and renamed: a crash leaves the old file or the new one).
+fn set_plugin(file: &Path, operator: &str, digest: &str) -> Result<(), SwapError> {
+    let mut document = read_document(file)?;
+    operator_table(&mut document, operator)?
+        .insert("plugin", toml_edit::value(format!("plugins/{digest}.wasm")));
+    let temporary = file.with_extension("toml.tmp");
+    std::fs::write(&temporary, document.to_string())
+        .and_then(|()| std::fs::rename(&temporary, file))
+        .map_err(|e| SwapError::Failed(format!("recording the new version: {e}")))
+}
+
+fn read_deployments(dir: &Path) -> Vec<Deployment> {
+    let text = std::fs::read_to_string(dir.join("deployments.jsonl")).unwrap_or_default();
+    let mut deployments: Vec<Deployment> = Vec::new();
+    for deployment in text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Deployment>(line).ok())
+    {
+        match deployments
+            .iter_mut()
+            .find(|d| d.id != 0 && d.id == deployment.id)
+        {
+            Some(earlier) => *earlier = deployment,
+            None => deployments.push(deployment),
+        }
+    }
+    deployments
+}
+
+fn next_deployment_id(dir: &Path) -> u64 {
+    read_deployments(dir)
+        .iter()
+        .map(|d| d.id)
+        .max()
+        .unwrap_or(0)
+        + 1
+}
+
+fn record_deployment(dir: &Path, deployment: &Deployment) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("deployments.jsonl"))?;
+    let line = serde_json::to_string(deployment).map_err(std::io::Error::other)?;
+    writeln!(file, "{line}")?;
+    file.sync_all()
+}
