@@ -170,6 +170,18 @@ enum TenantsCommand {
         /// Most pipelines it may have.
         #[arg(long)]
         max_pipelines: Option<usize>,
+        /// Most plugin instances its pipelines may run together.
+        #[arg(long)]
+        max_plugin_instances: Option<u64>,
+        /// Most memory its plugin instances may have together, MiB.
+        #[arg(long)]
+        max_plugin_memory_mb: Option<u64>,
+        /// Most state on disk its pipelines may hold together, MiB.
+        #[arg(long)]
+        max_state_mb: Option<u64>,
+        /// CPUs its plugins may use together (e.g. 0.5).
+        #[arg(long)]
+        cpu_cores: Option<f64>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -409,12 +421,24 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Tenants(TenantsCommand::Create {
             name,
             max_pipelines,
+            max_plugin_instances,
+            max_plugin_memory_mb,
+            max_state_mb,
+            cpu_cores,
             server,
         }) => {
-            let mut body = serde_json::json!({ "name": name });
-            if let Some(max) = max_pipelines {
-                body["limits"] = serde_json::json!({ "max_pipelines": max });
-            }
+            let mut limits = serde_json::Map::new();
+            let mut set = |name: &str, value: Option<serde_json::Value>| {
+                if let Some(value) = value {
+                    limits.insert(name.to_string(), value);
+                }
+            };
+            set("max_pipelines", max_pipelines.map(Into::into));
+            set("max_plugin_instances", max_plugin_instances.map(Into::into));
+            set("max_plugin_memory_mb", max_plugin_memory_mb.map(Into::into));
+            set("max_state_mb", max_state_mb.map(Into::into));
+            set("cpu_cores", cpu_cores.map(Into::into));
+            let body = serde_json::json!({ "name": name, "limits": limits });
             let answer = client_for(&server)?.post_json("/api/v1/tenants", &body)?;
             match server.json {
                 true => println!("{answer}"),

@@ -127,6 +127,9 @@ pub struct OperatorMetrics {
     pub faulted_records: AtomicU64,
     /// Times its plugin instance was re-created after a trap.
     pub reinstantiations: AtomicU64,
+    /// Time its plugin calls waited for the tenant's CPU share,
+    /// nanoseconds.
+    pub cpu_throttled_ns: AtomicU64,
     /// Time spent inside the operator, nanoseconds.
     pub busy_ns: AtomicU64,
     /// Time the operator's thread spent blocked handing output to the next
@@ -212,6 +215,7 @@ impl OperatorMetrics {
             memory_limit_hits: load(&self.memory_limit_hits),
             faulted_records: load(&self.faulted_records),
             reinstantiations: load(&self.reinstantiations),
+            cpu_throttled_ns: load(&self.cpu_throttled_ns),
             busy_ns: load(&self.busy_ns),
             backpressured_ns: load(&self.backpressured_ns),
             watermark: watermark_value(&self.watermark),
@@ -501,6 +505,8 @@ pub struct OperatorSnapshot {
     pub faulted_records: u64,
     /// Plugin re-instantiations.
     pub reinstantiations: u64,
+    /// Time plugin calls waited for the tenant's CPU share, ns.
+    pub cpu_throttled_ns: u64,
     /// Busy time, ns.
     pub busy_ns: u64,
     /// Backpressured time (blocked on a full downstream channel), ns.

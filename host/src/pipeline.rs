@@ -442,7 +442,7 @@ impl Pipeline {
             .enumerate()
             .filter(|(_, op)| op.join.is_none() && op.plugin.is_some())
             .map(|(index, op)| {
-                let instances = if index < head_end { 1 } else { workers };
+                let instances = operator_instances(config, index);
                 let role = match op.window {
                     Some(_) => PluginRole::Aggregate,
                     None => PluginRole::Transform,
@@ -1213,4 +1213,48 @@ fn hold_limit(config: &crate::config::PipelineConfig) -> Option<Duration> {
         })
         .min()
         .map(|timeout| Duration::from_millis(timeout.saturating_sub(checkpoints.interval_ms)))
+}
+
+/// How many instances `operators[index]` of `config` runs in: one before
+/// the first keyed operator (window or join), `workers` from it on.
+fn operator_instances(config: &crate::config::PipelineConfig, index: usize) -> usize {
+    let workers = config.pipeline.workers.max(1);
+    let first_keyed = config
+        .operators
+        .iter()
+        .position(|op| op.window.is_some() || op.join.is_some());
+    match first_keyed {
+        Some(first) if workers > 1 && index >= first => workers,
+        _ => 1,
+    }
+}
+
+/// What one operator's plugin takes of a host: instances and their memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginFootprint {
+    /// The operator.
+    pub operator: String,
+    /// Plugin instances it runs (one per worker of its stage).
+    pub instances: u64,
+    /// Their memory limits together, MiB.
+    pub memory_mb: u64,
+}
+
+/// The plugin footprint of every operator of `config` that runs a plugin
+/// (what a server's quotas count).
+pub fn plugin_footprint(config: &crate::config::PipelineConfig) -> Vec<PluginFootprint> {
+    config
+        .operators
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| op.plugin.is_some())
+        .map(|(index, op)| {
+            let instances = operator_instances(config, index) as u64;
+            PluginFootprint {
+                operator: op.name.clone(),
+                instances,
+                memory_mb: instances.saturating_mul(op.memory_limit_mb),
+            }
+        })
+        .collect()
 }

@@ -151,12 +151,24 @@ async fn create_tenant(
     {
         return Err(bad_request("tenant names are letters, digits, `-` and `_`"));
     }
-    let token = state
+    if let Some(cores) = body.limits.as_ref().and_then(|l| l.cpu_cores)
+        && !(cores.is_finite() && cores > 0.0)
+    {
+        return Err(bad_request(
+            "limits.cpu_cores: a positive number of CPUs (e.g. 0.5)",
+        ));
+    }
+    let mut auth = state
         .auth
         .write()
-        .map_err(|_| internal("auth lock poisoned"))?
+        .map_err(|_| internal("auth lock poisoned"))?;
+    let token = auth
         .add_tenant_token(&body.name, body.limits)
         .map_err(internal)?;
+    if let Some(limits) = auth.limits(&body.name) {
+        state.supervisor.set_limits(&body.name, limits);
+    }
+    drop(auth);
     Ok((
         StatusCode::CREATED,
         Json(json!({ "tenant": body.name, "token": token })),
@@ -277,7 +289,12 @@ async fn create_pipeline(
     tokio::task::spawn_blocking(move || supervisor.create(&created_key, &text, &plugins, &store))
         .await
         .map_err(internal)?
-        .map_err(|error| bad_request(format!("{error:#}")))?;
+        .map_err(
+            |error| match error.downcast_ref::<super::supervisor::QuotaExceeded>() {
+                Some(quota) => ApiError(StatusCode::TOO_MANY_REQUESTS, quota.to_string()),
+                None => bad_request(format!("{error:#}")),
+            },
+        )?;
     let operation = state.operations.start(
         &tenant,
         key_header.as_deref(),

@@ -20,7 +20,7 @@ pub enum Caller {
 }
 
 /// A tenant's limits (a request over one is refused, naming it).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TenantLimits {
     /// Pipelines the tenant may have.
@@ -29,6 +29,22 @@ pub struct TenantLimits {
     /// Largest plugin the tenant may upload, bytes.
     #[serde(default = "default_max_plugin_bytes")]
     pub max_plugin_bytes: usize,
+    /// Plugin instances its pipelines may run together (one per operator
+    /// with a plugin and worker), with room left for the largest operator
+    /// to hold two versions during a swap.
+    #[serde(default = "default_max_plugin_instances")]
+    pub max_plugin_instances: u64,
+    /// Memory limits of those instances together, MiB (with the same room
+    /// for a swap).
+    #[serde(default = "default_max_plugin_memory_mb")]
+    pub max_plugin_memory_mb: u64,
+    /// State of its pipelines on disk together, MiB: a pipeline that takes
+    /// the tenant over is stopped with the reason.
+    #[serde(default = "default_max_state_mb")]
+    pub max_state_mb: u64,
+    /// CPUs its plugins may use together (e.g. 0.5); none: no limit.
+    #[serde(default)]
+    pub cpu_cores: Option<f64>,
 }
 
 fn default_max_pipelines() -> usize {
@@ -39,11 +55,27 @@ fn default_max_plugin_bytes() -> usize {
     64 << 20
 }
 
+fn default_max_plugin_instances() -> u64 {
+    64
+}
+
+fn default_max_plugin_memory_mb() -> u64 {
+    4096
+}
+
+fn default_max_state_mb() -> u64 {
+    10_240
+}
+
 impl Default for TenantLimits {
     fn default() -> Self {
         TenantLimits {
             max_pipelines: default_max_pipelines(),
             max_plugin_bytes: default_max_plugin_bytes(),
+            max_plugin_instances: default_max_plugin_instances(),
+            max_plugin_memory_mb: default_max_plugin_memory_mb(),
+            max_state_mb: default_max_state_mb(),
+            cpu_cores: None,
         }
     }
 }

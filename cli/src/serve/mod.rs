@@ -105,6 +105,10 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         ..RuntimeConfig::default()
     })?;
     let supervisor = supervisor::Supervisor::new(&options.state_dir, runtime);
+    for (tenant, limits) in auth.tenants() {
+        supervisor.set_limits(tenant, limits);
+    }
+    supervisor.watch_state_quotas(std::time::Duration::from_secs(1))?;
     let resumed = supervisor.resume_all()?;
     if resumed > 0 {
         eprintln!("sluice serve: resumed {resumed} pipelines");

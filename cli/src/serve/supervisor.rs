@@ -5,13 +5,14 @@
 //! run, so that a restarted server resumes what was running (from the last
 //! checkpoint).
 
+use super::auth::TenantLimits;
 use super::deployments::SwapError;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::config::LoadedConfig;
 use sluice_host::metrics::{PipelineMetrics, PipelineSnapshot};
-use sluice_host::pipeline::{Deployer, Pipeline};
+use sluice_host::pipeline::{Deployer, Pipeline, PluginFootprint, plugin_footprint};
 use sluice_host::runtime::PluginRuntime;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,8 @@ struct Entry {
     deployer: Option<Deployer>,
     /// A deployment is under way (one at a time per pipeline).
     deploying: bool,
+    /// What its plugins take (counted against its tenant's quotas).
+    footprint: Vec<PluginFootprint>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -69,9 +72,22 @@ impl Entry {
             metrics: None,
             deployer: None,
             deploying: false,
+            footprint: Vec::new(),
             thread: None,
         }
     }
+}
+
+/// A request over a tenant's quota (the message names the resource).
+#[derive(Debug, thiserror::Error)]
+#[error("quota: {0}")]
+pub struct QuotaExceeded(pub String);
+
+/// What a pipeline file's plugins take, or nothing if it does not load.
+fn footprint_of(file: &Path) -> Vec<PluginFootprint> {
+    LoadedConfig::load(file)
+        .map(|loaded| plugin_footprint(&loaded.config))
+        .unwrap_or_default()
 }
 
 /// A pipeline's key: tenant and name.
@@ -94,6 +110,8 @@ pub struct Supervisor {
     root: PathBuf,
     runtime: PluginRuntime,
     entries: Mutex<BTreeMap<PipelineKey, Entry>>,
+    /// Every tenant's limits.
+    limits: Mutex<BTreeMap<String, TenantLimits>>,
 }
 
 impl Supervisor {
@@ -103,7 +121,123 @@ impl Supervisor {
             root: root.to_path_buf(),
             runtime,
             entries: Mutex::new(BTreeMap::new()),
+            limits: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Sets `tenant`'s limits: its CPU share applies to plugin instances
+    /// created from now on, the other limits to requests from now on.
+    pub fn set_limits(&self, tenant: &str, limits: &TenantLimits) {
+        self.runtime.set_cpu_share(tenant, limits.cpu_cores);
+        self.limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tenant.to_string(), limits.clone());
+    }
+
+    fn limits_of(&self, tenant: &str) -> TenantLimits {
+        self.limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Refuses a new pipeline of `tenant` taking `footprint` if the
+    /// tenant's pipelines would then run more plugin instances or memory
+    /// than its limits, keeping room for the largest operator to hold two
+    /// versions during a swap.
+    fn check_plugin_quota(&self, tenant: &str, footprint: &[PluginFootprint]) -> Result<()> {
+        let limits = self.limits_of(tenant);
+        let entries = self.entries();
+        let reserved: Vec<&PluginFootprint> = entries
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .flat_map(|(_, entry)| entry.footprint.iter())
+            .chain(footprint)
+            .collect();
+        let total = |of: fn(&PluginFootprint) -> u64| reserved.iter().map(|f| of(f)).sum::<u64>();
+        let room =
+            |of: fn(&PluginFootprint) -> u64| reserved.iter().map(|f| of(f)).max().unwrap_or(0);
+        let (instances, memory) = (total(|f| f.instances), total(|f| f.memory_mb));
+        let (swap_instances, swap_memory) = (room(|f| f.instances), room(|f| f.memory_mb));
+        if instances + swap_instances > limits.max_plugin_instances {
+            return Err(QuotaExceeded(format!(
+                "tenant `{tenant}` may run {} plugin instances; its pipelines with this one need {instances}, plus {swap_instances} to swap a version",
+                limits.max_plugin_instances
+            ))
+            .into());
+        }
+        if memory + swap_memory > limits.max_plugin_memory_mb {
+            return Err(QuotaExceeded(format!(
+                "tenant `{tenant}` may give its plugins {} MiB of memory; its pipelines with this one need {memory} MiB, plus {swap_memory} MiB to swap a version",
+                limits.max_plugin_memory_mb
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Watches the tenants' state on disk every `every`: a tenant over its
+    /// `max_state_mb` has its largest running pipeline stopped (final
+    /// checkpoint) and marked failed with the reason. Ends with the server.
+    pub fn watch_state_quotas(self: &Arc<Self>, every: std::time::Duration) -> Result<()> {
+        let supervisor = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("sluice-quotas".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(every);
+                    let Some(supervisor) = supervisor.upgrade() else {
+                        return;
+                    };
+                    supervisor.enforce_state_quotas();
+                }
+            })
+            .context("starting the quota watcher")?;
+        Ok(())
+    }
+
+    fn enforce_state_quotas(&self) {
+        let mut by_tenant: BTreeMap<String, Vec<(PipelineKey, u64)>> = BTreeMap::new();
+        for (key, entry) in self.entries().iter() {
+            if entry.state != PipelineState::Running {
+                continue;
+            }
+            let Some(metrics) = &entry.metrics else {
+                continue;
+            };
+            let bytes: u64 = metrics
+                .snapshot()
+                .operators
+                .iter()
+                .map(|o| o.state_disk_bytes)
+                .sum();
+            by_tenant
+                .entry(key.0.clone())
+                .or_default()
+                .push((key.clone(), bytes));
+        }
+        for (tenant, pipelines) in by_tenant {
+            let limit_mb = self.limits_of(&tenant).max_state_mb;
+            let total: u64 = pipelines.iter().map(|(_, bytes)| bytes).sum();
+            if total <= limit_mb.saturating_mul(1 << 20) {
+                continue;
+            }
+            let Some((key, bytes)) = pipelines.into_iter().max_by_key(|(_, bytes)| *bytes) else {
+                continue;
+            };
+            let reason = format!(
+                "quota: tenant `{tenant}` holds {} MiB of state, over its {limit_mb} MiB; this pipeline ({} MiB) was stopped",
+                total >> 20,
+                bytes >> 20
+            );
+            tracing::warn!(tenant = %key.0, pipeline = %key.1, %reason, "state quota");
+            if self.stop(&key).is_ok() {
+                self.set_state(&key, PipelineState::Failed(reason));
+            }
+        }
     }
 
     /// The directory of a pipeline.
@@ -129,7 +263,9 @@ impl Supervisor {
                 let key = (tenant.clone(), name);
                 let dir = self.pipeline_dir(&key);
                 let desired = read_desired(&dir);
-                self.entries().insert(key.clone(), Entry::stopped(dir));
+                let mut entry = Entry::stopped(dir);
+                entry.footprint = footprint_of(&entry.dir.join("pipeline.toml"));
+                self.entries().insert(key.clone(), entry);
                 if desired == Desired::Running {
                     self.start(&key)?;
                     resumed += 1;
@@ -171,12 +307,22 @@ impl Supervisor {
             }
         }
         std::fs::write(dir.join("pipeline.toml"), text).context("writing the pipeline file")?;
-        // Refuse a file that does not load before anything runs.
-        if let Err(error) = LoadedConfig::load(&dir.join("pipeline.toml")) {
+        // Refuse a file that does not load, or that takes the tenant over
+        // its quotas, before anything runs.
+        let footprint = match LoadedConfig::load(&dir.join("pipeline.toml")) {
+            Ok(loaded) => plugin_footprint(&loaded.config),
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(error.into());
+            }
+        };
+        if let Err(error) = self.check_plugin_quota(&key.0, &footprint) {
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(error.into());
+            return Err(error);
         }
-        self.entries().insert(key.clone(), Entry::stopped(dir));
+        let mut entry = Entry::stopped(dir);
+        entry.footprint = footprint;
+        self.entries().insert(key.clone(), entry);
         self.start(key)
     }
 

@@ -770,3 +770,205 @@ fn logs_errors_and_dead_letters_are_shown_to_their_tenant_only() {
         );
     }
 }
+
+/// Produces `count` records whose values are `value`.
+fn produce_values(topic: &str, value: &str, count: usize) {
+    use sluice_tests::kafka::{Outgoing, produce};
+    let records: Vec<Outgoing<'_>> = (0..count)
+        .map(|_| Outgoing {
+            value: value.as_bytes(),
+            ..Outgoing::default()
+        })
+        .collect();
+    produce(topic, &records);
+}
+
+/// A Kafka -> `plugin` -> file pipeline of tenant A (hostile input).
+fn hostile_pipeline(name: &str, input: &str, plugin: &Path) -> String {
+    format!(
+        r#"[pipeline]
+name = "{name}"
+batch_size = 16
+
+[source.kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{input}"]
+group_id = "{input}-group"
+
+[[operators]]
+name = "hostile"
+plugin = "{plugin}"
+deadline_ms = 50
+memory_limit_mb = 16
+
+[sink.file]
+path = "out/records.jsonl"
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+        bootstrap = sluice_tests::kafka::bootstrap(),
+        plugin = plugin.display()
+    )
+}
+
+/// Noisy neighbour: tenant A's busy-looping and memory-bombing plugins run
+/// beside tenant B's pipeline. A's plugins are stopped at their deadline
+/// and memory limit and held to A's CPU share (its calls wait: throttled
+/// time); A's faults are A's recent errors, not B's, and B cannot see A's
+/// pipelines; B runs to the end with the output of an uninterrupted run.
+#[test]
+fn a_noisy_neighbours_hostile_plugins_do_not_reach_another_tenant() {
+    let looping = sluice_tests::plugin("hostile-loop");
+    let bomb = sluice_tests::plugin("hostile-alloc");
+    let rust = sluice_tests::plugin("pii-redact");
+    let (loop_in, alloc_in) = (
+        sluice_tests::kafka::unique_topic("neighbour-loop"),
+        sluice_tests::kafka::unique_topic("neighbour-alloc"),
+    );
+    for topic in [&loop_in, &alloc_in] {
+        sluice_tests::kafka::create_topic(topic, 1);
+    }
+    produce_values(&loop_in, "loop", 400);
+    produce_values(&alloc_in, "alloc", 400);
+
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let admin = admin.expect("admin token");
+    let (ok, out, err) = sluice(
+        &server,
+        &admin,
+        &[
+            "tenants",
+            "create",
+            "noisy",
+            "--cpu-cores",
+            "0.25",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let noisy: String = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let quiet = create_tenant(&server, &admin, "quiet");
+    let files = tempfile::tempdir().expect("files");
+    for (name, input, plugin) in [("spin", &loop_in, &looping), ("bomb", &alloc_in, &bomb)] {
+        let file = files.path().join(format!("{name}.toml"));
+        std::fs::write(&file, hostile_pipeline(name, input, plugin)).expect("write");
+        let (ok, _, err) = sluice(&server, &noisy, &["deploy", &file.display().to_string()]);
+        assert!(ok, "deploy {name} failed: {err}");
+    }
+    let file = files.path().join("redact.toml");
+    std::fs::write(&file, redact_pipeline("redact", &rust)).expect("write");
+    let (ok, _, err) = sluice(&server, &quiet, &["deploy", &file.display().to_string()]);
+    assert!(ok, "deploy failed: {err}");
+
+    let (noisy_api, quiet_api) = (client(&server, Some(&noisy)), client(&server, Some(&quiet)));
+    wait_until("the quiet tenant's pipeline to finish", WAIT, || {
+        state(&quiet_api, "redact")["state"] == "finished"
+    });
+    let kinds = |pipeline: &str| -> Vec<String> {
+        let errors = noisy_api
+            .get(&format!("/api/v1/pipelines/{pipeline}/errors"))
+            .expect("errors");
+        errors["faults"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["kind"].as_str().map(str::to_string))
+            .collect()
+    };
+    wait_until("both hostile plugins to have faulted", WAIT, || {
+        kinds("spin").iter().any(|k| k == "Deadline")
+            && kinds("bomb").iter().any(|k| k == "MemoryLimit")
+    });
+    for name in ["spin", "bomb"] {
+        assert_eq!(state(&noisy_api, name)["state"], "running", "{name}");
+    }
+    let throttled: u64 = state(&noisy_api, "spin")["metrics"]["operators"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["cpu_throttled_ns"].as_u64())
+        .sum();
+    assert!(
+        throttled > 0,
+        "the busy loop never waited for its CPU share"
+    );
+    // B: no faults, no sight of A's pipelines, output as if A were absent.
+    let quiet_errors = quiet_api
+        .get("/api/v1/pipelines/redact/errors")
+        .expect("errors");
+    assert_eq!(
+        quiet_errors["faults"],
+        serde_json::json!([]),
+        "{quiet_errors}"
+    );
+    assert!(
+        quiet_api
+            .get("/api/v1/pipelines/spin/errors")
+            .is_err_and(|e| e.to_string().contains("404"))
+    );
+    let reference = uninterrupted_run(&redact_pipeline("redact", &rust));
+    let expected =
+        std::fs::read_to_string(reference.path().join("out/silver.jsonl")).expect("read");
+    let got = std::fs::read_to_string(
+        state_dir
+            .path()
+            .join("tenants/quiet/pipelines/redact/out/silver.jsonl"),
+    )
+    .expect("read");
+    assert!(got == expected, "the quiet tenant's output differs");
+}
+
+/// Quotas: a pipeline that would take a tenant over its plugin instances
+/// (with room to swap) is refused with 429 naming the resource.
+#[test]
+fn a_pipeline_over_the_tenants_plugin_quota_is_refused_naming_it() {
+    let rust = sluice_tests::plugin("pii-redact");
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let admin = admin.expect("admin token");
+    let (ok, out, err) = sluice(
+        &server,
+        &admin,
+        &[
+            "tenants",
+            "create",
+            "small",
+            "--max-plugin-instances",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let token: String = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let files = tempfile::tempdir().expect("files");
+    // One instance plus one to swap: fits; a second pipeline needs two
+    // plus one: refused.
+    for (name, fits) in [("first", true), ("second", false)] {
+        let file = files.path().join(format!("{name}.toml"));
+        std::fs::write(&file, redact_pipeline(name, &rust)).expect("write");
+        let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
+        match fits {
+            true => assert!(ok, "{name}: {err}"),
+            false => assert!(
+                !ok && err.contains("429") && err.contains("plugin instances"),
+                "{name}: {err}"
+            ),
+        }
+    }
+    let list = client(&server, Some(&token))
+        .get("/api/v1/pipelines")
+        .expect("list");
+    assert_eq!(
+        list["pipelines"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+}

@@ -11,7 +11,7 @@
 use super::bindings::aggregate::Aggregate;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{classify, start_call, to_wit_record};
+use super::instance::{classify, end_call, start_call, to_wit_record};
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
@@ -90,7 +90,9 @@ impl PluginAggregator {
         call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
     ) -> Result<T, String> {
         start_call(&mut self.host.store, self.host.limits.deadline);
-        match call(&self.host.exports, &mut self.host.store) {
+        let result = call(&self.host.exports, &mut self.host.store);
+        end_call(&mut self.host.store);
+        match result {
             Ok(value) => Ok(value),
             Err(error) => {
                 let fault = classify(error, &self.host.store, &self.host.limits);

@@ -214,6 +214,7 @@ impl PluginInstance {
         } else {
             self.call_typed(records)
         };
+        end_call(&mut self.host.store);
         let state = self.host.store.data_mut();
         let result = match result {
             Ok(result) => state.commit_state().map(|()| result).map_err(|error| {
@@ -343,7 +344,8 @@ pub(crate) fn new_store(
         scope.clone(),
         state.clone(),
         metrics.clone(),
-        CallLimits::new(limits.memory_bytes, component.runtime.epoch_tick()),
+        CallLimits::new(limits.memory_bytes, component.runtime.epoch_tick())
+            .with_cpu_share(component.runtime.cpu_share(&scope.tenant)),
         limits.grant_clock,
     );
     let mut store = Store::new(component.runtime.engine(), data);
@@ -352,10 +354,24 @@ pub(crate) fn new_store(
     store
 }
 
-/// Starts a call into `store` that may use `budget` of CPU time.
+/// Starts a call into `store` that may use `budget` of CPU time, once the
+/// tenant is within its CPU share (the wait counts as throttled time).
 pub(crate) fn start_call(store: &mut Store<PluginState>, budget: Duration) {
+    let waited = store.data().limits.wait_turn();
+    if !waited.is_zero() {
+        crate::metrics::add(
+            &store.data().metrics.cpu_throttled_ns,
+            waited.as_nanos() as u64,
+        );
+    }
     let ticks = store.data_mut().limits.start_call(budget);
     store.set_epoch_deadline(ticks);
+}
+
+/// Ends a call started with [`start_call`]: charges its CPU time to the
+/// tenant's share.
+pub(crate) fn end_call(store: &mut Store<PluginState>) {
+    store.data_mut().limits.end_call();
 }
 
 /// [`classify`] for instantiation and `init`, whose CPU budget is

@@ -12,6 +12,7 @@
 //! interrupted. The check costs one `clock_gettime` per expiry, and a call
 //! that ends in time costs nothing at all.
 
+use super::cpu_share::CpuShare;
 use std::time::Duration;
 use wasmtime::{ResourceLimiter, UpdateDeadline};
 
@@ -53,6 +54,8 @@ pub(crate) struct CallLimits {
     started: Duration,
     /// What stopped the current call, if a limit did.
     pub(crate) stopped: Option<Stopped>,
+    /// The tenant's CPU share its calls are charged to.
+    cpu_share: Option<std::sync::Arc<CpuShare>>,
 }
 
 impl CallLimits {
@@ -64,6 +67,28 @@ impl CallLimits {
             budget: Duration::ZERO,
             started: Duration::ZERO,
             stopped: None,
+            cpu_share: None,
+        }
+    }
+
+    /// Charges this instance's calls to `share` (its tenant's).
+    pub(crate) fn with_cpu_share(mut self, share: Option<std::sync::Arc<CpuShare>>) -> Self {
+        self.cpu_share = share;
+        self
+    }
+
+    /// Waits until the tenant is within its CPU share (if it has one);
+    /// how long it waited.
+    pub(crate) fn wait_turn(&self) -> Duration {
+        self.cpu_share
+            .as_ref()
+            .map_or(Duration::ZERO, |share| share.wait_turn())
+    }
+
+    /// Ends a call: charges the CPU time it used to the tenant's share.
+    pub(crate) fn end_call(&mut self) {
+        if let Some(share) = &self.cpu_share {
+            share.charge(thread_cpu_time().saturating_sub(self.started));
         }
     }
 

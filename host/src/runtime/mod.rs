@@ -12,6 +12,7 @@ mod aggregate;
 mod bindings;
 mod cache;
 mod component;
+mod cpu_share;
 mod host_api;
 mod instance;
 mod limits;
@@ -21,6 +22,7 @@ mod plugin_output;
 pub use aggregate::PluginAggregator;
 pub use cache::{CacheOutcome, ComponentCache};
 pub use component::{PluginComponent, PluginWorld};
+pub use cpu_share::CpuShare;
 pub use instance::{
     BatchResult, CallMode, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
 };
@@ -172,6 +174,8 @@ struct RuntimeInner {
     cache: ComponentCache,
     epoch_tick: Duration,
     stop_ticker: Arc<AtomicBool>,
+    /// CPU shares by tenant (tenants without one are not limited).
+    cpu_shares: std::sync::Mutex<std::collections::HashMap<String, Arc<CpuShare>>>,
 }
 
 impl Drop for RuntimeInner {
@@ -219,8 +223,37 @@ impl PluginRuntime {
                 cache: ComponentCache::new(config.cache_dir),
                 epoch_tick: config.epoch_tick,
                 stop_ticker,
+                cpu_shares: Default::default(),
             }),
         })
+    }
+
+    /// Limits the plugins of `tenant` to `cores` CPUs from their next
+    /// instantiation on (`None`: no limit). See [`CpuShare`].
+    pub fn set_cpu_share(&self, tenant: &str, cores: Option<f64>) {
+        let mut shares = self
+            .inner
+            .cpu_shares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match cores {
+            Some(cores) => {
+                shares.insert(tenant.to_string(), Arc::new(CpuShare::new(cores)));
+            }
+            None => {
+                shares.remove(tenant);
+            }
+        }
+    }
+
+    /// The CPU share of `tenant`'s plugins, if it has one.
+    pub(crate) fn cpu_share(&self, tenant: &str) -> Option<Arc<CpuShare>> {
+        self.inner
+            .cpu_shares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .cloned()
     }
 
     /// The shared engine.

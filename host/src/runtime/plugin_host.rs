@@ -11,7 +11,7 @@
 
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{init_fault, new_store, start_call};
+use super::instance::{end_call, init_fault, new_store, start_call};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::state::{OperatorScope, ScopedState};
@@ -177,7 +177,9 @@ fn instantiate<W: HostedWorld>(
         plugin: component.label(),
         message,
     };
-    match W::init(&exports, &mut store, config) {
+    let initialised = W::init(&exports, &mut store, config);
+    end_call(&mut store);
+    match initialised {
         Ok(Ok(())) => Ok((store, exports)),
         Ok(Err(message)) => Err(init_error(message)),
         Err(error) => Err(init_error(init_fault(error, &store, limits).message)),

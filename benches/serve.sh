@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `sluice serve` overheads, printed as tables (docs/benchmarks.md):
+#
+# 1. Idle pipelines: memory (RSS) and threads of one server before and
+#    after 100 idle pipelines of 10 tenants (Kafka source on an empty topic
+#    -> identity plugin -> blackhole, checkpoints every 10 s), and the CPU
+#    the server uses in 30 s with all of them idle.
+# 2. Neighbour impact: tenant B's pipeline (1,000,000 generated orders ->
+#    pii-redact -> blackhole) alone, then beside tenant A's busy-looping and
+#    memory-bombing plugins (A limited to 0.25 CPU).
+#
+# Needs the dev services (scripts/dev-services.sh up).
+#   benches/serve.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
+cargo build --release -q -p sluice-cli
+sluice="$CARGO_TARGET_DIR/release/sluice"
+python="$HOME/.cache/sluice/venv-tools/bin/python"
+work=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+server="http://127.0.0.1:$port"
+cleanup() { [ -n "${serve_pid:-}" ] && kill "$serve_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$sluice" serve --state-dir "$work/state" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
+serve_pid=$!
+until grep -q "listening on" "$work/serve.log" 2>/dev/null; do sleep 0.2; done
+admin=$(sed -n 's/.*stored hashed): //p' "$work/serve.log" | head -1)
+
+status_field() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$serve_pid/status"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$serve_pid/stat"; }
+hz=$(getconf CLK_TCK)
+produce() { # topic value count
+  "$python" - "$1" "$2" "$3" <<'EOF'
+import sys
+from confluent_kafka import Producer
+topic, value, count = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 50})
+for _ in range(count):
+    while True:
+        try:
+            producer.produce(topic, value)
+            break
+        except BufferError:
+            producer.poll(0.1)
+producer.flush()
+EOF
+}
+state_of() { # token pipeline
+  SLUICE_TOKEN="$1" "$sluice" pipelines show "$2" --server "$server" --json \
+    | "$python" -c 'import json,sys; print(json.load(sys.stdin)["state"])'
+}
+
+# --- 1. idle pipelines ---------------------------------------------------
+idle_topic="serve-idle-$RANDOM"
+produce "$idle_topic" "warm-up" 1
+rss_before=$(status_field VmRSS); threads_before=$(status_field Threads)
+for t in $(seq 1 10); do
+  token=$(SLUICE_TOKEN="$admin" "$sluice" tenants create "t$t" --max-pipelines 20 --server "$server" --json \
+    | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  for p in $(seq 1 10); do
+    cat > "$work/p.toml" <<EOF
+[pipeline]
+name = "idle-$p"
+
+[source.kafka]
+bootstrap_servers = "127.0.0.1:9092"
+topics = ["$idle_topic"]
+group_id = "idle-t$t-$p"
+
+[[operators]]
+name = "identity"
+plugin = "$PWD/plugins/identity"
+
+[sink.blackhole]
+EOF
+    SLUICE_TOKEN="$token" "$sluice" deploy "$work/p.toml" --server "$server" >/dev/null
+  done
+done
+sleep 15
+rss_after=$(status_field VmRSS); threads_after=$(status_field Threads)
+ticks_before=$(cpu_ticks); sleep 30; ticks_after=$(cpu_ticks)
+echo
+echo "| pipelines | RSS before MiB | RSS after MiB | per pipeline MiB | threads before | threads after | per pipeline | idle CPU (30 s, % of one core) |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+"$python" - "$rss_before" "$rss_after" "$threads_before" "$threads_after" "$ticks_before" "$ticks_after" "$hz" <<'EOF'
+import sys
+rb, ra, tb, ta, cb, ca, hz = map(int, sys.argv[1:])
+cpu = (ca - cb) / hz / 30 * 100
+print(f"| 100 | {rb/1024:.0f} | {ra/1024:.0f} | {(ra-rb)/1024/100:.2f} | {tb} | {ta} | {(ta-tb)/100:.1f} | {cpu:.1f} |")
+EOF
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+unset serve_pid
+
+# --- 2. neighbour impact -------------------------------------------------
+rm -rf "$work/state"
+"$sluice" serve --state-dir "$work/state" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
+serve_pid=$!
+until grep -q "listening on" "$work/serve.log" 2>/dev/null; do sleep 0.2; done
+admin=$(sed -n 's/.*stored hashed): //p' "$work/serve.log" | head -1)
+quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
+  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores 0.25 --server "$server" --json \
+  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+
+run_quiet() { # name -> "records seconds cpu_seconds"
+  cat > "$work/q.toml" <<EOF
+[pipeline]
+name = "$1"
+
+[source.generator]
+profile = "bronze"
+count = 1000000
+invalid_ratio = 0.0
+
+[[operators]]
+name = "pii-redact"
+plugin = "$PWD/plugins/pii-redact"
+
+[sink.blackhole]
+EOF
+  local cpu0 start
+  cpu0=$(cpu_ticks); start=$(date +%s.%N)
+  SLUICE_TOKEN="$quiet" "$sluice" deploy "$work/q.toml" --server "$server" >/dev/null
+  until [ "$(state_of "$quiet" "$1")" = finished ]; do sleep 0.1; done
+  echo "1000000 $("$python" -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)") $(( $(cpu_ticks) - cpu0 ))"
+}
+read -r n alone_s alone_ticks < <(run_quiet alone)
+for kind in loop alloc; do
+  topic="serve-$kind-$RANDOM"
+  produce "$topic" "$kind" 200000
+  cat > "$work/n.toml" <<EOF
+[pipeline]
+name = "$kind"
+
+[source.kafka]
+bootstrap_servers = "127.0.0.1:9092"
+topics = ["$topic"]
+group_id = "$topic"
+
+[[operators]]
+name = "hostile"
+plugin = "$PWD/plugins/hostile-$kind"
+deadline_ms = 50
+memory_limit_mb = 16
+
+[sink.blackhole]
+
+[dead_letter.blackhole]
+EOF
+  SLUICE_TOKEN="$noisy" "$sluice" deploy "$work/n.toml" --server "$server" >/dev/null
+done
+sleep 5
+read -r n beside_s beside_ticks < <(run_quiet beside)
+echo
+echo "| tenant B's 1,000,000 records | seconds | records/s | server CPU µs/record | vs alone |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+"$python" - "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$hz" <<'EOF'
+import sys
+n = int(sys.argv[1]); a, at, b, bt, hz = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+print(f"| alone | {a:.2f} | {n/a:,.0f} | {at/hz*1e6/n:.2f} | 1.00 |")
+print(f"| beside A's busy loop and memory bomb (A: 0.25 CPU) | {b:.2f} | {n/b:,.0f} | {bt/hz*1e6/n:.2f} | {(n/b)/(n/a):.2f} |")
+EOF
