@@ -38,6 +38,9 @@ want_apt rustc-web rust-web-src lld-19
 want_apt librocksdb-dev libclang-dev
 # C plugins.
 want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
+# Observability tests: `promtool check metrics` (Prometheus) and a real
+# browser for the dashboard (Debian's chromium, driven by playwright-core).
+want_apt prometheus chromium
 
 if [ "${#apt_missing[@]}" -gt 0 ]; then
   echo "setup: installing ${apt_missing[*]}"
@@ -82,6 +85,19 @@ else
   cp "$here/js-toolchain/package.json" "$here/js-toolchain/package-lock.json" "$js_toolchain/"
   (cd "$js_toolchain" && npm ci --no-audit --no-fund --loglevel=error)
   echo "setup: installed componentize-js into $js_toolchain"
+fi
+
+# The dashboard's browser test: playwright-core only (it drives the system
+# chromium; Playwright's own browser download cannot work here).
+browser_test="$HOME/.cache/sluice/browser-test"
+if cmp -s "$here/browser-test/package-lock.json" "$browser_test/package-lock.json" \
+  && [ -d "$browser_test/node_modules/playwright-core" ]; then
+  echo "setup: playwright-core present"
+else
+  mkdir -p "$browser_test"
+  cp "$here/browser-test/package.json" "$here/browser-test/package-lock.json" "$browser_test/"
+  (cd "$browser_test" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "setup: installed playwright-core into $browser_test"
 fi
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy

@@ -356,14 +356,54 @@ fn await_verdict(client: &Client, pipeline: &str, mut deployment: Value) -> Resu
     Ok(deployment)
 }
 
-/// `sluice rollback P --operator O`: back to the plugin the operator ran
-/// before its last deployment.
-pub fn rollback(client: &Client, pipeline: &str, operator: &str, json: bool) -> Result<String> {
+/// `sluice rollback P [--operator O] [--to SHA]`: back to a kept version
+/// (by default the one before the current one) of `operator` (by default
+/// the operator of the latest deployment).
+pub fn rollback(
+    client: &Client,
+    pipeline: &str,
+    operator: Option<&str>,
+    to: Option<&str>,
+    json: bool,
+) -> Result<String> {
     let deployment = client.post_json(
-        &format!("/api/v1/pipelines/{pipeline}/operators/{operator}/rollback"),
-        &serde_json::json!({}),
+        &format!("/api/v1/pipelines/{pipeline}/rollback"),
+        &serde_json::json!({ "operator": operator, "to": to }),
     )?;
     Ok(describe_deployment(&deployment, json))
+}
+
+/// `sluice rollback P --operator O --list`: the operator's kept versions,
+/// the running one first.
+pub fn kept_versions(
+    client: &Client,
+    pipeline: &str,
+    operator: &str,
+    json: bool,
+) -> Result<String> {
+    let answer = client.get(&format!(
+        "/api/v1/pipelines/{pipeline}/operators/{operator}/versions"
+    ))?;
+    if json {
+        return Ok(answer.to_string());
+    }
+    let lines: Vec<String> = answer["versions"]
+        .as_array()
+        .map(|versions| {
+            versions
+                .iter()
+                .map(|v| {
+                    let running = if v["running"] == true {
+                        "  (running)"
+                    } else {
+                        ""
+                    };
+                    format!("sha256:{}{running}", v["sha256"].as_str().unwrap_or("?"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(lines.join("\n"))
 }
 
 fn describe_deployment(deployment: &Value, json: bool) -> String {

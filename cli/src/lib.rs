@@ -9,11 +9,14 @@
 //! * [`checkpoints`]: `sluice checkpoints list|show` — a pipeline's checkpoints.
 //! * [`serve`]: `sluice serve` — many tenants' pipelines behind a REST API.
 //! * [`client`]: `sluice deploy`, `sluice pipelines`, `sluice tenants` — its client.
+//! * [`observe`]: `/metrics`, the JSON status and the dashboard, for
+//!   `sluice run --http` and `sluice serve`.
 
 pub mod build;
 pub mod checkpoints;
 pub mod client;
 pub mod inspect;
+pub mod observe;
 pub mod run;
 pub mod scaffold;
 pub mod serve;

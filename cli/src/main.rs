@@ -42,6 +42,10 @@ enum Command {
         /// `sluice checkpoints list` prints it) instead of the latest.
         #[arg(long, value_name = "ID|URI")]
         from_checkpoint: Option<String>,
+        /// Serve Prometheus metrics (`/metrics`), the JSON status and the
+        /// dashboard (`/`) on this loopback address, e.g. 127.0.0.1:9464.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
     },
     /// List and show the checkpoints of a pipeline.
     #[command(subcommand)]
@@ -97,14 +101,21 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Swap an operator of a running pipeline back to the plugin it ran
-    /// before its last deployment.
+    /// Swap an operator of a running pipeline back to a kept plugin
+    /// version: by default the one it ran before the current one.
     Rollback {
         /// The pipeline.
         pipeline: String,
-        /// The operator.
+        /// The operator (default: the operator of the latest deployment).
         #[arg(long)]
-        operator: String,
+        operator: Option<String>,
+        /// The kept version to go back to: its sha256, or a prefix of at
+        /// least 8 hex digits.
+        #[arg(long)]
+        to: Option<String>,
+        /// List the operator's kept versions instead (needs `--operator`).
+        #[arg(long, conflicts_with = "to")]
+        list: bool,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -411,12 +422,24 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Rollback {
             pipeline,
             operator,
+            to,
+            list,
             server,
         } => {
-            println!(
-                "{}",
-                client::rollback(&client_for(&server)?, &pipeline, &operator, server.json)?
-            );
+            let client = client_for(&server)?;
+            let text = if list {
+                let operator = operator.context("`--list` needs `--operator`")?;
+                client::kept_versions(&client, &pipeline, &operator, server.json)?
+            } else {
+                client::rollback(
+                    &client,
+                    &pipeline,
+                    operator.as_deref(),
+                    to.as_deref(),
+                    server.json,
+                )?
+            };
+            println!("{text}");
         }
         Command::Tenants(TenantsCommand::Create {
             name,
@@ -453,6 +476,7 @@ fn execute(cli: Cli) -> Result<()> {
             quiet,
             fresh,
             from_checkpoint,
+            http,
         } => {
             let from = match (fresh, from_checkpoint) {
                 (true, _) => RestoreFrom::Fresh,
@@ -462,7 +486,8 @@ fn execute(cli: Cli) -> Result<()> {
                 (false, None) => RestoreFrom::Latest,
             };
             let progress = !quiet && std::io::stderr().is_terminal();
-            let report = run::run_pipeline(&pipeline, progress, &from)?;
+            let options = run::RunOptions::new(progress, from).with_http(http);
+            let report = run::run_pipeline_with(&pipeline, &options)?;
             eprint!("{}", run::summary(&report));
         }
         Command::Checkpoints(CheckpointsCommand::List { pipeline, json }) => {

@@ -25,18 +25,76 @@ pub struct RunReport {
     pub elapsed: Duration,
 }
 
+/// How `sluice run` runs a pipeline.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// Draw a live progress line on stderr.
+    pub progress: bool,
+    /// Which checkpoint to restore.
+    pub from: RestoreFrom,
+    /// Serve `/metrics`, the JSON status and the dashboard here (a
+    /// loopback address).
+    pub http: Option<std::net::SocketAddr>,
+}
+
+impl RunOptions {
+    /// Restore `from`, with or without a progress line, no HTTP endpoint.
+    pub fn new(progress: bool, from: RestoreFrom) -> Self {
+        RunOptions {
+            progress,
+            from,
+            http: None,
+        }
+    }
+
+    /// Serve metrics, status and the dashboard on `address`.
+    pub fn with_http(mut self, address: Option<std::net::SocketAddr>) -> Self {
+        self.http = address;
+        self
+    }
+}
+
 /// Loads, builds and runs the pipeline in `file`, restoring `from` if it
 /// checkpoints. SIGINT and SIGTERM stop it cleanly (drain, flush, final
 /// checkpoint, summary); `progress` draws a live line on stderr.
 pub fn run_pipeline(file: &Path, progress: bool, from: &RestoreFrom) -> Result<RunReport> {
+    run_pipeline_with(file, &RunOptions::new(progress, from.clone()))
+}
+
+/// [`run_pipeline`] with every option.
+pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport> {
+    let progress = options.progress;
     let loaded = LoadedConfig::load(file)?;
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
-    let pipeline = Pipeline::open(&loaded, &runtime, &crate::build::resolve_plugin, from)?;
+    let pipeline = Pipeline::open(
+        &loaded,
+        &runtime,
+        &crate::build::resolve_plugin,
+        &options.from,
+    )?;
     let restored = pipeline.restored_checkpoint();
     if let Some(id) = restored {
         eprintln!("restored checkpoint {id}");
     }
     let metrics = pipeline.metrics();
+    let observed = Arc::new(crate::observe::RunPipeline {
+        tenant: loaded.config.pipeline.tenant.clone(),
+        name: loaded.config.pipeline.name.clone(),
+        metrics: metrics.clone(),
+        state: std::sync::Mutex::new("running".into()),
+    });
+    let endpoint = match options.http {
+        Some(address) => {
+            let endpoint = crate::observe::RunEndpoint::start(address, observed.clone())?;
+            eprintln!(
+                "metrics on http://{0}/metrics, dashboard on http://{0}/",
+                endpoint.address
+            );
+            Some(endpoint)
+        }
+        None => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -96,6 +154,12 @@ pub fn run_pipeline(file: &Path, progress: bool, from: &RestoreFrom) -> Result<R
     });
 
     let result = pipeline.run(stop);
+    *observed.state.lock().unwrap_or_else(|p| p.into_inner()) = match &result {
+        Ok(RunOutcome::Completed) => "finished".into(),
+        Ok(RunOutcome::Stopped) => "stopped".into(),
+        Err(_) => "failed".into(),
+    };
+    drop(endpoint);
     done.store(true, Ordering::Relaxed);
     if let Some(thread) = progress_thread {
         thread.thread().unpark();

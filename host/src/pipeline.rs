@@ -450,7 +450,7 @@ impl Pipeline {
                 (op.name.clone(), PluginSwitch::new(instances, role))
             })
             .collect();
-        let build = |index: usize, worker: Option<usize>| {
+        let build = |index: usize, worker: Option<(usize, usize)>| {
             let switch = switches.get(&config.operators[index].name);
             build_operator(
                 loaded,
@@ -472,7 +472,7 @@ impl Pipeline {
                 let workers = (0..workers)
                     .map(|worker| {
                         (start..end)
-                            .map(|index| build(index, Some(worker)))
+                            .map(|index| build(index, Some((position + 1, worker))))
                             .collect::<Result<Vec<_>, _>>()
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -501,6 +501,8 @@ impl Pipeline {
             barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
                 .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
             restored_watermarks: None,
+            latency_marker_interval: (config.pipeline.latency_marker_interval_ms > 0)
+                .then(|| Duration::from_millis(config.pipeline.latency_marker_interval_ms)),
         };
         let topology = if stages.is_empty() {
             Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))
@@ -573,9 +575,10 @@ fn build_operator(
     runtime: &PluginRuntime,
     state: &Arc<dyn StateBackend>,
     resolve_plugin: PluginResolver<'_>,
-    worker: Option<usize>,
+    stage_worker: Option<(usize, usize)>,
     switch: Option<&Arc<PluginSwitch>>,
 ) -> Result<Box<dyn Operator>, PipelineError> {
+    let worker = stage_worker.map(|(_, worker)| worker);
     let config = &loaded.config;
     let operator = &config.operators[index];
     let scope = OperatorScope::new(
@@ -583,10 +586,13 @@ fn build_operator(
         &config.pipeline.name,
         &operator.name,
     );
-    let operator_metrics = OperatorMetrics::new(match worker {
-        Some(worker) => format!("{}#{worker}", operator.name),
-        None => operator.name.clone(),
-    });
+    let operator_metrics = OperatorMetrics::new_in_stage(
+        match worker {
+            Some(worker) => format!("{}#{worker}", operator.name),
+            None => operator.name.clone(),
+        },
+        stage_worker.map_or(0, |(stage, _)| stage),
+    );
     let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
         ttl: Duration::from_millis(ms),
         clock: ttl::system_clock(),

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 
 /// What every handler shares.
@@ -30,6 +30,8 @@ pub struct AppState {
     pub plugin_store: std::path::PathBuf,
     /// Plugin logs, per pipeline.
     pub logs: Arc<super::logs::LogStore>,
+    /// Every pipeline's recent rates and ratios, for the dashboard.
+    pub history: Arc<sluice_host::metrics::status::StatusHistory>,
 }
 
 /// An error answer: a status and a message, as `{"error": ".."}`.
@@ -83,6 +85,11 @@ pub fn router(state: AppState) -> Router {
             post(rollback_plugin),
         )
         .route(
+            "/api/v1/pipelines/{name}/operators/{operator}/versions",
+            get(list_versions),
+        )
+        .route("/api/v1/pipelines/{name}/rollback", post(rollback_pipeline))
+        .route(
             "/api/v1/pipelines/{name}/deployments",
             get(list_deployments),
         )
@@ -93,6 +100,10 @@ pub fn router(state: AppState) -> Router {
             get(dead_letter_samples),
         )
         .route("/api/v1/operations/{id}", get(show_operation))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/status", get(status_list))
+        .route("/api/v1/pipelines/{name}/status", get(pipeline_status))
+        .merge(crate::observe::dashboard::routes())
         .with_state(state)
 }
 
@@ -528,7 +539,7 @@ async fn list_checkpoints(
     let checkpoints = listed
         .lines()
         .filter(|line| !line.trim().is_empty())
-        .map(serde_json::from_str::<serde_json::Value>)
+        .map(serde_json::from_str::<Value>)
         .collect::<Result<Vec<_>, _>>()
         .map_err(internal)?;
     Ok(Json(json!({ "checkpoints": checkpoints })))
@@ -545,6 +556,54 @@ async fn show_operation(
         .get(&tenant, &id, &state.supervisor)
         .ok_or_else(|| not_found("such operation"))?;
     Ok(Json(operation))
+}
+
+/// `GET /metrics`: Prometheus text of the caller's tenant's pipelines
+/// (every tenant's with the admin token).
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let tenant = match caller(&state, &headers)? {
+        Caller::Admin => None,
+        Caller::Tenant(tenant) => Some(tenant),
+    };
+    let supervisor = state.supervisor.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        crate::observe::metrics_text(supervisor.as_ref(), tenant.as_deref())
+    })
+    .await
+    .map_err(internal)?;
+    Ok(crate::observe::metrics_response(text))
+}
+
+/// `GET /api/v1/status`: a summary line per pipeline of the caller's
+/// tenant (the dashboard's list).
+async fn status_list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let mut list =
+        crate::observe::status_list(state.supervisor.as_ref(), &state.history, Some(&tenant));
+    list["mode"] = json!("serve");
+    list["tenant"] = json!(tenant);
+    Ok(Json(list))
+}
+
+/// `GET /api/v1/pipelines/{name}/status`: everything the dashboard shows
+/// of one pipeline.
+async fn pipeline_status(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    crate::observe::pipeline_status(
+        state.supervisor.as_ref(),
+        &state.history,
+        Some(&tenant),
+        &name,
+    )
+    .map(Json)
+    .ok_or_else(|| not_found("such running pipeline"))
 }
 
 /// `POST .../operators/{operator}/plugin` body.
@@ -577,34 +636,98 @@ async fn push_plugin(
     .await
 }
 
-/// Swaps an operator back to the plugin it ran before its last
-/// deployment.
+/// `POST .../rollback` body: where to go back to.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rollback {
+    /// The operator (for the pipeline-level route; default: the operator
+    /// of the latest deployment).
+    #[serde(default)]
+    operator: Option<String>,
+    /// A kept version, by its sha256 or a prefix of at least 8 hex digits
+    /// (default: the version before the current one).
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// Swaps an operator back to one of its kept versions (by default the one
+/// it ran before the current one).
 async fn rollback_plugin(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((name, operator)): Path<(String, String)>,
+    body: Option<Json<Rollback>>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Json(body) = body.unwrap_or_default();
+    if body.operator.as_ref().is_some_and(|o| *o != operator) {
+        return Err(bad_request(
+            "`operator` differs from the operator in the path",
+        ));
+    }
+    rollback(state, headers, name, Some(operator), body.to).await
+}
+
+/// Rolls back the pipeline's latest deployment (or `operator`'s) to a kept
+/// version.
+async fn rollback_pipeline(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Option<Json<Rollback>>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Json(body) = body.unwrap_or_default();
+    rollback(state, headers, name, body.operator, body.to).await
+}
+
+async fn rollback(
+    state: AppState,
+    headers: HeaderMap,
+    name: String,
+    operator: Option<String>,
+    to: Option<String>,
+) -> Result<Json<Deployment>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let key: PipelineKey = (tenant.clone(), name);
+    let (operator, digest) = state
+        .supervisor
+        .rollback_target(&key, operator.as_deref(), to.as_deref())
+        .map_err(swap_error)?;
+    swap(
+        state,
+        key,
+        operator,
+        digest,
+        DeploymentKind::Rollback,
+        tenant,
+    )
+    .await
+}
+
+/// The versions an operator keeps for a rollback, the running one first.
+async fn list_versions(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((name, operator)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = tenant(&state, &headers)?;
-    let key: PipelineKey = (tenant.clone(), name);
-    let deployments = state
+    let kept = state
         .supervisor
-        .deployments(&key)
-        .ok_or_else(|| not_found("such pipeline"))?;
-    let last = deployments
+        .kept_versions(&(tenant, name), &operator)
+        .map_err(swap_error)?;
+    let versions: Vec<Value> = kept
         .iter()
-        .rev()
-        .find(|d| d.operator == operator && d.status.took_effect())
-        .ok_or_else(|| bad_request(format!("`{operator}` has no deployment to roll back")))?;
-    let previous = last.from.clone();
-    swap(
-        state,
-        key,
-        operator,
-        previous,
-        DeploymentKind::Rollback,
-        tenant,
-    )
-    .await
+        .enumerate()
+        .map(|(i, digest)| json!({ "sha256": digest, "running": i == 0 }))
+        .collect();
+    Ok(Json(json!({ "operator": operator, "versions": versions })))
+}
+
+fn swap_error(error: SwapError) -> ApiError {
+    match error {
+        SwapError::NotFound => not_found("such pipeline"),
+        SwapError::Refused(why) => ApiError(StatusCode::CONFLICT, why),
+        SwapError::Failed(why) => internal(why),
+    }
 }
 
 async fn swap(
@@ -629,12 +752,7 @@ async fn swap(
     })
     .await
     .map_err(internal)?;
-    match result {
-        Ok(deployment) => Ok(Json(deployment)),
-        Err(SwapError::NotFound) => Err(not_found("such pipeline")),
-        Err(SwapError::Refused(why)) => Err(ApiError(StatusCode::CONFLICT, why)),
-        Err(SwapError::Failed(why)) => Err(internal(why)),
-    }
+    result.map(Json).map_err(swap_error)
 }
 
 async fn list_deployments(

@@ -32,6 +32,11 @@ const SWAP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a version on probation is judged.
 const JUDGE_EVERY: Duration = Duration::from_millis(50);
 
+/// How many versions of an operator's plugin a pipeline keeps ready for a
+/// rollback, the running one included: older ones are unlinked from the
+/// pipeline's `plugins/` directory after a deployment.
+pub const KEPT_VERSIONS: usize = 5;
+
 /// `deploy` (a new version) or `rollback` (back to a kept one, by hand).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -206,6 +211,7 @@ impl Supervisor {
         if !verify {
             set_plugin(&file, request.operator, request.digest)?;
             record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
+            prune_plugins(dir);
             return Ok(deployment);
         }
         deployment.status = DeploymentStatus::Verifying;
@@ -284,6 +290,9 @@ impl Supervisor {
         if let Err(error) = record_deployment(&dir, &deployment) {
             tracing::error!(%error, "recording a deployment's verdict");
         }
+        if deployment.status == DeploymentStatus::Kept {
+            prune_plugins(&dir);
+        }
         self.end_deployment(&key);
     }
 
@@ -314,6 +323,150 @@ impl Supervisor {
     pub fn deployments(&self, key: &PipelineKey) -> Option<Vec<Deployment>> {
         let dir = self.dir_of(key)?;
         Some(read_deployments(&dir))
+    }
+
+    /// The versions `operator` keeps (sha256 digests): the one it runs
+    /// first, then the ones it ran before, newest first
+    /// ([`KEPT_VERSIONS`] at most). Any of them is a rollback target.
+    pub fn kept_versions(
+        &self,
+        key: &PipelineKey,
+        operator: &str,
+    ) -> Result<Vec<String>, SwapError> {
+        let dir = self.dir_of(key).ok_or(SwapError::NotFound)?;
+        let current = plugin_of(&dir.join("pipeline.toml"), operator)?;
+        Ok(kept_versions(&read_deployments(&dir), operator, &current))
+    }
+
+    /// What a rollback swaps to: `operator` (or, if `None`, the operator of
+    /// the latest deployment that took effect) goes to the kept version
+    /// whose digest starts with `to` (at least 8 hex digits, `sha256:`
+    /// allowed), or, without `to`, to the version it ran before the
+    /// current one. Answers the operator and the full digest.
+    pub fn rollback_target(
+        &self,
+        key: &PipelineKey,
+        operator: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<(String, String), SwapError> {
+        let dir = self.dir_of(key).ok_or(SwapError::NotFound)?;
+        let deployments = read_deployments(&dir);
+        let operator = match operator {
+            Some(operator) => operator.to_string(),
+            None => deployments
+                .iter()
+                .rev()
+                .find(|d| d.status.took_effect())
+                .map(|d| d.operator.clone())
+                .ok_or_else(|| SwapError::Refused("no deployment to roll back".into()))?,
+        };
+        let current = plugin_of(&dir.join("pipeline.toml"), &operator)?;
+        let kept = kept_versions(&deployments, &operator, &current);
+        let listed = || {
+            kept.iter()
+                .map(|d| format!("sha256:{}", &d[..d.len().min(12)]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let digest = match to {
+            None => kept.get(1).cloned().ok_or_else(|| {
+                SwapError::Refused(format!(
+                    "`{operator}` has no earlier version to roll back to"
+                ))
+            })?,
+            Some(to) => {
+                let prefix = to
+                    .strip_prefix("sha256:")
+                    .unwrap_or(to)
+                    .to_ascii_lowercase();
+                if prefix.len() < 8 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(SwapError::Refused(format!(
+                        "`{to}` is not a version: give at least 8 hex digits of its sha256"
+                    )));
+                }
+                let matching: Vec<&String> =
+                    kept.iter().filter(|d| d.starts_with(&prefix)).collect();
+                match matching.as_slice() {
+                    [digest] if **digest == current => {
+                        return Err(SwapError::Refused(format!(
+                            "`{operator}` already runs sha256:{prefix}"
+                        )));
+                    }
+                    [digest] => (*digest).clone(),
+                    [] => {
+                        return Err(SwapError::Refused(format!(
+                            "sha256:{prefix} is not a kept version of `{operator}` (kept: {})",
+                            listed()
+                        )));
+                    }
+                    _ => {
+                        return Err(SwapError::Refused(format!(
+                            "sha256:{prefix} names more than one kept version of `{operator}`"
+                        )));
+                    }
+                }
+            }
+        };
+        Ok((operator, digest))
+    }
+}
+
+/// The versions an operator keeps, from its deployment history: `current`
+/// first, then every version a deployment that took effect swapped from or
+/// to, newest first, each once, [`KEPT_VERSIONS`] at most.
+fn kept_versions(deployments: &[Deployment], operator: &str, current: &str) -> Vec<String> {
+    let mut kept = vec![current.to_string()];
+    for deployment in deployments
+        .iter()
+        .rev()
+        .filter(|d| d.operator == operator && d.status.took_effect())
+    {
+        for digest in [&deployment.to, &deployment.from] {
+            if kept.len() < KEPT_VERSIONS && !kept.contains(digest) {
+                kept.push(digest.clone());
+            }
+        }
+    }
+    kept
+}
+
+/// Unlinks from the pipeline's `plugins/` directory every component that
+/// is no operator's kept version (the uploaded store keeps its copy).
+fn prune_plugins(dir: &Path) {
+    let Ok(document) = read_document(&dir.join("pipeline.toml")) else {
+        return;
+    };
+    let deployments = read_deployments(dir);
+    let operators: Vec<String> = document
+        .get("operators")
+        .and_then(toml_edit::Item::as_array_of_tables)
+        .map(|tables| {
+            tables
+                .iter()
+                .filter_map(|t| t.get("name").and_then(toml_edit::Item::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut keep: Vec<String> = Vec::new();
+    for operator in &operators {
+        if let Ok(current) = plugin_of(&dir.join("pipeline.toml"), operator) {
+            keep.extend(kept_versions(&deployments, operator, &current));
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(dir.join("plugins")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(digest) = name.to_str().and_then(|n| n.strip_suffix(".wasm")) else {
+            continue;
+        };
+        if !keep.iter().any(|k| k == digest)
+            && let Err(error) = std::fs::remove_file(entry.path())
+        {
+            tracing::warn!(%error, plugin = digest, "unlinking an old plugin version");
+        }
     }
 }
 
@@ -411,4 +564,48 @@ fn record_deployment(dir: &Path, deployment: &Deployment) -> std::io::Result<()>
     let line = serde_json::to_string(deployment).map_err(std::io::Error::other)?;
     writeln!(file, "{line}")?;
     file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(operator: &str, from: &str, to: &str, status: DeploymentStatus) -> Deployment {
+        Deployment {
+            id: 0,
+            at_ms: 0,
+            by: "t".into(),
+            operator: operator.into(),
+            from: from.into(),
+            to: to.into(),
+            kind: DeploymentKind::Deploy,
+            barrier: 1,
+            pause_ms: 0.0,
+            status,
+            outcome: String::new(),
+        }
+    }
+
+    #[test]
+    fn kept_versions_are_the_running_one_then_earlier_ones_newest_first() {
+        use DeploymentStatus::*;
+        let history = vec![
+            deployment("a", "v0", "v1", Kept),
+            deployment("b", "w0", "w1", Kept),
+            deployment("a", "v1", "v2", RolledBack),
+            deployment("a", "v1", "v3", Kept),
+            deployment("a", "v3", "v0", Swapped),
+        ];
+        // v2 never took effect; v0 appears once; b's versions are its own.
+        assert_eq!(kept_versions(&history, "a", "v0"), ["v0", "v3", "v1"]);
+        assert_eq!(kept_versions(&history, "b", "w1"), ["w1", "w0"]);
+        assert_eq!(kept_versions(&history, "c", "x"), ["x"]);
+        let long: Vec<Deployment> = (0..10)
+            .map(|i| deployment("a", &format!("v{i}"), &format!("v{}", i + 1), Kept))
+            .collect();
+        assert_eq!(
+            kept_versions(&long, "a", "v10"),
+            ["v10", "v9", "v8", "v7", "v6"]
+        );
+    }
 }

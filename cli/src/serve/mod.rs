@@ -113,12 +113,17 @@ pub fn serve(options: ServeOptions) -> Result<()> {
     if resumed > 0 {
         eprintln!("sluice serve: resumed {resumed} pipelines");
     }
+    let history = Arc::new(sluice_host::metrics::status::StatusHistory::default());
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler =
+        crate::observe::spawn_sampler(supervisor.clone(), history.clone(), sampling.clone())?;
     let state = api::AppState {
         auth: Arc::new(RwLock::new(auth)),
         supervisor: supervisor.clone(),
         operations: Arc::new(operations::Operations::default()),
         plugin_store,
         logs: logs::global(),
+        history,
     };
     let app = api::router(state);
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -163,6 +168,9 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         }
     });
     eprintln!("sluice serve: stopping pipelines (final checkpoints)");
+    sampling.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.thread().unpark();
+    let _ = sampler.join();
     supervisor.shutdown();
     result
 }

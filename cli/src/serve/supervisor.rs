@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::config::LoadedConfig;
+use sluice_host::metrics::exposition::PipelineView;
 use sluice_host::metrics::{PipelineMetrics, PipelineSnapshot};
 use sluice_host::pipeline::{Deployer, Pipeline, PluginFootprint, plugin_footprint};
 use sluice_host::runtime::PluginRuntime;
@@ -35,6 +36,20 @@ pub enum PipelineState {
     Finished,
     /// It failed; the reason.
     Failed(String),
+}
+
+impl PipelineState {
+    /// Its name, as the API and the metrics' `state` label give it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PipelineState::Starting => "starting",
+            PipelineState::Running => "running",
+            PipelineState::Stopping => "stopping",
+            PipelineState::Stopped => "stopped",
+            PipelineState::Finished => "finished",
+            PipelineState::Failed(_) => "failed",
+        }
+    }
 }
 
 /// What the owner asked for, kept in the pipeline's directory.
@@ -456,6 +471,24 @@ impl Supervisor {
         self.entries().get(key)?.metrics.clone()
     }
 
+    /// Every pipeline of `tenant` (`None`: of every tenant) that has run
+    /// in this process, as the metrics endpoint and the dashboard show it.
+    pub fn views(&self, tenant: Option<&str>) -> Vec<PipelineView> {
+        self.entries()
+            .iter()
+            .filter(|((t, _), _)| tenant.is_none_or(|tenant| tenant == t))
+            .filter_map(|((t, name), entry)| {
+                Some(PipelineView {
+                    tenant: t.clone(),
+                    pipeline: name.clone(),
+                    state: entry.state.label().to_string(),
+                    snapshot: entry.metrics.as_ref()?.snapshot(),
+                    deployments: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
     /// The status of every pipeline of `tenant`.
     pub fn list(&self, tenant: &str) -> Vec<PipelineStatus> {
         let keys: Vec<PipelineKey> = self
@@ -590,4 +623,56 @@ fn write_desired(dir: &Path, desired: Desired) -> Result<()> {
     std::fs::write(&temporary, serde_json::to_string(&desired)?)
         .with_context(|| format!("writing {}", temporary.display()))?;
     std::fs::rename(&temporary, &path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// What the metrics endpoint and the dashboard see of `sluice serve`: the
+/// caller's tenant's pipelines (every tenant's for the admin's scrape).
+impl crate::observe::Pipelines for Supervisor {
+    fn views(&self, tenant: Option<&str>) -> Vec<sluice_host::metrics::exposition::PipelineView> {
+        Supervisor::views(self, tenant)
+    }
+
+    fn observe(&self, tenant: Option<&str>, name: &str) -> Option<crate::observe::Observed> {
+        let tenant = tenant?;
+        let key: PipelineKey = (tenant.to_string(), name.to_string());
+        let view = Supervisor::views(self, Some(tenant))
+            .into_iter()
+            .find(|view| view.pipeline == name)?;
+        let metrics = self.pipeline_metrics(&key)?;
+        Some(crate::observe::Observed {
+            view,
+            extra: serde_json::json!({
+                "errors": metrics.recent_faults(),
+                "dead_letter_samples": metrics.dead_letter_samples.list(),
+                "deployments": self.deployments(&key).unwrap_or_default(),
+            }),
+        })
+    }
+
+    fn with_deployments(
+        &self,
+        mut views: Vec<sluice_host::metrics::exposition::PipelineView>,
+    ) -> Vec<sluice_host::metrics::exposition::PipelineView> {
+        for view in &mut views {
+            let key: PipelineKey = (view.tenant.clone(), view.pipeline.clone());
+            view.deployments = self
+                .deployments(&key)
+                .unwrap_or_default()
+                .iter()
+                .map(|d| sluice_host::metrics::exposition::DeploymentView {
+                    operator: d.operator.clone(),
+                    kind: serde_json::to_value(d.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    status: serde_json::to_value(d.status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    pause_ms: d.pause_ms,
+                })
+                .collect();
+        }
+        views
+    }
 }

@@ -5,6 +5,8 @@
 
 mod checkpoints;
 mod cli;
+mod dashboard;
 mod kafka_exactly_once;
 mod kafka_processes;
+mod observability;
 mod serve;

@@ -12,15 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(180);
+pub(crate) const WAIT: Duration = Duration::from_secs(180);
 
 /// An environment variable of the server that plugins must not see.
 const SECRET_VARIABLE: &str = "SLUICE_TEST_SECRET";
 
 /// A running `sluice serve`, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Server {
@@ -31,7 +31,7 @@ impl Drop for Server {
 }
 
 /// A free loopback port.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
@@ -40,7 +40,7 @@ fn free_port() -> u16 {
 
 /// Starts `sluice serve` on `state_dir`; the admin token if it printed one
 /// (first start only).
-fn start_server(state_dir: &Path, port: u16) -> (Server, Option<String>) {
+pub(crate) fn start_server(state_dir: &Path, port: u16) -> (Server, Option<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--state-dir"])
         .arg(state_dir)
@@ -74,7 +74,7 @@ fn start_server(state_dir: &Path, port: u16) -> (Server, Option<String>) {
     (Server { child, url }, admin)
 }
 
-fn client(server: &Server, token: Option<&str>) -> Client {
+pub(crate) fn client(server: &Server, token: Option<&str>) -> Client {
     Client::new(ClientConfig {
         server: server.url.clone(),
         token: token.map(str::to_string),
@@ -83,7 +83,7 @@ fn client(server: &Server, token: Option<&str>) -> Client {
 }
 
 /// `sluice <args>` against `server` with `token`; (success, stdout, stderr).
-fn sluice(server: &Server, token: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn sluice(server: &Server, token: &str, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
         .args(["--server", &server.url])
@@ -99,7 +99,7 @@ fn sluice(server: &Server, token: &str, args: &[&str]) -> (bool, String, String)
 
 /// The quickstart's Bronze -> Silver pipeline, paced so that a kill lands
 /// mid-stream, with local plugin crates (deploy builds and uploads them).
-fn pipeline_text(name: &str, plugins: &Path, out: &str) -> String {
+pub(crate) fn pipeline_text(name: &str, plugins: &Path, out: &str) -> String {
     format!(
         r#"[pipeline]
 name = "{name}"
@@ -162,7 +162,7 @@ fn uninterrupted_run(text: &str) -> tempfile::TempDir {
 }
 
 /// Creates `tenant` with the admin token; its token.
-fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
+pub(crate) fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
     let (ok, out, err) = sluice(server, admin, &["tenants", "create", tenant, "--json"]);
     assert!(ok, "{err}");
     serde_json::from_str::<Value>(&out).expect("JSON")["token"]
@@ -171,7 +171,7 @@ fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
         .to_string()
 }
 
-fn state(client: &Client, name: &str) -> Value {
+pub(crate) fn state(client: &Client, name: &str) -> Value {
     client
         .get(&format!("/api/v1/pipelines/{name}"))
         .unwrap_or_else(|e| panic!("{e:#}"))
@@ -361,7 +361,9 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     let token = create_tenant(&server, &admin, "team");
     let files = tempfile::tempdir().expect("files");
     let file = files.path().join("redact.toml");
-    std::fs::write(&file, redact_pipeline("redact", &rust)).expect("write");
+    // Long enough for a deploy and two rollbacks while it runs.
+    let text = redact_pipeline("redact", &rust).replace("count = 60000", "count = 90000");
+    std::fs::write(&file, &text).expect("write");
     let (ok, _, err) = sluice(&server, &token, &["deploy", &file.display().to_string()]);
     assert!(ok, "deploy failed: {err}");
     let api = client(&server, Some(&token));
@@ -404,10 +406,52 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
         "{err}"
     );
 
+    // Both versions are kept; back to the first by a prefix of its digest.
     let (ok, out, err) = sluice(
         &server,
         &token,
-        &["rollback", "redact", "--operator", "pii-redact", "--json"],
+        &[
+            "rollback",
+            "redact",
+            "--operator",
+            "pii-redact",
+            "--list",
+            "--json",
+        ],
+    );
+    assert!(ok, "listing versions failed: {err}");
+    let kept: Value = serde_json::from_str(&out).expect("JSON");
+    let digests: Vec<&str> = kept["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .filter_map(|v| v["sha256"].as_str())
+        .collect();
+    assert_eq!(digests, [&deployed["to"], &deployed["from"]], "{kept}");
+    assert_eq!(kept["versions"][0]["running"], true, "{kept}");
+    let first = deployed["from"].as_str().expect("digest");
+    let (ok, _, err) = sluice(
+        &server,
+        &token,
+        &["rollback", "redact", "--to", "sha256:0123456789ab"],
+    );
+    assert!(!ok, "a version never deployed was rolled back to");
+    assert!(
+        err.contains("409") && err.contains("not a kept version"),
+        "{err}"
+    );
+    let (ok, out, err) = sluice(
+        &server,
+        &token,
+        &[
+            "rollback",
+            "redact",
+            "--operator",
+            "pii-redact",
+            "--to",
+            &first[..10],
+            "--json",
+        ],
     );
     assert!(ok, "rollback failed: {err}");
     let rolled: Value = serde_json::from_str(&out).expect("JSON");
@@ -415,6 +459,13 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
     assert_eq!(rolled["status"], "swapped", "{rolled}");
     assert_eq!(rolled["from"], deployed["to"]);
     assert_eq!(rolled["to"], deployed["from"]);
+    // Without an operator or a version: the latest deployment's operator
+    // goes back to the version before the current one (C again).
+    let (ok, out, err) = sluice(&server, &token, &["rollback", "redact", "--json"]);
+    assert!(ok, "rollback failed: {err}");
+    let again: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(again["operator"], "pii-redact", "{again}");
+    assert_eq!(again["to"], deployed["to"], "{again}");
 
     let history = api
         .get("/api/v1/pipelines/redact/deployments")
@@ -425,19 +476,19 @@ fn a_pushed_plugin_swaps_at_a_barrier_and_rolls_back() {
         .iter()
         .filter_map(|d| d["kind"].as_str())
         .collect();
-    assert_eq!(kinds, ["deploy", "rollback"], "{history}");
+    assert_eq!(kinds, ["deploy", "rollback", "rollback"], "{history}");
     wait_until("the pipeline to finish", WAIT, || {
         state(&api, "redact")["state"] == "finished"
     });
 
-    let reference = uninterrupted_run(&redact_pipeline("redact", &rust));
+    let reference = uninterrupted_run(&text);
     let served = state_dir
         .path()
         .join("tenants/team/pipelines/redact/out/silver.jsonl");
     let expected =
         std::fs::read_to_string(reference.path().join("out/silver.jsonl")).expect("read");
     let got = std::fs::read_to_string(&served).expect("read");
-    assert_eq!(got.lines().count(), 60_000);
+    assert_eq!(got.lines().count(), 90_000);
     assert!(got == expected, "the swapped pipeline's output differs");
 }
 

@@ -188,6 +188,15 @@ pub struct PipelineSection {
     /// read back when needed.
     #[serde(default = "default_state_cache_mb")]
     pub state_cache_mb: u64,
+    /// How often the source sends a latency marker, ms (0: never): the
+    /// samples of the record latency metric (Flink's
+    /// `metrics.latency.interval`).
+    #[serde(default = "default_latency_marker_interval")]
+    pub latency_marker_interval_ms: u64,
+}
+
+fn default_latency_marker_interval() -> u64 {
+    200
 }
 
 fn default_state_cache_mb() -> u64 {
@@ -849,6 +858,12 @@ impl LoadedConfig {
         if let Some(idle) = p.idle_timeout_ms {
             self.check_range("pipeline.idle_timeout_ms", idle.into(), 1, duration)?;
         }
+        self.check_range(
+            "pipeline.latency_marker_interval_ms",
+            p.latency_marker_interval_ms.into(),
+            0,
+            duration,
+        )?;
         self.check_range(
             "pipeline.max_parallelism",
             max_parallelism,

@@ -2,7 +2,7 @@
 
 use super::{Collector, DataflowError, Operator, Sink, StreamElement};
 use crate::checkpoint::{CheckpointCoordinator, Committable, Committer};
-use crate::metrics::{PipelineMetrics, add};
+use crate::metrics::{PipelineMetrics, add, record_bytes};
 use crate::record::{Record, into_dead_letter};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,11 +45,11 @@ impl SinkSet {
         if records.is_empty() {
             return Ok(());
         }
-        let (sink, counter) = match route {
-            SinkRoute::Main => (&mut self.main, &metrics.records_out),
-            SinkRoute::DeadLetter => (&mut self.dead_letter, &metrics.dead_letters),
+        let sink = match route {
+            SinkRoute::Main => &mut self.main,
+            SinkRoute::DeadLetter => &mut self.dead_letter,
             SinkRoute::Side(name) => match self.side.get_mut(name) {
-                Some(sink) => (sink, &metrics.side_out),
+                Some(sink) => sink,
                 None => {
                     let reason = format!("no sink is bound to side output `{name}`");
                     let dead: Vec<Record> = records
@@ -62,7 +62,7 @@ impl SinkSet {
         };
         sink.write(records)?;
         let rejected = sink.take_rejected();
-        add(counter, (records.len() - rejected.len()) as u64);
+        count_written(route, records, &rejected, metrics);
         let Some((_, first_reason)) = rejected.first() else {
             return Ok(());
         };
@@ -75,6 +75,7 @@ impl SinkSet {
                 ),
             });
         }
+        add(&metrics.sink_rejected, rejected.len() as u64);
         let name = sink.name().to_string();
         let dead: Vec<Record> = rejected
             .into_iter()
@@ -129,6 +130,30 @@ impl SinkSet {
         }
         committers
     }
+}
+
+/// Counts what a sink of `route` took of `records` (all but `rejected`).
+fn count_written(
+    route: &SinkRoute,
+    records: &[Record],
+    rejected: &[(Record, String)],
+    metrics: &PipelineMetrics,
+) {
+    if route == &SinkRoute::Main && rejected.is_empty() {
+        // The common case: counted in one pass, with the event time.
+        metrics.count_sink_write(records);
+        return;
+    }
+    let accepted = (records.len() - rejected.len()) as u64;
+    let written_bytes = record_bytes(records)
+        .saturating_sub(record_bytes(rejected.iter().map(|(record, _)| record)));
+    let (count, byte_count) = match route {
+        SinkRoute::Main => (&metrics.records_out, &metrics.bytes_out),
+        SinkRoute::DeadLetter => (&metrics.dead_letters, &metrics.dead_letter_bytes),
+        SinkRoute::Side(_) => (&metrics.side_out, &metrics.side_bytes),
+    };
+    add(count, accepted);
+    add(byte_count, written_bytes);
 }
 
 /// At a barrier with checkpoints: pre-commits every sink and hands the
@@ -210,6 +235,11 @@ impl OperatorChain {
                     None => self.sinks.flush_all()?,
                 }
                 add(&self.metrics.barriers, 1);
+            }
+            StreamElement::LatencyMarker(read_at) => {
+                // Every record read before the marker has been written (or
+                // is held by an operator, as windows do).
+                self.metrics.record_latency.observe(read_at.elapsed());
             }
             StreamElement::End => {
                 for index in 0..self.operators.len() {

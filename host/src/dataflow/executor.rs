@@ -4,7 +4,7 @@
 
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::checkpoint::CheckpointCoordinator;
-use crate::metrics::{PipelineMetrics, add};
+use crate::metrics::{ChannelMetrics, PipelineMetrics, add, record_bytes};
 use crate::time::{SplitWatermarks, WatermarkStrategy};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 use std::sync::Arc;
@@ -30,6 +30,9 @@ pub struct ExecutorConfig {
     /// The per-split watermark state of a restored checkpoint (see
     /// [`SplitWatermarks::snapshot`]).
     pub restored_watermarks: Option<serde_json::Value>,
+    /// How often the source sends a latency marker after a batch; `None`:
+    /// never.
+    pub latency_marker_interval: Option<Duration>,
 }
 
 impl Default for ExecutorConfig {
@@ -40,6 +43,7 @@ impl Default for ExecutorConfig {
             watermarks: WatermarkStrategy::default(),
             barrier_interval: Some(Duration::from_secs(10)),
             restored_watermarks: None,
+            latency_marker_interval: Some(Duration::from_millis(200)),
         }
     }
 }
@@ -82,6 +86,8 @@ pub fn run(
     checkpoints: Option<Arc<CheckpointCoordinator>>,
 ) -> Result<RunOutcome, DataflowError> {
     let (sender, receiver) = bounded::<StreamElement>(config.channel_capacity.max(1));
+    let source_channel =
+        metrics.register_channel("source", "operators", config.channel_capacity.max(1));
     let (ack_sender, ack_receiver) = unbounded::<u64>();
     if let Some(coordinator) = &checkpoints {
         coordinator.set_parties(match &topology {
@@ -100,6 +106,7 @@ pub fn run(
             let mut reader = SourceReader {
                 source: source.as_mut(),
                 sender: &sender,
+                channel: &source_channel,
                 acks: &ack_receiver,
                 config: &config,
                 metrics: &source_metrics,
@@ -168,6 +175,9 @@ pub fn run(
     source_result?
 }
 
+/// How often the source publishes its splits' watermarks to the metrics.
+const SPLIT_STATUS_INTERVAL: Duration = Duration::from_millis(250);
+
 /// What came of an attempt to inject a barrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Injection {
@@ -184,6 +194,7 @@ enum Injection {
 struct SourceReader<'a> {
     source: &'a mut dyn Source,
     sender: &'a Sender<StreamElement>,
+    channel: &'a ChannelMetrics,
     acks: &'a Receiver<u64>,
     config: &'a ExecutorConfig,
     metrics: &'a PipelineMetrics,
@@ -203,6 +214,8 @@ impl SourceReader<'_> {
             .barrier_interval
             .map(|interval| Instant::now() + interval);
         let mut outcome = RunOutcome::Stopped;
+        let mut next_marker = Instant::now();
+        let mut next_split_status = Instant::now();
 
         while !stop.load(Ordering::Relaxed) {
             self.confirm_acknowledged()?;
@@ -220,14 +233,32 @@ impl SourceReader<'_> {
                 &self.metrics.records_in,
                 (batch.records.len() + batch.dead_letters.len()) as u64,
             );
+            add(
+                &self.metrics.bytes_in,
+                record_bytes(batch.records.iter().chain(&batch.dead_letters)),
+            );
+            add(
+                &self.metrics.source_dead_letters,
+                batch.dead_letters.len() as u64,
+            );
             watermarks.on_records(&batch.records, now);
             if !batch.dead_letters.is_empty()
                 && !self.send(StreamElement::DeadLetters(batch.dead_letters))
             {
                 return Ok(RunOutcome::Stopped);
             }
-            if !batch.records.is_empty() && !self.send(StreamElement::Records(batch.records)) {
+            let read = !batch.records.is_empty();
+            if read && !self.send(StreamElement::Records(batch.records)) {
                 return Ok(RunOutcome::Stopped);
+            }
+            if let Some(interval) = self.config.latency_marker_interval
+                && read
+                && now >= next_marker
+            {
+                next_marker = now + interval;
+                if !self.send(StreamElement::LatencyMarker(now)) {
+                    return Ok(RunOutcome::Stopped);
+                }
             }
             // Checked after every read (sources return at least every poll
             // timeout, also without records), so idleness is noticed even
@@ -241,6 +272,14 @@ impl SourceReader<'_> {
             self.metrics
                 .idle_splits
                 .store(watermarks.idle_splits() as u64, Ordering::Relaxed);
+            if now >= next_split_status {
+                next_split_status = now + SPLIT_STATUS_INTERVAL;
+                *self
+                    .metrics
+                    .source_splits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = watermarks.statuses();
+            }
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due
             {
@@ -359,8 +398,12 @@ impl SourceReader<'_> {
     /// Sends `element`, counting the time blocked on a full channel as
     /// backpressure. Returns `false` if the chain has gone away.
     fn send(&self, element: StreamElement) -> bool {
-        super::send_timing_backpressure(self.sender, element, |ns| {
+        let sent = super::send_timing_backpressure(self.sender, element, |ns| {
             add(&self.metrics.source_backpressured_ns, ns)
-        })
+        });
+        self.channel
+            .queued
+            .store(self.sender.len() as u64, Ordering::Relaxed);
+        sent
     }
 }

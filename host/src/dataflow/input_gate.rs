@@ -87,7 +87,9 @@ impl InputGate {
     /// What `element` from input `index` means for the combined stream.
     fn combine(&mut self, index: usize, element: StreamElement) -> Option<StreamElement> {
         match element {
-            StreamElement::Records(_) | StreamElement::DeadLetters(_) => Some(element),
+            StreamElement::Records(_)
+            | StreamElement::DeadLetters(_)
+            | StreamElement::LatencyMarker(_) => Some(element),
             StreamElement::Watermark(watermark) => {
                 self.inputs[index].watermark = watermark;
                 self.advanced_watermark()

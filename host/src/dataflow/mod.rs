@@ -24,7 +24,7 @@ pub use executor::{ExecutorConfig, RunOutcome, Topology, run};
 pub use parallel::{KeyedStage, ParallelChains, Partitioner};
 pub use transform::{FaultPolicy, OnFaultStorm, TransformOperator};
 
-use crate::metrics::OperatorMetrics;
+use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::Record;
 use std::sync::Arc;
 
@@ -49,6 +49,12 @@ pub enum StreamElement {
     Watermark(i64),
     /// A checkpoint barrier.
     Barrier(CheckpointBarrier),
+    /// A latency marker (Flink's `LatencyMarker`): when the source read
+    /// the records just before it. It travels with the records, through
+    /// every channel and exchange, without waiting in any operator; where
+    /// it reaches the sinks, now minus its time is one sample of the
+    /// pipeline's record latency (source read to sink write).
+    LatencyMarker(std::time::Instant),
     /// The source is done (end of input or stop requested).
     End,
 }
@@ -79,16 +85,17 @@ pub enum LateOutput {
 
 impl Collector {
     /// Dead-letters `record` for `operator` (and `plugin`, if any) with
-    /// `reason`, counting it in `metrics`.
+    /// `reason`, counting it in `metrics` under `class`.
     pub fn dead_letter(
         &mut self,
         record: Record,
+        class: DeadLetterClass,
         reason: &str,
         operator: &str,
         plugin: Option<&str>,
         metrics: &OperatorMetrics,
     ) {
-        crate::metrics::add(&metrics.dead_letters, 1);
+        metrics.count_dead_letter(class);
         self.dead_letter.push(crate::record::into_dead_letter(
             record, reason, operator, plugin,
         ));
@@ -106,12 +113,19 @@ impl Collector {
         operator: &str,
         metrics: &OperatorMetrics,
     ) {
-        metrics.add_plugin_counter("late_records", 1);
+        crate::metrics::add(&metrics.late_records, 1);
         record
             .headers
             .push(crate::record::Header::new(LATE_ARRIVAL_HEADER, "true"));
         match late_output {
-            LateOutput::DeadLetter => self.dead_letter(record, reason, operator, None, metrics),
+            LateOutput::DeadLetter => self.dead_letter(
+                record,
+                DeadLetterClass::Late,
+                reason,
+                operator,
+                None,
+                metrics,
+            ),
             LateOutput::Side(name) => {
                 crate::metrics::add(&metrics.side_out, 1);
                 self.side.push((name.clone(), record));

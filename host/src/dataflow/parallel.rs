@@ -29,7 +29,7 @@ use super::{
     DataflowError, Operator, OperatorChain, Sink, SinkSet, StreamElement, send_timing_backpressure,
 };
 use crate::checkpoint::CheckpointCoordinator;
-use crate::metrics::{OperatorMetrics, PipelineMetrics, add};
+use crate::metrics::{ChannelMetrics, OperatorMetrics, PipelineMetrics, add};
 use crate::record::Record;
 use crate::state::key_group;
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -78,6 +78,7 @@ pub struct KeyedStage {
 enum ToMerger {
     Output(SinkRoute, Vec<Record>),
     Watermark(usize, i64),
+    LatencyMarker(std::time::Instant),
     BarrierPassed(u64),
     Ended,
     Failed(DataflowError),
@@ -112,6 +113,7 @@ struct ForwardSink {
     route: SinkRoute,
     merger: Sender<ToMerger>,
     backpressure: Backpressure,
+    channel: Arc<ChannelMetrics>,
 }
 
 impl Sink for ForwardSink {
@@ -120,12 +122,14 @@ impl Sink for ForwardSink {
     }
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
-        self.backpressure
-            .send(
-                &self.merger,
-                ToMerger::Output(self.route.clone(), records.to_vec()),
-            )
-            .map_err(|()| DataflowError::operator("exchange", "the sinks have stopped"))
+        let sent = self.backpressure.send(
+            &self.merger,
+            ToMerger::Output(self.route.clone(), records.to_vec()),
+        );
+        self.channel
+            .queued
+            .store(self.merger.len() as u64, Ordering::Relaxed);
+        sent.map_err(|()| DataflowError::operator("exchange", "the sinks have stopped"))
     }
 
     fn flush(&mut self) -> Result<(), DataflowError> {
@@ -140,16 +144,22 @@ struct ExchangeSink {
     partitioner: Partitioner,
     max_parallelism: u16,
     workers: Vec<Sender<StreamElement>>,
+    /// The fill of each worker's channel.
+    channels: Vec<Arc<ChannelMetrics>>,
     backpressure: Backpressure,
 }
 
 impl ExchangeSink {
     fn send(&self, worker: usize, element: StreamElement) -> Result<(), DataflowError> {
-        self.backpressure
-            .send(&self.workers[worker], element)
-            .map_err(|()| {
-                DataflowError::operator("exchange", format!("worker {worker} has stopped"))
-            })
+        let sent = self.backpressure.send(&self.workers[worker], element);
+        if let Some(channel) = self.channels.get(worker) {
+            channel
+                .queued
+                .store(self.workers[worker].len() as u64, Ordering::Relaxed);
+        }
+        sent.map_err(|()| {
+            DataflowError::operator("exchange", format!("worker {worker} has stopped"))
+        })
     }
 
     /// Sends a watermark, barrier or the end to every worker.
@@ -202,6 +212,8 @@ enum Downstream {
 /// serves), the scratch counters of instance chains, the checkpoints.
 struct Wiring<'a> {
     merger: &'a Sender<ToMerger>,
+    /// The fill of the channel into the merger.
+    merger_channel: &'a Arc<ChannelMetrics>,
     side_outputs: &'a [String],
     scratch: &'a Arc<PipelineMetrics>,
     checkpoints: &'a Option<Arc<CheckpointCoordinator>>,
@@ -229,6 +241,7 @@ impl Instance {
     ) -> Self {
         let &Wiring {
             merger,
+            merger_channel,
             side_outputs,
             scratch,
             checkpoints,
@@ -242,6 +255,7 @@ impl Instance {
                 route,
                 merger: merger.clone(),
                 backpressure: backpressure.clone(),
+                channel: merger_channel.clone(),
             })
         };
         let main = match &mut downstream {
@@ -273,9 +287,10 @@ impl Instance {
     fn run(mut self) {
         while let Some(element) = self.gate.next() {
             let control = match &element {
-                StreamElement::Watermark(_) | StreamElement::Barrier(_) | StreamElement::End => {
-                    Some(element.clone())
-                }
+                StreamElement::Watermark(_)
+                | StreamElement::Barrier(_)
+                | StreamElement::LatencyMarker(_)
+                | StreamElement::End => Some(element.clone()),
                 _ => None,
             };
             let result = self.chain.handle(element).and_then(|_| match &control {
@@ -310,6 +325,7 @@ impl Instance {
                 let message = match control {
                     StreamElement::Watermark(w) => ToMerger::Watermark(*worker, *w),
                     StreamElement::Barrier(b) => ToMerger::BarrierPassed(b.id),
+                    StreamElement::LatencyMarker(read_at) => ToMerger::LatencyMarker(*read_at),
                     _ => ToMerger::Ended,
                 };
                 self.merger
@@ -353,6 +369,7 @@ pub(crate) fn drive(
     // Every instance can hold `capacity` messages for the merger.
     let threads_count = 1 + stages.iter().map(|s| s.workers.len()).sum::<usize>();
     let (merger_sender, merger) = bounded::<ToMerger>(capacity * threads_count);
+    let merger_channel = metrics.register_channel("workers", "sinks", capacity * threads_count);
     // Chain-level counters of the instances are not the pipeline's: the
     // merger counts what reaches the sinks.
     let scratch = Arc::new(PipelineMetrics::default());
@@ -365,6 +382,7 @@ pub(crate) fn drive(
 
     let wiring = Wiring {
         merger: &merger_sender,
+        merger_channel: &merger_channel,
         side_outputs: &side_outputs,
         scratch: &scratch,
         checkpoints: &checkpoints,
@@ -373,7 +391,7 @@ pub(crate) fn drive(
     // into the next one.
     let widths: Vec<usize> = stages.iter().map(|stage| stage.workers.len()).collect();
     let mut instances: Vec<Instance> = Vec::new();
-    let mut next: Option<(Vec<Vec<Sender<StreamElement>>>, Partitioner)> = None;
+    let mut next: Option<NextStage> = None;
     for (stage_index, stage) in stages.into_iter().enumerate().rev() {
         let upstream = match stage_index {
             0 => 1,
@@ -381,24 +399,25 @@ pub(crate) fn drive(
         };
         let (senders, mut receivers) = channel_grid(upstream, stage.workers.len(), capacity);
         for (worker, operators) in stage.workers.into_iter().enumerate().rev() {
+            let name = format!("stage{}-worker{worker}", stage_index + 1);
             let downstream = match &next {
                 Some(next) => {
-                    Downstream::Exchange(exchange(next, worker, max_parallelism, &metrics))
+                    Downstream::Exchange(exchange(next, (worker, &name), max_parallelism, &metrics))
                 }
                 None => Downstream::Merger(worker),
             };
             instances.push(Instance::new(
-                format!("stage{}-worker{worker}", stage_index + 1),
+                name,
                 operators,
                 receivers.pop().unwrap_or_default(),
                 downstream,
                 &wiring,
             ));
         }
-        next = Some((senders, stage.partitioner));
+        next = Some((senders, stage.partitioner, stage_index + 1));
     }
     let head_downstream = match &next {
-        Some(next) => Downstream::Exchange(exchange(next, 0, max_parallelism, &metrics)),
+        Some(next) => Downstream::Exchange(exchange(next, (0, "head"), max_parallelism, &metrics)),
         None => Downstream::Merger(0),
     };
     instances.push(Instance::new(
@@ -476,19 +495,35 @@ fn channel_grid(
     (senders, receivers)
 }
 
-/// The exchange upstream instance `index` uses to reach the next stage
-/// (`next`: the channels into it by upstream instance, and its key).
+/// The channels into a stage by upstream instance, its key and its number.
+type NextStage = (Vec<Vec<Sender<StreamElement>>>, Partitioner, usize);
+
+/// The exchange upstream instance `index` (named `from`) uses to reach the
+/// next stage.
 fn exchange(
-    next: &(Vec<Vec<Sender<StreamElement>>>, Partitioner),
-    index: usize,
+    next: &NextStage,
+    (index, from): (usize, &str),
     max_parallelism: u16,
     metrics: &Arc<PipelineMetrics>,
 ) -> ExchangeSink {
-    let (channels, partitioner) = next;
+    let (channels, partitioner, stage) = next;
+    let workers = channels.get(index).cloned().unwrap_or_default();
+    let fills = workers
+        .iter()
+        .enumerate()
+        .map(|(worker, sender)| {
+            metrics.register_channel(
+                from,
+                &format!("stage{stage}-worker{worker}"),
+                sender.capacity().unwrap_or(0),
+            )
+        })
+        .collect();
     ExchangeSink {
         partitioner: partitioner.clone(),
         max_parallelism,
-        workers: channels.get(index).cloned().unwrap_or_default(),
+        workers,
+        channels: fills,
         backpressure: Backpressure {
             operators: Vec::new(),
             pipeline: Some(metrics.clone()),
@@ -512,6 +547,7 @@ fn merge(
     for message in merger.iter() {
         match message {
             ToMerger::Output(route, records) => sinks.write(&route, &records, metrics)?,
+            ToMerger::LatencyMarker(read_at) => metrics.record_latency.observe(read_at.elapsed()),
             ToMerger::Watermark(worker, watermark) => {
                 watermarks[worker] = watermark;
                 let combined = watermarks.iter().copied().min().unwrap_or(i64::MIN);

@@ -1,7 +1,7 @@
 //! The transform operator: a plugin called on batches, with fault isolation.
 
 use super::{Collector, DataflowError, Operator};
-use crate::metrics::{OperatorMetrics, add};
+use crate::metrics::{DeadLetterClass, OperatorMetrics, add};
 use crate::record::Record;
 use crate::runtime::{
     BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance, SwappablePlugin,
@@ -253,7 +253,7 @@ impl TransformOperator {
             self.faults_in_a_row
         );
         for record in records {
-            self.dead_letter(record.clone(), &reason, out);
+            self.dead_letter(record.clone(), DeadLetterClass::PluginFault, &reason, out);
         }
         Ok(())
     }
@@ -263,6 +263,7 @@ impl TransformOperator {
             if let Some(Err(reason)) = emitted.record.event_time.map(check_event_time) {
                 self.dead_letter(
                     emitted.record,
+                    DeadLetterClass::Invalid,
                     &format!("the plugin emitted a record whose {reason}"),
                     out,
                 );
@@ -270,26 +271,35 @@ impl TransformOperator {
             }
             match emitted.route {
                 EmitRoute::Main => {
-                    add(&self.metrics.records_out, 1);
+                    self.metrics.count_out(&emitted.record);
                     out.main.push(emitted.record);
                 }
                 EmitRoute::Side(name) => {
                     add(&self.metrics.side_out, 1);
                     out.side.push((name, emitted.record));
                 }
-                EmitRoute::DeadLetter(reason) => self.dead_letter(emitted.record, &reason, out),
+                EmitRoute::DeadLetter(reason) => {
+                    self.dead_letter(emitted.record, DeadLetterClass::Rejected, &reason, out)
+                }
             }
         }
         for (index, reason) in result.failed {
             if let Some(record) = batch.get(index) {
-                self.dead_letter(record.clone(), &reason, out);
+                self.dead_letter(record.clone(), DeadLetterClass::Rejected, &reason, out);
             }
         }
     }
 
-    fn dead_letter(&self, record: Record, reason: &str, out: &mut Collector) {
+    fn dead_letter(
+        &self,
+        record: Record,
+        class: DeadLetterClass,
+        reason: &str,
+        out: &mut Collector,
+    ) {
         out.dead_letter(
             record,
+            class,
             reason,
             &self.name,
             Some(&self.plugin_label),
@@ -312,7 +322,7 @@ impl Operator for TransformOperator {
         batch: Vec<Record>,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        add(&self.metrics.records_in, batch.len() as u64);
+        self.metrics.count_in(&batch);
         if self.in_fault_storm() {
             return self.process_in_storm(&batch, out);
         }
@@ -347,7 +357,12 @@ impl Operator for TransformOperator {
                     self.stop_on_state_failure(&fault)?;
                     self.metrics.count_fault(&fault);
                     self.records_faulted(1, &fault);
-                    self.dead_letter(record.clone(), &fault.message, out);
+                    self.dead_letter(
+                        record.clone(),
+                        DeadLetterClass::PluginFault,
+                        &fault.message,
+                        out,
+                    );
                     self.reinstantiate(batch.len() - index - 1)?;
                 }
             }

@@ -26,7 +26,7 @@
 
 use crate::dataflow::LateOutput;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
-use crate::metrics::{OperatorMetrics, add};
+use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
@@ -319,8 +319,7 @@ impl IntervalJoinOperator {
         value.extend_from_slice(b",\"right\":");
         value.extend_from_slice(right);
         value.push(b'}');
-        add(&self.metrics.records_out, 1);
-        out.main.push(Record {
+        let record = Record {
             key: (!key.is_empty()).then(|| bytes::Bytes::copy_from_slice(key)),
             value: value.into(),
             headers: Vec::new(),
@@ -330,7 +329,9 @@ impl IntervalJoinOperator {
                 partition: i32::from(key_group::key_group(key, self.options.max_parallelism)),
                 offset: 0,
             },
-        });
+        };
+        self.metrics.count_out(&record);
+        out.main.push(record);
     }
 
     fn late(&self, record: Record, out: &mut Collector) {
@@ -484,12 +485,19 @@ impl Operator for IntervalJoinOperator {
         batch: Vec<Record>,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        add(&self.metrics.records_in, batch.len() as u64);
+        self.metrics.count_in(&batch);
         for record in batch {
             let time = match crate::time::checked_event_time(&record) {
                 Ok(time) => time,
                 Err(reason) => {
-                    out.dead_letter(record, &reason, &self.options.name, None, &self.metrics);
+                    out.dead_letter(
+                        record,
+                        DeadLetterClass::Invalid,
+                        &reason,
+                        &self.options.name,
+                        None,
+                        &self.metrics,
+                    );
                     continue;
                 }
             };
@@ -503,9 +511,14 @@ impl Operator for IntervalJoinOperator {
                 // have been dropped, so it is late rather than half-joined.
                 Ok(Some(_)) if time <= self.watermark => self.late(record, out),
                 Ok(Some((side, key))) => self.join(side, key, record, out)?,
-                Err(reason) => {
-                    out.dead_letter(record, &reason, &self.options.name, None, &self.metrics)
-                }
+                Err(reason) => out.dead_letter(
+                    record,
+                    DeadLetterClass::Invalid,
+                    &reason,
+                    &self.options.name,
+                    None,
+                    &self.metrics,
+                ),
             }
         }
         if self.pending_bytes > self.options.cache_bytes {

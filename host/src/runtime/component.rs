@@ -49,6 +49,9 @@ pub struct PluginComponent {
     /// First 12 hex digits of the SHA-256 of the component: names this
     /// exact build in logs and dead-letter headers.
     pub content_hash: String,
+    /// The whole SHA-256 of the component, hex (the `sluice_plugin_info`
+    /// metric; `sluice serve` stores uploads under it).
+    pub sha256: String,
     /// Where it was loaded from.
     pub path: PathBuf,
     /// Size of the component file.
@@ -161,10 +164,12 @@ pub(crate) fn load(
         .file_stem()
         .map(|stem| stem.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".to_string());
-    let content_hash = hex::encode(&Sha256::digest(&wasm)[..6]);
+    let sha256 = hex::encode(Sha256::digest(&wasm));
+    let content_hash = sha256[..12].to_string();
     Ok(PluginComponent {
         name,
         content_hash,
+        sha256,
         size_bytes: wasm.len() as u64,
         path,
         world,

@@ -371,7 +371,13 @@ pub(crate) fn start_call(store: &mut Store<PluginState>, budget: Duration) {
 /// Ends a call started with [`start_call`]: charges its CPU time to the
 /// tenant's share.
 pub(crate) fn end_call(store: &mut Store<PluginState>) {
-    store.data_mut().limits.end_call();
+    let data = store.data_mut();
+    let (took, memory) = data.limits.end_call();
+    crate::metrics::add(&data.metrics.plugin_calls, 1);
+    data.metrics.plugin_call_seconds.observe(took);
+    data.metrics
+        .plugin_memory_bytes
+        .store(memory as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// [`classify`] for instantiation and `init`, whose CPU budget is

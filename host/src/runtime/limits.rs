@@ -52,6 +52,10 @@ pub(crate) struct CallLimits {
     budget: Duration,
     /// The thread's CPU time when the current call started.
     started: Duration,
+    /// When the current call started (wall time, for its latency).
+    wall_started: std::time::Instant,
+    /// Linear memory the instance has grown to, bytes.
+    memory_now: usize,
     /// What stopped the current call, if a limit did.
     pub(crate) stopped: Option<Stopped>,
     /// The tenant's CPU share its calls are charged to.
@@ -66,6 +70,8 @@ impl CallLimits {
             tick,
             budget: Duration::ZERO,
             started: Duration::ZERO,
+            wall_started: std::time::Instant::now(),
+            memory_now: 0,
             stopped: None,
             cpu_share: None,
         }
@@ -86,10 +92,13 @@ impl CallLimits {
     }
 
     /// Ends a call: charges the CPU time it used to the tenant's share.
-    pub(crate) fn end_call(&mut self) {
+    /// Answers how long the call took (wall time) and the memory the
+    /// instance has grown to.
+    pub(crate) fn end_call(&mut self) -> (Duration, usize) {
         if let Some(share) = &self.cpu_share {
             share.charge(thread_cpu_time().saturating_sub(self.started));
         }
+        (self.wall_started.elapsed(), self.memory_now)
     }
 
     /// Starts a call that may use `budget` of CPU time; returns the epoch
@@ -98,6 +107,7 @@ impl CallLimits {
     pub(crate) fn start_call(&mut self, budget: Duration) -> u64 {
         self.budget = budget;
         self.started = thread_cpu_time();
+        self.wall_started = std::time::Instant::now();
         self.stopped = None;
         self.ticks(budget)
     }
@@ -145,6 +155,7 @@ impl ResourceLimiter for CallLimits {
             }
             .into());
         }
+        self.memory_now = desired;
         Ok(true)
     }
 

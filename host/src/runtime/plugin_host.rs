@@ -91,6 +91,7 @@ impl<W: HostedWorld> PluginHost<W> {
     ) -> Result<Self, RuntimeError> {
         let (store, exports) =
             instantiate::<W>(&component, &scope, &state, &metrics, &limits, &config)?;
+        metrics.set_plugin(&component);
         Ok(PluginHost {
             component,
             scope,
@@ -141,6 +142,7 @@ impl<W: HostedWorld> PluginHost<W> {
         let (store, exports) = self.instantiate(&component)?;
         self.store = store;
         self.exports = exports;
+        self.metrics.set_plugin(&component);
         Ok(std::mem::replace(&mut self.component, component))
     }
 }

@@ -109,11 +109,7 @@ impl SplitWatermarks {
                 state.idle = now.duration_since(state.last_record) >= timeout;
             }
         }
-        let bound = self.strategy.max_out_of_orderness.as_millis() as i64;
-        // `- 1`: a record exactly `bound` behind the highest event time is
-        // still on time (the watermark promises nothing at or before it is
-        // still to come).
-        let of = |max_event_time: i64| max_event_time.saturating_sub(bound).saturating_sub(1);
+        let of = |max_event_time: i64| self.split_watermark(max_event_time);
         let mut combined: Option<i64> = None;
         for state in self.splits.values().filter(|s| !s.idle) {
             // An active split without records yet holds everything back.
@@ -179,6 +175,32 @@ impl SplitWatermarks {
             );
         }
         self.emitted = snapshot["emitted"].as_i64();
+    }
+
+    /// The watermark of a split whose highest event time is
+    /// `max_event_time`. `- 1`: a record exactly `bound` behind the highest
+    /// event time is still on time (the watermark promises nothing at or
+    /// before it is still to come).
+    fn split_watermark(&self, max_event_time: i64) -> i64 {
+        let bound = self.strategy.max_out_of_orderness.as_millis() as i64;
+        max_event_time.saturating_sub(bound).saturating_sub(1)
+    }
+
+    /// Every split's watermark and idleness, sorted by topic and
+    /// partition: which split holds the watermark back.
+    pub fn statuses(&self) -> Vec<crate::metrics::SplitStatus> {
+        let mut statuses: Vec<crate::metrics::SplitStatus> = self
+            .splits
+            .iter()
+            .map(|((topic, partition), state)| crate::metrics::SplitStatus {
+                topic: topic.to_string(),
+                partition: *partition,
+                watermark: state.max_event_time.map(|t| self.split_watermark(t)),
+                idle: state.idle,
+            })
+            .collect();
+        statuses.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        statuses
     }
 
     /// Splits currently idle.

@@ -7,7 +7,7 @@ use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
-use crate::metrics::{OperatorMetrics, add};
+use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::{Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
@@ -306,13 +306,26 @@ impl WindowOperator {
                 offset: seq as i64,
             },
         };
-        add(&self.metrics.records_out, 1);
+        self.metrics.count_out(&record);
         out.main.push(record);
         Ok(())
     }
 
-    fn dead_letter(&self, record: Record, reason: &str, out: &mut Collector) {
-        out.dead_letter(record, reason, &self.options.name, None, &self.metrics);
+    fn dead_letter(
+        &self,
+        record: Record,
+        class: DeadLetterClass,
+        reason: &str,
+        out: &mut Collector,
+    ) {
+        out.dead_letter(
+            record,
+            class,
+            reason,
+            &self.options.name,
+            None,
+            &self.metrics,
+        );
     }
 
     /// Sends a record later than the allowed lateness to the late output.
@@ -465,7 +478,7 @@ impl Operator for WindowOperator {
         batch: Vec<Record>,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        add(&self.metrics.records_in, batch.len() as u64);
+        self.metrics.count_in(&batch);
         self.states.tick();
         let mut rejected: BTreeMap<usize, String> = BTreeMap::new();
         let mut late: BTreeSet<usize> = BTreeSet::new();
@@ -525,11 +538,16 @@ impl Operator for WindowOperator {
 
         for (index, record) in batch.into_iter().enumerate() {
             if let Some(reason) = reasons.remove(&index) {
-                self.dead_letter(record, &reason, out);
+                self.dead_letter(record, DeadLetterClass::Invalid, &reason, out);
             } else if late.contains(&index) {
                 self.late(record, out);
             } else if let Some(reason) = rejected.remove(&index) {
-                self.dead_letter(record, &format!("cannot aggregate: {reason}"), out);
+                self.dead_letter(
+                    record,
+                    DeadLetterClass::Rejected,
+                    &format!("cannot aggregate: {reason}"),
+                    out,
+                );
             }
         }
         self.states

@@ -1,7 +1,16 @@
-//! Counters a running pipeline keeps, read by progress lines and summaries.
+//! Counters a running pipeline keeps, read by progress lines, summaries,
+//! the Prometheus endpoint and the dashboard.
 //!
 //! All counters are atomics updated by the threads that own the work; readers
 //! take a [`PipelineSnapshot`] at any time without stopping the pipeline.
+//! Durations are [`DurationHistogram`]s. [`exposition`] turns snapshots into
+//! the Prometheus text format; [`status`] into the JSON the dashboard reads.
+
+pub mod exposition;
+pub mod histogram;
+pub mod status;
+
+pub use histogram::{DurationHistogram, HistogramSnapshot};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -39,6 +48,47 @@ impl<T: Clone> Recent<T> {
     pub fn list(&self) -> Vec<T> {
         let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         items.iter().cloned().collect()
+    }
+}
+
+/// Why a record was dead-lettered, as a class: what the
+/// `sluice_dead_letters_total` metric is labelled with (the reason itself is
+/// free text, in the record's `sluice.dlq.reason` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DeadLetterClass {
+    /// The plugin rejected it (its own dead-letter route or failure).
+    Rejected,
+    /// The plugin faulted on it (trap, CPU deadline, memory limit, bad
+    /// output).
+    PluginFault,
+    /// Later than the allowed lateness.
+    Late,
+    /// The host could not process it: no key, an event time out of range,
+    /// a value an aggregate cannot take.
+    Invalid,
+}
+
+impl DeadLetterClass {
+    /// Every class, in [`DeadLetterClass::index`] order.
+    pub const ALL: [DeadLetterClass; 4] = [
+        DeadLetterClass::Rejected,
+        DeadLetterClass::PluginFault,
+        DeadLetterClass::Late,
+        DeadLetterClass::Invalid,
+    ];
+
+    /// The class's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeadLetterClass::Rejected => "rejected",
+            DeadLetterClass::PluginFault => "plugin_fault",
+            DeadLetterClass::Late => "late",
+            DeadLetterClass::Invalid => "invalid",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -104,8 +154,11 @@ impl DeadLetterSample {
 /// Counters of one operator.
 #[derive(Debug, Default)]
 pub struct OperatorMetrics {
-    /// Operator name.
+    /// Operator name (`name#worker` in a keyed stage).
     pub name: String,
+    /// The keyed stage it runs in (0: the head, or the whole chain): which
+    /// threads, and so which channels, are around it.
+    pub stage: usize,
     /// Records handed to the operator.
     pub records_in: AtomicU64,
     /// Records it emitted on its main output.
@@ -114,6 +167,24 @@ pub struct OperatorMetrics {
     pub side_out: AtomicU64,
     /// Records it dead-lettered.
     pub dead_letters: AtomicU64,
+    /// Of the dead letters, how many of each [`DeadLetterClass`].
+    pub dead_letter_classes: [AtomicU64; 4],
+    /// Records later than the allowed lateness (sent to the late output).
+    pub late_records: AtomicU64,
+    /// Bytes (key + value) of the records handed to the operator.
+    pub bytes_in: AtomicU64,
+    /// Bytes (key + value) of the records it emitted on its main output.
+    pub bytes_out: AtomicU64,
+    /// Calls into its plugin (batches, single records, `init`).
+    pub plugin_calls: AtomicU64,
+    /// How long its plugin calls took (wall time).
+    pub plugin_call_seconds: DurationHistogram,
+    /// Linear memory of its plugin instance, bytes (as last grown).
+    pub plugin_memory_bytes: AtomicU64,
+    /// The plugin it runs: name and sha256 (empty without a plugin).
+    pub plugin: Mutex<Option<PluginIdentity>>,
+    /// Plugin faults by kind (`Deadline`, `MemoryLimit`, `Trap`, ...).
+    pub faults_by_kind: Mutex<BTreeMap<String, u64>>,
     /// Plugin traps (including deadline and memory-limit traps).
     pub traps: AtomicU64,
     /// The latest plugin faults.
@@ -155,11 +226,52 @@ pub struct OperatorMetrics {
     pub state_disk_peak_bytes: AtomicU64,
 }
 
+/// Which plugin an operator runs, for the `sluice_plugin_info` metric.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PluginIdentity {
+    /// Plugin name.
+    pub name: String,
+    /// SHA-256 of its component, hex.
+    pub sha256: String,
+}
+
 impl OperatorMetrics {
+    /// Counts a dead letter of `class`.
+    pub fn count_dead_letter(&self, class: DeadLetterClass) {
+        add(&self.dead_letters, 1);
+        add(&self.dead_letter_classes[class.index()], 1);
+    }
+
+    /// Counts `records` handed to the operator, and their bytes.
+    pub fn count_in(&self, records: &[crate::record::Record]) {
+        add(&self.records_in, records.len() as u64);
+        add(&self.bytes_in, record_bytes(records));
+    }
+
+    /// Counts one record emitted on the main output, and its bytes.
+    pub fn count_out(&self, record: &crate::record::Record) {
+        add(&self.records_out, 1);
+        add(&self.bytes_out, record_bytes(std::slice::from_ref(record)));
+    }
+
+    /// Records which plugin the operator runs (at start and at a swap).
+    pub fn set_plugin(&self, component: &crate::runtime::PluginComponent) {
+        *self.plugin.lock().unwrap_or_else(|p| p.into_inner()) = Some(PluginIdentity {
+            name: component.name.clone(),
+            sha256: component.sha256.clone(),
+        });
+    }
+
     /// Counts a plugin fault (a trap, and its kind) and keeps it among the
     /// recent ones.
     pub fn count_fault(&self, fault: &crate::runtime::PluginFault) {
         add(&self.traps, 1);
+        *self
+            .faults_by_kind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(format!("{:?}", fault.kind))
+            .or_default() += 1;
         match fault.kind {
             crate::runtime::FaultKind::Deadline => add(&self.deadline_hits, 1),
             crate::runtime::FaultKind::MemoryLimit => add(&self.memory_limit_hits, 1),
@@ -187,11 +299,30 @@ impl OperatorMetrics {
 
     /// New zeroed counters for operator `name`.
     pub fn new(name: impl Into<String>) -> Arc<Self> {
+        Self::new_in_stage(name, 0)
+    }
+
+    /// New zeroed counters for operator `name` running in keyed stage
+    /// `stage` (0: the head, or the whole chain).
+    pub fn new_in_stage(name: impl Into<String>, stage: usize) -> Arc<Self> {
         Arc::new(OperatorMetrics {
             name: name.into(),
+            stage,
             watermark: AtomicI64::new(i64::MIN),
             ..OperatorMetrics::default()
         })
+    }
+
+    /// The operator's name without its worker, and the worker (`name#w`
+    /// names worker `w` of a keyed stage; others are worker 0).
+    pub fn operator_and_worker(name: &str) -> (&str, usize) {
+        match name.rsplit_once('#') {
+            Some((operator, worker)) => match worker.parse() {
+                Ok(worker) => (operator, worker),
+                Err(_) => (name, 0),
+            },
+            None => (name, 0),
+        }
     }
 
     /// Adds `delta` to the plugin counter `name`.
@@ -206,10 +337,36 @@ impl OperatorMetrics {
     fn snapshot(&self) -> OperatorSnapshot {
         OperatorSnapshot {
             name: self.name.clone(),
+            stage: self.stage,
             records_in: load(&self.records_in),
             records_out: load(&self.records_out),
+            bytes_in: load(&self.bytes_in),
+            bytes_out: load(&self.bytes_out),
             side_out: load(&self.side_out),
             dead_letters: load(&self.dead_letters),
+            dead_letter_classes: DeadLetterClass::ALL
+                .iter()
+                .map(|class| {
+                    (
+                        class.label().to_string(),
+                        load(&self.dead_letter_classes[class.index()]),
+                    )
+                })
+                .collect(),
+            late_records: load(&self.late_records),
+            plugin_calls: load(&self.plugin_calls),
+            plugin_call_seconds: self.plugin_call_seconds.snapshot(),
+            plugin_memory_bytes: load(&self.plugin_memory_bytes),
+            plugin: self
+                .plugin
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            faults_by_kind: self
+                .faults_by_kind
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             traps: load(&self.traps),
             deadline_hits: load(&self.deadline_hits),
             memory_limit_hits: load(&self.memory_limit_hits),
@@ -287,12 +444,39 @@ impl PartitionMetrics {
 pub struct PipelineMetrics {
     /// Records read by the source (including ones it dead-lettered).
     pub records_in: AtomicU64,
+    /// Bytes (key + value) of the records read by the source.
+    pub bytes_in: AtomicU64,
+    /// Records the source could not read (dead-lettered as `decode`).
+    pub source_dead_letters: AtomicU64,
     /// Records written to the main sink.
     pub records_out: AtomicU64,
+    /// Bytes written to the main sink.
+    pub bytes_out: AtomicU64,
     /// Records written to side-output sinks.
     pub side_out: AtomicU64,
+    /// Bytes written to side-output sinks.
+    pub side_bytes: AtomicU64,
     /// Records written to the dead-letter sink.
     pub dead_letters: AtomicU64,
+    /// Bytes written to the dead-letter sink.
+    pub dead_letter_bytes: AtomicU64,
+    /// Records a sink refused (e.g. not fitting a table's schema), then
+    /// dead-lettered.
+    pub sink_rejected: AtomicU64,
+    /// Source read to sink write, as measured by latency markers (see
+    /// [`crate::dataflow::StreamElement::LatencyMarker`]).
+    pub record_latency: DurationHistogram,
+    /// The highest event time written to the main sink (ms; `i64::MIN`
+    /// before the first): end-to-end event-time lag is now minus this.
+    pub sink_event_time: AtomicI64,
+    /// Watermark and idleness per source split, as last published by the
+    /// source.
+    pub source_splits: Mutex<Vec<SplitStatus>>,
+    /// How full the pipeline's channels are.
+    pub channels: Mutex<Vec<Arc<ChannelMetrics>>>,
+    /// When the metrics were created (the run started): busy and
+    /// backpressured time are parts of the time since.
+    pub started: std::time::Instant,
     /// Batches read by the source.
     pub batches: AtomicU64,
     /// Current watermark at the sinks (milliseconds; `i64::MIN` before the first).
@@ -343,6 +527,10 @@ pub struct CheckpointMetrics {
     pub completed: AtomicU64,
     /// Checkpoints that failed (the pipeline then fails and restarts).
     pub failed: AtomicU64,
+    /// Bytes uploaded by every published checkpoint.
+    pub uploaded_bytes: AtomicU64,
+    /// Barrier injection to publication, per published checkpoint.
+    pub duration_seconds: DurationHistogram,
     /// The latest completed checkpoints, oldest first.
     pub history: Mutex<std::collections::VecDeque<CheckpointRecord>>,
 }
@@ -351,6 +539,11 @@ impl CheckpointMetrics {
     /// Records a published checkpoint.
     pub fn record(&self, record: CheckpointRecord) {
         add(&self.completed, 1);
+        add(&self.uploaded_bytes, record.stats.uploaded_bytes);
+        self.duration_seconds
+            .observe(std::time::Duration::from_secs_f64(
+                record.stats.total_ms.max(0.0) / 1000.0,
+            ));
         let mut history = self
             .history
             .lock()
@@ -366,6 +559,8 @@ impl CheckpointMetrics {
         CheckpointSnapshot {
             completed: load(&self.completed),
             failed: load(&self.failed),
+            uploaded_bytes: load(&self.uploaded_bytes),
+            duration_seconds: self.duration_seconds.snapshot(),
             history: self
                 .history
                 .lock()
@@ -384,6 +579,10 @@ pub struct CheckpointSnapshot {
     pub completed: u64,
     /// Checkpoints failed.
     pub failed: u64,
+    /// Bytes uploaded by every published checkpoint.
+    pub uploaded_bytes: u64,
+    /// Barrier injection to publication.
+    pub duration_seconds: HistogramSnapshot,
     /// The latest completed checkpoints, oldest first.
     pub history: Vec<CheckpointRecord>,
 }
@@ -399,9 +598,20 @@ impl Default for PipelineMetrics {
     fn default() -> Self {
         PipelineMetrics {
             records_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            source_dead_letters: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
             side_out: AtomicU64::new(0),
+            side_bytes: AtomicU64::new(0),
             dead_letters: AtomicU64::new(0),
+            dead_letter_bytes: AtomicU64::new(0),
+            sink_rejected: AtomicU64::new(0),
+            record_latency: DurationHistogram::default(),
+            sink_event_time: AtomicI64::new(i64::MIN),
+            source_splits: Mutex::new(Vec::new()),
+            channels: Mutex::new(Vec::new()),
+            started: std::time::Instant::now(),
             batches: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
             barriers: AtomicU64::new(0),
@@ -433,6 +643,32 @@ impl PipelineMetrics {
         faults
     }
 
+    /// Registers a channel between two threads; the sender updates its
+    /// fill.
+    pub fn register_channel(&self, from: &str, to: &str, capacity: usize) -> Arc<ChannelMetrics> {
+        let channel = Arc::new(ChannelMetrics {
+            from: from.to_string(),
+            to: to.to_string(),
+            capacity: capacity as u64,
+            queued: AtomicU64::new(0),
+        });
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(channel.clone());
+        channel
+    }
+
+    /// Counts records written to the main sink: records, bytes, the latest
+    /// event time.
+    pub fn count_sink_write(&self, records: &[crate::record::Record]) {
+        add(&self.records_out, records.len() as u64);
+        add(&self.bytes_out, record_bytes(records));
+        if let Some(latest) = records.iter().filter_map(|r| r.event_time).max() {
+            self.sink_event_time.fetch_max(latest, Ordering::Relaxed);
+        }
+    }
+
     /// Registers an operator's counters (in chain order).
     pub fn register_operator(&self, operator: Arc<OperatorMetrics>) {
         self.operators
@@ -444,10 +680,36 @@ impl PipelineMetrics {
     /// A consistent-enough copy of every counter.
     pub fn snapshot(&self) -> PipelineSnapshot {
         PipelineSnapshot {
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
             records_in: load(&self.records_in),
+            bytes_in: load(&self.bytes_in),
+            source_dead_letters: load(&self.source_dead_letters),
             records_out: load(&self.records_out),
+            bytes_out: load(&self.bytes_out),
             side_out: load(&self.side_out),
+            side_bytes: load(&self.side_bytes),
             dead_letters: load(&self.dead_letters),
+            dead_letter_bytes: load(&self.dead_letter_bytes),
+            sink_rejected: load(&self.sink_rejected),
+            record_latency: self.record_latency.snapshot(),
+            sink_event_time: watermark_value(&self.sink_event_time),
+            source_splits: self
+                .source_splits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            channels: self
+                .channels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|c| ChannelSnapshot {
+                    from: c.from.clone(),
+                    to: c.to.clone(),
+                    capacity: c.capacity,
+                    queued: load(&c.queued),
+                })
+                .collect(),
             batches: load(&self.batches),
             watermark: watermark_value(&self.watermark),
             barriers: load(&self.barriers),
@@ -483,18 +745,38 @@ pub fn add(counter: &AtomicU64, delta: u64) {
 }
 
 /// A copy of an operator's counters.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OperatorSnapshot {
     /// Operator name.
     pub name: String,
+    /// Keyed stage (0: head or whole chain).
+    pub stage: usize,
     /// Records in.
     pub records_in: u64,
     /// Records out on the main output.
     pub records_out: u64,
+    /// Bytes in.
+    pub bytes_in: u64,
+    /// Bytes out on the main output.
+    pub bytes_out: u64,
     /// Records out on side outputs.
     pub side_out: u64,
     /// Records dead-lettered.
     pub dead_letters: u64,
+    /// Dead letters by class label.
+    pub dead_letter_classes: BTreeMap<String, u64>,
+    /// Records later than the allowed lateness.
+    pub late_records: u64,
+    /// Plugin calls.
+    pub plugin_calls: u64,
+    /// Plugin call durations.
+    pub plugin_call_seconds: HistogramSnapshot,
+    /// Plugin instance memory, bytes.
+    pub plugin_memory_bytes: u64,
+    /// The plugin it runs.
+    pub plugin: Option<PluginIdentity>,
+    /// Plugin faults by kind.
+    pub faults_by_kind: BTreeMap<String, u64>,
     /// Plugin traps.
     pub traps: u64,
     /// Of the traps, CPU deadline hits.
@@ -538,14 +820,36 @@ impl OperatorSnapshot {
 /// A copy of a pipeline's counters.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PipelineSnapshot {
+    /// Seconds since the run started.
+    pub uptime_seconds: f64,
     /// Records read.
     pub records_in: u64,
+    /// Bytes read.
+    pub bytes_in: u64,
+    /// Records the source could not read.
+    pub source_dead_letters: u64,
     /// Records written to the main sink.
     pub records_out: u64,
+    /// Bytes written to the main sink.
+    pub bytes_out: u64,
     /// Records written to side outputs.
     pub side_out: u64,
+    /// Bytes written to side outputs.
+    pub side_bytes: u64,
     /// Records written to the dead-letter sink.
     pub dead_letters: u64,
+    /// Bytes written to the dead-letter sink.
+    pub dead_letter_bytes: u64,
+    /// Records a sink refused.
+    pub sink_rejected: u64,
+    /// Source read to sink write.
+    pub record_latency: HistogramSnapshot,
+    /// The highest event time written to the main sink, ms.
+    pub sink_event_time: Option<i64>,
+    /// Watermark and idleness per source split.
+    pub source_splits: Vec<SplitStatus>,
+    /// Channel fill.
+    pub channels: Vec<ChannelSnapshot>,
     /// Batches read.
     pub batches: u64,
     /// Watermark at the sinks.
@@ -578,4 +882,51 @@ impl PipelineSnapshot {
             .collect();
         (!lags.is_empty()).then(|| lags.iter().sum())
     }
+}
+
+/// Bytes of keys and values of `records`.
+pub fn record_bytes<'a>(records: impl IntoIterator<Item = &'a crate::record::Record>) -> u64 {
+    records
+        .into_iter()
+        .map(|r| (r.value.len() + r.key.as_ref().map_or(0, |k| k.len())) as u64)
+        .sum()
+}
+
+/// A source split's watermark, as the source last published it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SplitStatus {
+    /// Topic (or file, or generator).
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The split's watermark, ms (`None` before its first record).
+    pub watermark: Option<i64>,
+    /// Whether it is idle (not holding the source's watermark back).
+    pub idle: bool,
+}
+
+/// A bounded channel between two threads of a pipeline.
+#[derive(Debug)]
+pub struct ChannelMetrics {
+    /// The sending thread.
+    pub from: String,
+    /// The receiving thread.
+    pub to: String,
+    /// Capacity, messages (batches).
+    pub capacity: u64,
+    /// Messages queued, as the sender last saw.
+    pub queued: AtomicU64,
+}
+
+/// A copy of a [`ChannelMetrics`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChannelSnapshot {
+    /// The sending thread.
+    pub from: String,
+    /// The receiving thread.
+    pub to: String,
+    /// Capacity, messages.
+    pub capacity: u64,
+    /// Messages queued.
+    pub queued: u64,
 }
