@@ -80,7 +80,15 @@ EOF
 done
 sleep 15
 rss_after=$(status_field VmRSS); threads_after=$(status_field Threads)
+thread_ticks() { # "name|ticks" per thread name, summed
+  for stat in /proc/"$serve_pid"/task/*/stat; do
+    # comm is in parentheses and may hold spaces: split around them.
+    sed -E 's/^[0-9]+ \((.*)\) [A-Za-z] (.*)$/\1|\2/' "$stat" 2>/dev/null
+  done | awk -F'|' '{ split($2, f, " "); t[$1] += f[11] + f[12] } END { for (n in t) print n "|" t[n] }'
+}
+thread_ticks >"$work/threads-before"
 ticks_before=$(cpu_ticks); sleep 30; ticks_after=$(cpu_ticks)
+thread_ticks >"$work/threads-after"
 echo
 echo "| pipelines | RSS before MiB | RSS after MiB | per pipeline MiB | threads before | threads after | per pipeline | idle CPU (30 s, % of one core) |"
 echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -89,6 +97,42 @@ import sys
 rb, ra, tb, ta, cb, ca, hz = map(int, sys.argv[1:])
 cpu = (ca - cb) / hz / 30 * 100
 print(f"| 100 | {rb/1024:.0f} | {ra/1024:.0f} | {(ra-rb)/1024/100:.2f} | {tb} | {ta} | {(ta-tb)/100:.1f} | {cpu:.1f} |")
+EOF
+echo
+echo "| thread name (100 idle pipelines) | threads | idle CPU (30 s, % of one core) |"
+echo "| --- | ---: | ---: |"
+"$python" - "$work/threads-before" "$work/threads-after" "$hz" "$serve_pid" <<'EOF'
+import collections, glob, sys
+def read(path):
+    return {n: int(t) for n, t in (line.rstrip("\n").rsplit("|", 1) for line in open(path) if "|" in line)}
+before, after, hz = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
+counts = collections.Counter()
+for comm in glob.glob(f"/proc/{sys.argv[4]}/task/*/comm"):
+    try:
+        counts[open(comm).read().strip()] += 1
+    except OSError:
+        pass
+used = sorted(((after[n] - before.get(n, 0), n) for n in after), reverse=True)
+for ticks, name in used[:8]:
+    print(f"| {name} | {counts.get(name, 0)} | {ticks / hz / 30 * 100:.1f} |")
+EOF
+
+# /metrics with the 100 pipelines: what one scrape costs the server (the
+# admin token sees every tenant), timed by curl from the first byte asked
+# to the last received, 30 scrapes.
+for _ in $(seq 1 30); do
+  curl -sf -H "Authorization: Bearer $admin" "$server/metrics" -o "$work/metrics.txt" \
+    -w '%{time_total}\n'
+done | sort -g >"$work/scrape-times"
+echo
+echo "| /metrics, 100 pipelines of 10 tenants | bytes | samples | p50 ms | p99 ms | max ms |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+"$python" - "$work/scrape-times" "$(wc -c <"$work/metrics.txt")" "$(grep -vc '^#' "$work/metrics.txt")" <<'EOF'
+import sys
+times = [float(line) * 1000 for line in open(sys.argv[1]) if line.strip()]
+n = len(times)
+p = lambda q: times[min(n - 1, int(q * n))]
+print(f"| admin scrape ({n}x) | {int(sys.argv[2]):,} | {int(sys.argv[3]):,} | {p(0.5):.1f} | {p(0.99):.1f} | {times[-1]:.1f} |")
 EOF
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 unset serve_pid
@@ -126,6 +170,8 @@ EOF
   until [ "$(state_of "$quiet" "$1")" = finished ]; do sleep 0.1; done
   echo "1000000 $("$python" -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)") $(( $(cpu_ticks) - cpu0 ))"
 }
+# A first run builds and compiles the plugin: not measured.
+read -r _ _ _ < <(run_quiet warm-up)
 read -r n alone_s alone_ticks < <(run_quiet alone)
 for kind in loop alloc; do
   topic="serve-$kind-$RANDOM"

@@ -75,30 +75,27 @@ else
   echo "setup: installed pyiceberg $pyiceberg_version and confluent-kafka $confluent_kafka_version into $tools_venv"
 fi
 
-# JavaScript plugins: reinstalled when the committed lock file changes.
-js_toolchain="$HOME/.cache/sluice/js-toolchain"
-if cmp -s "$here/js-toolchain/package-lock.json" "$js_toolchain/package-lock.json" \
-  && [ -x "$js_toolchain/node_modules/.bin/componentize-js" ]; then
-  echo "setup: componentize-js present"
-else
-  mkdir -p "$js_toolchain"
-  cp "$here/js-toolchain/package.json" "$here/js-toolchain/package-lock.json" "$js_toolchain/"
-  (cd "$js_toolchain" && npm ci --no-audit --no-fund --loglevel=error)
-  echo "setup: installed componentize-js into $js_toolchain"
-fi
+# npm packages, each from a committed lock file into a cache directory:
+# reinstalled when the lock file changes or the package is missing.
+npm_install() { # source dir, cache dir, path that must exist, name
+  local from="$1" to="$2" present="$3" name="$4"
+  if cmp -s "$from/package-lock.json" "$to/package-lock.json" && [ -e "$to/$present" ]; then
+    echo "setup: $name present"
+  else
+    mkdir -p "$to"
+    cp "$from/package.json" "$from/package-lock.json" "$to/"
+    (cd "$to" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "setup: installed $name into $to"
+  fi
+}
 
+# JavaScript plugins.
+npm_install "$here/js-toolchain" "$HOME/.cache/sluice/js-toolchain" \
+  node_modules/.bin/componentize-js componentize-js
 # The dashboard's browser test: playwright-core only (it drives the system
 # chromium; Playwright's own browser download cannot work here).
-browser_test="$HOME/.cache/sluice/browser-test"
-if cmp -s "$here/browser-test/package-lock.json" "$browser_test/package-lock.json" \
-  && [ -d "$browser_test/node_modules/playwright-core" ]; then
-  echo "setup: playwright-core present"
-else
-  mkdir -p "$browser_test"
-  cp "$here/browser-test/package.json" "$here/browser-test/package-lock.json" "$browser_test/"
-  (cd "$browser_test" && npm ci --no-audit --no-fund --loglevel=error)
-  echo "setup: installed playwright-core into $browser_test"
-fi
+npm_install "$here/browser-test" "$HOME/.cache/sluice/browser-test" \
+  node_modules/playwright-core playwright-core
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 echo "setup: toolchain ready"

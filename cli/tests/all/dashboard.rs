@@ -5,7 +5,7 @@
 //! pipelines); the script checks what the page shows and saves
 //! screenshots under `target/test-artifacts/dashboard/`.
 
-use crate::serve::{WAIT, create_tenant, free_port, sluice, start_server};
+use crate::serve::{WAIT, create_tenant, create_tenant_with, free_port, sluice, start_server};
 use serde_json::json;
 use sluice_tests::kafka;
 use sluice_tests::wait_until;
@@ -182,23 +182,7 @@ fn the_dashboard_of_sluice_serve_lists_100_pipelines_and_keeps_tenants_apart() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let (ok, out, err) = sluice(
-        &server,
-        &admin,
-        &[
-            "tenants",
-            "create",
-            "team",
-            "--max-pipelines",
-            "120",
-            "--json",
-        ],
-    );
-    assert!(ok, "{err}");
-    let team: String = serde_json::from_str::<serde_json::Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let team = create_tenant_with(&server, &admin, "team", &["--max-pipelines", "120"]);
     let other = create_tenant(&server, &admin, "other");
     let files = tempfile::tempdir().expect("files");
     for i in 0..99 {

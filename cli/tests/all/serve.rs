@@ -163,7 +163,19 @@ fn uninterrupted_run(text: &str) -> tempfile::TempDir {
 
 /// Creates `tenant` with the admin token; its token.
 pub(crate) fn create_tenant(server: &Server, admin: &str, tenant: &str) -> String {
-    let (ok, out, err) = sluice(server, admin, &["tenants", "create", tenant, "--json"]);
+    create_tenant_with(server, admin, tenant, &[])
+}
+
+/// Creates `tenant` with quota flags (`["--cpu-cores", "0.25"]`); its token.
+pub(crate) fn create_tenant_with(
+    server: &Server,
+    admin: &str,
+    tenant: &str,
+    limits: &[&str],
+) -> String {
+    let mut args = vec!["tenants", "create", tenant, "--json"];
+    args.extend_from_slice(limits);
+    let (ok, out, err) = sluice(server, admin, &args);
     assert!(ok, "{err}");
     serde_json::from_str::<Value>(&out).expect("JSON")["token"]
         .as_str()
@@ -886,23 +898,7 @@ fn a_noisy_neighbours_hostile_plugins_do_not_reach_another_tenant() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let (ok, out, err) = sluice(
-        &server,
-        &admin,
-        &[
-            "tenants",
-            "create",
-            "noisy",
-            "--cpu-cores",
-            "0.25",
-            "--json",
-        ],
-    );
-    assert!(ok, "{err}");
-    let noisy: String = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let noisy = create_tenant_with(&server, &admin, "noisy", &["--cpu-cores", "0.25"]);
     let quiet = create_tenant(&server, &admin, "quiet");
     let files = tempfile::tempdir().expect("files");
     for (name, input, plugin) in [("spin", &loop_in, &looping), ("bomb", &alloc_in, &bomb)] {
@@ -982,23 +978,7 @@ fn a_pipeline_over_the_tenants_plugin_quota_is_refused_naming_it() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let (ok, out, err) = sluice(
-        &server,
-        &admin,
-        &[
-            "tenants",
-            "create",
-            "small",
-            "--max-plugin-instances",
-            "2",
-            "--json",
-        ],
-    );
-    assert!(ok, "{err}");
-    let token: String = serde_json::from_str::<Value>(&out).expect("JSON")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let token = create_tenant_with(&server, &admin, "small", &["--max-plugin-instances", "2"]);
     let files = tempfile::tempdir().expect("files");
     // One instance plus one to swap: fits; a second pipeline needs two
     // plus one: refused.
