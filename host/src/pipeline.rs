@@ -708,21 +708,24 @@ fn late_output(loaded: &LoadedConfig, index: usize) -> Result<LateOutput, Pipeli
     }
 }
 
-/// The built-in aggregate of `operators[index]`.
+/// The built-in aggregate of `operators[index]` (`aggregate` or
+/// `aggregates`).
 fn builtin_aggregate(
     loaded: &LoadedConfig,
     index: usize,
 ) -> Result<BuiltinAggregate, PipelineError> {
-    let at = format!("operators[{index}].aggregate");
-    let Some(aggregate) = &loaded.config.operators[index].aggregate else {
-        return Err(loaded
-            .error_at(&at, "a window operator needs an `aggregate` or a `plugin`")
-            .into());
-    };
-    Ok(
-        BuiltinAggregate::new(aggregate.function, aggregate.field.as_deref())
-            .map_err(|message| loaded.error_at(&at, message))?,
-    )
+    match loaded.config.operators[index].builtin_aggregate() {
+        Some(Ok(aggregate)) => Ok(aggregate),
+        Some(Err((field, message))) => Err(loaded
+            .error_at(&format!("operators[{index}].{field}"), message)
+            .into()),
+        None => Err(loaded
+            .error_at(
+                &format!("operators[{index}].aggregate"),
+                "a window operator needs an `aggregate` or a `plugin`",
+            )
+            .into()),
+    }
 }
 
 /// The memory budget of one instance of a keyed operator: `state_cache_mb`

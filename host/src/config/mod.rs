@@ -355,7 +355,21 @@ impl JoinConfig {
 pub struct AggregateConfig {
     /// `count`, `sum`, `min`, `max` or `avg`.
     pub function: crate::window::BuiltinFunction,
-    /// The numeric field (`price`, `a.b`, a JSON pointer); not for `count`.
+    /// The numeric field (`price`, `a.b`, a JSON pointer) or `length(field)`
+    /// of a string field; not for `count`.
+    pub field: Option<String>,
+}
+
+/// One of `aggregates = [..]` of a window operator: a named column of the
+/// window's result object.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedAggregateConfig {
+    /// The column's name in the result object.
+    pub name: String,
+    /// `count`, `sum`, `min`, `max` or `avg`.
+    pub function: crate::window::BuiltinFunction,
+    /// As [`AggregateConfig::field`].
     pub field: Option<String>,
 }
 
@@ -503,8 +517,14 @@ pub struct OperatorConfig {
     /// `{ sliding_ms = .., slide_ms = .. }` or `{ session_gap_ms = .. }`.
     pub window: Option<WindowConfig>,
     /// A window operator's built-in aggregate: `{ function = "count" }`, or
-    /// `sum`, `min`, `max`, `avg` with a numeric `field`.
+    /// `sum`, `min`, `max`, `avg` with a numeric `field` (or
+    /// `length(field)`); the window's result is its value.
     pub aggregate: Option<AggregateConfig>,
+    /// Several built-in aggregates in one window, each with a `name`
+    /// (`[{ name = "n", function = "count" }, { name = "total", function =
+    /// "sum", field = "amount" }]`): the result is an object of them.
+    #[serde(default)]
+    pub aggregates: Option<Vec<NamedAggregateConfig>>,
     /// Makes this an interval join of two streams (see [`JoinConfig`]).
     pub join: Option<JoinConfig>,
     /// A window operator's key: a field of the value (`user`, `a.b`, a JSON
@@ -549,6 +569,35 @@ pub struct OperatorConfig {
 }
 
 impl OperatorConfig {
+    /// The built-in aggregate this operator names (`aggregate` or
+    /// `aggregates`), if any; `Err((field, message))` when it is invalid,
+    /// `field` relative to the operator (`aggregate`, `aggregates`).
+    pub fn builtin_aggregate(
+        &self,
+    ) -> Option<Result<crate::window::BuiltinAggregate, (&'static str, String)>> {
+        match (&self.aggregate, &self.aggregates) {
+            (None, None) => None,
+            (Some(_), Some(_)) => Some(Err((
+                "aggregates",
+                "name either `aggregate` (one) or `aggregates` (several), not both".to_string(),
+            ))),
+            (Some(one), None) => Some(
+                crate::window::BuiltinAggregate::new(one.function, one.field.as_deref())
+                    .map_err(|message| ("aggregate", message)),
+            ),
+            (None, Some(several)) => {
+                let columns: Vec<_> = several
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.function, c.field.as_deref()))
+                    .collect();
+                Some(
+                    crate::window::BuiltinAggregate::columns(&columns)
+                        .map_err(|message| ("aggregates", message)),
+                )
+            }
+        }
+    }
+
     /// `config` as the string pairs a plugin's `init` receives: strings as
     /// they are, arrays joined with commas, other values in TOML syntax.
     pub fn plugin_config(&self) -> Vec<(String, String)> {
@@ -1214,7 +1263,15 @@ impl LoadedConfig {
                 })?;
                 continue;
             }
-            match (&operator.plugin, &operator.window, &operator.aggregate) {
+            let builtin = operator.builtin_aggregate();
+            if let Some(Err((field, message))) = &builtin {
+                return Err(self.error_at(&format!("operators[{index}].{field}"), message.clone()));
+            }
+            let builtin_field = match operator.aggregates {
+                Some(_) => "aggregates",
+                None => "aggregate",
+            };
+            match (&operator.plugin, &operator.window, &builtin) {
                 (Some(plugin), None, None) => {
                     let plugin = self.resolve_path(plugin);
                     if !plugin.exists() {
@@ -1227,16 +1284,9 @@ impl LoadedConfig {
                         ));
                     }
                 }
-                (None, Some(window), Some(aggregate)) => {
+                (None, Some(window), Some(_)) => {
                     window.spec().map_err(|message| {
                         self.error_at(&format!("operators[{index}].window"), message)
-                    })?;
-                    crate::window::BuiltinAggregate::new(
-                        aggregate.function,
-                        aggregate.field.as_deref(),
-                    )
-                    .map_err(|message| {
-                        self.error_at(&format!("operators[{index}].aggregate"), message)
                     })?;
                 }
                 (Some(plugin), Some(window), None) => {
@@ -1268,8 +1318,8 @@ impl LoadedConfig {
                 }
                 (_, None, Some(_)) => {
                     return Err(self.error_at(
-                        &format!("operators[{index}].aggregate"),
-                        "`aggregate` needs a `window`",
+                        &format!("operators[{index}].{builtin_field}"),
+                        format!("`{builtin_field}` needs a `window`"),
                     ));
                 }
                 (None, None, None) => {
@@ -1441,6 +1491,45 @@ blackhole = {}
             Some("operators[0].window"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn several_builtin_aggregates_parse_and_bad_ones_name_their_field() {
+        let operator = "[[operators]]\nname = \"w\"\nwindow = { tumbling_ms = 1000 }\n";
+        let good = format!(
+            "{GOOD}{operator}aggregates = [\n  {{ name = \"n\", function = \"count\" }},\n  {{ name = \"longest\", function = \"max\", field = \"length(note)\" }},\n]\n"
+        );
+        let loaded = parse(&good).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            loaded.config.operators[0].builtin_aggregate(),
+            Some(Ok(_))
+        ));
+        for (setting, message) in [
+            (
+                "aggregates = [{ name = \"n\", function = \"count\" }, { name = \"n\", function = \"count\" }]",
+                "used twice",
+            ),
+            (
+                "aggregates = [{ name = \"u\", function = \"max\", field = \"upper(note)\" }]",
+                "unknown function",
+            ),
+            ("aggregates = []", "empty"),
+            (
+                "aggregate = { function = \"count\" }\naggregates = [{ name = \"n\", function = \"count\" }]",
+                "not both",
+            ),
+        ] {
+            let error = parse(&format!("{GOOD}{operator}{setting}\n"))
+                .err()
+                .unwrap_or_else(|| panic!("{setting} accepted"));
+            assert_eq!(
+                error.field.as_deref(),
+                Some("operators[0].aggregates"),
+                "{error}"
+            );
+            assert!(error.line > GOOD.lines().count(), "{error}");
+            assert!(error.to_string().contains(message), "{setting}: {error}");
+        }
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! operator stores in its state: `create` an empty one, `add` records to it,
 //! `merge` two (when session windows merge), `finish` it into the result.
 //! [`BuiltinAggregate`] covers count / sum / min / max / avg over a numeric
-//! field; plugins implement the same four steps through the `aggregate` WIT
-//! world.
+//! field or the length of a string field (`length(note)`), one or several
+//! in one window (SQL's `COUNT(*), SUM(amount), MAX(LENGTH(note))`: every
+//! column from one parse of the record); plugins implement the same four
+//! steps through the `aggregate` WIT world.
 
 use super::fields::{FieldPath, FieldValue, extract};
 use crate::record::Record;
@@ -61,12 +63,90 @@ pub enum BuiltinFunction {
     Avg,
 }
 
-/// A built-in aggregate over one numeric field of JSON records.
+/// Built-in aggregates over fields of JSON records: one (its result is the
+/// window's result) or several named columns (the result is an object of
+/// them).
 #[derive(Debug, Clone)]
 pub struct BuiltinAggregate {
+    columns: Vec<Column>,
+    /// The result is an object of the columns by name (`aggregates = [..]`)
+    /// rather than the one column's value (`aggregate = {..}`).
+    named: bool,
+}
+
+/// One built-in function over one input.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
     function: BuiltinFunction,
-    field: Option<FieldPath>,
-    field_name: String,
+    input: Option<Input>,
+}
+
+/// What a column aggregates: a numeric field, or the length of a string
+/// field (in characters).
+#[derive(Debug, Clone)]
+enum Input {
+    Number { path: FieldPath, field: String },
+    Length { path: FieldPath, field: String },
+}
+
+impl Input {
+    /// `price`, `a.b`, `/a/b`, or `length(note)`.
+    fn parse(text: &str) -> Result<Input, String> {
+        let text = text.trim();
+        if let Some(open) = text.find('(') {
+            let (function, rest) = (text[..open].trim(), &text[open + 1..]);
+            let Some(inner) = rest.strip_suffix(')') else {
+                return Err(format!("`{text}`: a `(` without its `)`"));
+            };
+            let field = inner.trim().to_string();
+            if field.is_empty() {
+                return Err(format!("`{text}`: no field in the parentheses"));
+            }
+            return match function {
+                "length" => Ok(Input::Length {
+                    path: FieldPath::parse(&field),
+                    field,
+                }),
+                other => Err(format!(
+                    "`{text}`: unknown function `{other}` (a field, or `length(field)`)"
+                )),
+            };
+        }
+        if text.is_empty() {
+            return Err("empty `field`".to_string());
+        }
+        Ok(Input::Number {
+            path: FieldPath::parse(text),
+            field: text.to_string(),
+        })
+    }
+
+    fn path(&self) -> &FieldPath {
+        match self {
+            Input::Number { path, .. } | Input::Length { path, .. } => path,
+        }
+    }
+
+    /// The value to aggregate from the field's `found` value.
+    fn value(&self, found: Option<FieldValue>) -> Result<Number, String> {
+        match (self, found) {
+            (Input::Number { .. }, Some(FieldValue::Int(i))) => Ok(Number::Int(i)),
+            (Input::Number { .. }, Some(FieldValue::Float(f))) => Ok(Number::Float(f)),
+            (Input::Number { field, .. }, Some(other)) => {
+                Err(format!("field `{field}` is not a number (found {other:?})"))
+            }
+            (Input::Length { .. }, Some(FieldValue::Str(s))) => Ok(Number::Int(
+                i64::try_from(s.chars().count()).unwrap_or(i64::MAX),
+            )),
+            (Input::Length { field, .. }, Some(other)) => Err(format!(
+                "field `{field}` is not a string (found {other:?}), so it has no length"
+            )),
+            (Input::Number { field, .. } | Input::Length { field, .. }, None) => {
+                Err(format!("field `{field}` is missing"))
+            }
+        }
+    }
 }
 
 /// A number as aggregated: exact while it is an integer.
@@ -164,64 +244,99 @@ impl Accumulator {
 }
 
 impl BuiltinAggregate {
-    /// `function` over `field` (`count` needs none).
+    /// `function` over `field` (`count` needs none): the window's result
+    /// is the function's value.
     pub fn new(function: BuiltinFunction, field: Option<&str>) -> Result<Self, String> {
-        if function != BuiltinFunction::Count && field.is_none() {
-            return Err(format!("aggregate {function:?} needs a `field`").to_lowercase());
-        }
         Ok(BuiltinAggregate {
-            function,
-            field: field.map(FieldPath::parse),
-            field_name: field.unwrap_or_default().to_string(),
+            columns: vec![Column::new(String::new(), function, field)?],
+            named: false,
         })
     }
 
-    fn value_of(&self, record: &Record) -> Result<Option<Number>, String> {
-        let Some(path) = &self.field else {
-            return Ok(None);
-        };
-        let field = &self.field_name;
-        match extract(&record.value, &[path])?.pop().flatten() {
-            Some(FieldValue::Int(i)) => Ok(Some(Number::Int(i))),
-            Some(FieldValue::Float(f)) => Ok(Some(Number::Float(f))),
-            Some(other) => Err(format!("field `{field}` is not a number (found {other:?})")),
-            None => Err(format!("field `{field}` is missing")),
+    /// Several functions in one window, each as `(name, function, field)`:
+    /// the window's result is an object of their values by name.
+    pub fn columns(columns: &[(&str, BuiltinFunction, Option<&str>)]) -> Result<Self, String> {
+        if columns.is_empty() {
+            return Err("`aggregates` is empty: name at least one".to_string());
+        }
+        let mut built: Vec<Column> = Vec::with_capacity(columns.len());
+        for (index, &(name, function, field)) in columns.iter().enumerate() {
+            if name.is_empty() {
+                return Err(format!("aggregates[{index}]: `name` is empty"));
+            }
+            if built.iter().any(|column| column.name == name) {
+                return Err(format!(
+                    "aggregates[{index}]: the name `{name}` is used twice"
+                ));
+            }
+            let column = Column::new(name.to_string(), function, field)
+                .map_err(|message| format!("aggregates[{index}] (`{name}`): {message}"))?;
+            built.push(column);
+        }
+        Ok(BuiltinAggregate {
+            columns: built,
+            named: true,
+        })
+    }
+
+    /// Each column's value of `record` (`None`: the column counts records),
+    /// from one parse of the value.
+    fn values_of(&self, record: &Record) -> Result<Vec<Option<Number>>, String> {
+        let paths: Vec<&FieldPath> = self
+            .columns
+            .iter()
+            .filter_map(|column| column.input.as_ref().map(Input::path))
+            .collect();
+        let mut found = if paths.is_empty() {
+            Vec::new()
+        } else {
+            extract(&record.value, &paths)?
+        }
+        .into_iter();
+        self.columns
+            .iter()
+            .map(|column| match &column.input {
+                None => Ok(None),
+                Some(input) => input.value(found.next().flatten()).map(Some),
+            })
+            .collect()
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Vec<Accumulator> {
+        if self.named {
+            let mut accumulators: Vec<Accumulator> =
+                postcard::from_bytes(bytes).unwrap_or_default();
+            accumulators.resize_with(self.columns.len(), Accumulator::default);
+            accumulators
+        } else {
+            vec![Accumulator::decode(bytes)]
+        }
+    }
+
+    /// One column's accumulator is stored as it always was; several as a
+    /// list.
+    fn encode(&self, accumulators: &[Accumulator]) -> Vec<u8> {
+        match (self.named, accumulators) {
+            (false, [one]) => one.encode(),
+            _ => postcard::to_allocvec(accumulators).unwrap_or_default(),
         }
     }
 }
 
-impl Aggregator for BuiltinAggregate {
-    fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
-        Ok(Accumulator::default().encode())
-    }
-
-    fn add(
-        &mut self,
-        accumulator: &mut Vec<u8>,
-        records: &[&Record],
-    ) -> Result<Vec<(usize, String)>, AggregateError> {
-        let mut acc = Accumulator::decode(accumulator);
-        let mut rejected = Vec::new();
-        for (index, record) in records.iter().enumerate() {
-            match self.value_of(record) {
-                Ok(Some(value)) => acc.add(value),
-                Ok(None) => acc.count += 1,
-                Err(reason) => rejected.push((index, reason)),
-            }
+impl Column {
+    fn new(name: String, function: BuiltinFunction, field: Option<&str>) -> Result<Self, String> {
+        if function != BuiltinFunction::Count && field.is_none() {
+            return Err(format!("aggregate {function:?} needs a `field`").to_lowercase());
         }
-        *accumulator = acc.encode();
-        Ok(rejected)
+        Ok(Column {
+            name,
+            function,
+            input: field.map(Input::parse).transpose()?,
+        })
     }
 
-    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
-        Ok(Accumulator::decode(a)
-            .merge(&Accumulator::decode(b))
-            .encode())
-    }
-
-    fn finish(&mut self, accumulator: &[u8]) -> Result<Value, AggregateError> {
-        let acc = Accumulator::decode(accumulator);
-        Ok(match self.function {
+    fn finish(&self, acc: &Accumulator) -> Value {
+        match self.function {
             BuiltinFunction::Count => Value::from(acc.count),
             BuiltinFunction::Sum => acc.sum(),
             BuiltinFunction::Min => acc.min.map_or(Value::Null, Number::json),
@@ -230,6 +345,190 @@ impl Aggregator for BuiltinAggregate {
             BuiltinFunction::Avg => {
                 Value::from((acc.int_sum as f64 + acc.float_sum) / acc.count as f64)
             }
-        })
+        }
+    }
+}
+
+impl Aggregator for BuiltinAggregate {
+    fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
+        Ok(self.encode(&vec![Accumulator::default(); self.columns.len()]))
+    }
+
+    fn add(
+        &mut self,
+        accumulator: &mut Vec<u8>,
+        records: &[&Record],
+    ) -> Result<Vec<(usize, String)>, AggregateError> {
+        let mut accumulators = self.decode(accumulator);
+        let mut rejected = Vec::new();
+        for (index, record) in records.iter().enumerate() {
+            // A record missing any column's input counts in none of them.
+            match self.values_of(record) {
+                Ok(values) => {
+                    for (acc, value) in accumulators.iter_mut().zip(values) {
+                        match value {
+                            Some(value) => acc.add(value),
+                            None => acc.count += 1,
+                        }
+                    }
+                }
+                Err(reason) => rejected.push((index, reason)),
+            }
+        }
+        *accumulator = self.encode(&accumulators);
+        Ok(rejected)
+    }
+
+    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
+        let merged: Vec<Accumulator> = self
+            .decode(a)
+            .iter()
+            .zip(&self.decode(b))
+            .map(|(a, b)| a.merge(b))
+            .collect();
+        Ok(self.encode(&merged))
+    }
+
+    fn finish(&mut self, accumulator: &[u8]) -> Result<Value, AggregateError> {
+        let accumulators = self.decode(accumulator);
+        if !self.named {
+            return Ok(self.columns[0].finish(&accumulators[0]));
+        }
+        Ok(Value::Object(
+            self.columns
+                .iter()
+                .zip(&accumulators)
+                .map(|(column, acc)| (column.name.clone(), column.finish(acc)))
+                .collect(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Record, SourcePosition};
+
+    fn record(json: &str) -> Record {
+        let source = SourcePosition {
+            topic: "test".into(),
+            partition: 0,
+            offset: 0,
+        };
+        Record::from_value(json.as_bytes().to_vec(), source)
+    }
+
+    fn run(aggregate: &mut BuiltinAggregate, values: &[&str]) -> (Value, Vec<(usize, String)>) {
+        let records: Vec<Record> = values.iter().map(|v| record(v)).collect();
+        let refs: Vec<&Record> = records.iter().collect();
+        let mut acc = aggregate.create().expect("create");
+        let rejected = aggregate.add(&mut acc, &refs).expect("add");
+        (aggregate.finish(&acc).expect("finish"), rejected)
+    }
+
+    #[test]
+    fn several_columns_come_from_one_window_as_an_object() {
+        let mut aggregate = BuiltinAggregate::columns(&[
+            ("n", BuiltinFunction::Count, None),
+            ("total", BuiltinFunction::Sum, Some("amount")),
+            ("largest", BuiltinFunction::Max, Some("amount")),
+            ("longest_note", BuiltinFunction::Max, Some("length(note)")),
+            (
+                "shortest_note",
+                BuiltinFunction::Min,
+                Some("length( note )"),
+            ),
+        ])
+        .expect("columns");
+        let (result, rejected) = run(
+            &mut aggregate,
+            &[
+                r#"{"amount": 3, "note": "héllo"}"#,
+                r#"{"amount": 9, "note": ""}"#,
+                r#"{"amount": 2, "note": "a longer note"}"#,
+            ],
+        );
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(
+            result,
+            serde_json::json!({"n": 3, "total": 14, "largest": 9, "longest_note": 13, "shortest_note": 0})
+        );
+    }
+
+    #[test]
+    fn a_record_missing_one_column_counts_in_none_and_says_why() {
+        let mut aggregate = BuiltinAggregate::columns(&[
+            ("n", BuiltinFunction::Count, None),
+            ("chars", BuiltinFunction::Sum, Some("length(name)")),
+        ])
+        .expect("columns");
+        let (result, rejected) = run(
+            &mut aggregate,
+            &[r#"{"name": "ab"}"#, r#"{"other": 1}"#, r#"{"name": 7}"#],
+        );
+        assert_eq!(result, serde_json::json!({"n": 1, "chars": 2}));
+        assert_eq!(rejected.len(), 2);
+        assert_eq!(rejected[0].0, 1);
+        assert!(rejected[0].1.contains("`name` is missing"), "{rejected:?}");
+        assert!(rejected[1].1.contains("not a string"), "{rejected:?}");
+    }
+
+    #[test]
+    fn merged_accumulators_equal_one_accumulator_over_all_records() {
+        let columns = [
+            ("n", BuiltinFunction::Count, None),
+            ("avg", BuiltinFunction::Avg, Some("x")),
+            ("min", BuiltinFunction::Min, Some("x")),
+        ];
+        let mut aggregate = BuiltinAggregate::columns(&columns).expect("columns");
+        let values = [
+            r#"{"x": 4}"#,
+            r#"{"x": 1.5}"#,
+            r#"{"x": -2}"#,
+            r#"{"x": 8}"#,
+        ];
+        let records: Vec<Record> = values.iter().map(|v| record(v)).collect();
+        let (mut a, mut b) = (aggregate.create().unwrap(), aggregate.create().unwrap());
+        aggregate.add(&mut a, &[&records[0], &records[1]]).unwrap();
+        aggregate.add(&mut b, &[&records[2], &records[3]]).unwrap();
+        let merged = aggregate.merge(&a, &b).unwrap();
+        let (whole, _) = run(&mut aggregate, &values);
+        assert_eq!(aggregate.finish(&merged).unwrap(), whole);
+        assert_eq!(whole, serde_json::json!({"n": 4, "avg": 2.875, "min": -2}));
+    }
+
+    #[test]
+    fn one_unnamed_aggregate_keeps_its_scalar_result_and_state_format() {
+        let mut aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("x")).unwrap();
+        let (result, _) = run(&mut aggregate, &[r#"{"x": 2}"#, r#"{"x": 5}"#]);
+        assert_eq!(result, serde_json::json!(7));
+        // Accumulators stored before several columns existed still read.
+        let old = Accumulator {
+            count: 2,
+            int_sum: 7,
+            ..Accumulator::default()
+        }
+        .encode();
+        assert_eq!(aggregate.finish(&old).unwrap(), serde_json::json!(7));
+    }
+
+    #[test]
+    fn bad_columns_are_refused_with_the_reason() {
+        let error = |columns: &[(&str, BuiltinFunction, Option<&str>)]| {
+            BuiltinAggregate::columns(columns).expect_err("refused")
+        };
+        assert!(error(&[]).contains("empty"));
+        assert!(
+            error(&[
+                ("a", BuiltinFunction::Count, None),
+                ("a", BuiltinFunction::Count, None)
+            ])
+            .contains("used twice")
+        );
+        assert!(error(&[("s", BuiltinFunction::Sum, None)]).contains("needs a `field`"));
+        assert!(
+            error(&[("u", BuiltinFunction::Max, Some("upper(name)"))]).contains("unknown function")
+        );
+        assert!(error(&[("u", BuiltinFunction::Max, Some("length(name"))]).contains("without its"));
     }
 }

@@ -18,6 +18,12 @@ pub enum FieldValue {
     Other(Value),
 }
 
+/// The first byte of a window key taken from a field that is not a string:
+/// the key is this byte and the value's JSON text. It never starts UTF-8
+/// text, so a string key (its UTF-8 bytes) cannot be mistaken for one, and
+/// `42` and `"42"` are different keys.
+const TYPED_KEY_MARKER: u8 = 0xFF;
+
 impl FieldValue {
     /// The key bytes this value stands for: a string's UTF-8, else its JSON.
     pub fn key_bytes(&self) -> Vec<u8> {
@@ -27,6 +33,39 @@ impl FieldValue {
             FieldValue::Float(f) => Value::from(*f).to_string().into_bytes(),
             FieldValue::Other(v) => v.to_string().into_bytes(),
         }
+    }
+
+    /// The key bytes of a window keyed by this field value, keeping its
+    /// JSON type: a string's UTF-8; any other value as a marker byte and
+    /// its JSON text ([`typed_key_json`] gives the value back).
+    pub fn typed_key_bytes(&self) -> Vec<u8> {
+        match self {
+            FieldValue::Str(s) => s.as_bytes().to_vec(),
+            other => {
+                let mut key = vec![TYPED_KEY_MARKER];
+                key.extend_from_slice(&other.key_bytes());
+                key
+            }
+        }
+    }
+}
+
+/// The JSON value of a key made by [`FieldValue::typed_key_bytes`]: a
+/// number stays a number. Other keys are strings (UTF-8, lossy).
+pub fn typed_key_json(key: &[u8]) -> Value {
+    match key.split_first() {
+        Some((&TYPED_KEY_MARKER, json)) => serde_json::from_slice(json)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(json).into_owned())),
+        _ => Value::String(String::from_utf8_lossy(key).into_owned()),
+    }
+}
+
+/// A key made by [`FieldValue::typed_key_bytes`] as a record key: the
+/// string's bytes or the value's JSON text, without the marker.
+pub fn typed_key_record_bytes(key: &[u8]) -> &[u8] {
+    match key.split_first() {
+        Some((&TYPED_KEY_MARKER, json)) => json,
+        _ => key,
     }
 }
 

@@ -2,7 +2,7 @@
 //! by the watermark; allowed lateness; late output.
 
 use super::aggregate::{AggregateError, Aggregator};
-use super::fields::{FieldPath, extract};
+use super::fields::{FieldPath, extract, typed_key_json, typed_key_record_bytes};
 use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
@@ -67,8 +67,9 @@ impl WindowOperatorOptions {
 /// What a window firing emits (as the JSON value of the output record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WindowResult {
-    /// The key (UTF-8, lossy).
-    pub key: String,
+    /// The key: with `key_field`, the field's JSON value (a number stays a
+    /// number); otherwise the record key as a string (UTF-8, lossy).
+    pub key: serde_json::Value,
     /// Window start, ms.
     pub window_start: i64,
     /// Window end (exclusive), ms.
@@ -83,8 +84,9 @@ pub struct WindowResult {
     pub seq: u64,
 }
 
-/// The key of `record`: the value's field at `path`, or the record key
-/// (records without one share the empty key) when there is no path.
+/// The key of `record`: the value's field at `path` (typed: see
+/// [`super::fields::FieldValue::typed_key_bytes`]), or the record key (records without
+/// one share the empty key) when there is no path.
 /// `Ok(None)`: the field is missing; `Err`: the value cannot be read.
 fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, String> {
     match path {
@@ -98,7 +100,7 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
         Some(path) => Ok(extract(&record.value, &[path])?
             .pop()
             .flatten()
-            .map(|value| value.key_bytes())),
+            .map(|value| value.typed_key_bytes())),
     }
 }
 
@@ -283,8 +285,15 @@ impl WindowOperator {
             Ok(None) => return Ok(()),
             Err(error) => return Err(DataflowError::operator(name, error)),
         };
+        let (key_json, record_key) = match self.key_path {
+            Some(_) => (typed_key_json(key), typed_key_record_bytes(key)),
+            None => (
+                serde_json::Value::String(String::from_utf8_lossy(key).into_owned()),
+                key,
+            ),
+        };
         let result = WindowResult {
-            key: String::from_utf8_lossy(key).into_owned(),
+            key: key_json,
             window_start: window.start,
             window_end: window.end,
             result: finished.map_err(|e| self.aggregate_error(e))?,
@@ -296,7 +305,7 @@ impl WindowOperator {
         }
         let value = serde_json::to_vec(&result).unwrap_or_default();
         let record = Record {
-            key: (!key.is_empty()).then(|| bytes::Bytes::copy_from_slice(key)),
+            key: (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key)),
             value: value.into(),
             headers: Vec::new(),
             event_time: Some(window.max_timestamp()),

@@ -1,7 +1,7 @@
 /*
  * hot-items (C): Nexmark q5, second stage, as a window aggregate: per window
  * end, the auctions with the most bids. Input: the first stage's window
- * results ({"key": "<auction>", "window_end": .., "result": <count>, ...});
+ * results ({"key": <auction>, "window_end": .., "result": <count>, ...});
  * output: {"window_end": .., "bids": <max count>, "auctions": [<auction
  * ids with that count, ascending>]}. Same results as plugins/hot-items
  * (Rust).
@@ -109,7 +109,10 @@ bool sluice_aggregate_add(sluice_buf *accumulator, const sluice_record *record, 
   size_t result = ok ? sluice_json_get(&json, 0, "result") : 0;
   uint64_t auction = 0, bids = 0;
   int64_t end = 0;
-  if (ok && (key == 0 || json.tokens[key].type != SLUICE_JSON_STRING || !parse_auction(&json, key, &auction))) {
+  /* A numeric key, or digits in a string. */
+  bool key_ok = key != 0 && (json.tokens[key].type == SLUICE_JSON_STRING ? parse_auction(&json, key, &auction)
+                                                                          : sluice_json_u64(&json, key, &auction));
+  if (ok && !key_ok) {
     sluice_buf_push_str(reason, "auction key is not a number");
     ok = false;
   }

@@ -2,8 +2,8 @@
 //! each sliding window.
 //!
 //! Input: the results of a window operator counting bids per auction over
-//! sliding windows (`{"key": "<auction>", "window_end": .., "result":
-//! <count>, ...}`), grouped by `window_end` in a tumbling window of the
+//! sliding windows (`{"key": <auction>, "window_end": .., "result":
+//! <count>, ...}`; a key of digits in a string is read too), grouped by `window_end` in a tumbling window of the
 //! slide's length. Output: `{"window_end": .., "bids": <max count>,
 //! "auctions": [<auction ids with that count, ascending>]}`.
 
@@ -12,10 +12,24 @@ use sluice_sdk::{Aggregate, Config, Record, export_aggregate};
 
 /// A first-stage window result (the fields q5 reads).
 #[derive(Deserialize)]
-struct Counted<'a> {
-    key: &'a str,
+struct Counted {
+    key: serde_json::Value,
     window_end: i64,
     result: u64,
+}
+
+/// The auction id of a window result's key: a number, or digits in a
+/// string.
+fn auction_of(key: &serde_json::Value) -> Result<u64, String> {
+    match key {
+        serde_json::Value::Number(number) => number
+            .as_u64()
+            .ok_or_else(|| format!("auction key {number} is not an unsigned integer")),
+        serde_json::Value::String(text) => text
+            .parse()
+            .map_err(|e| format!("auction key {text:?} is not a number: {e}")),
+        other => Err(format!("auction key {other} is not a number")),
+    }
 }
 
 /// The leaders so far.
@@ -52,11 +66,8 @@ impl Aggregate for HotItems {
     }
 
     fn add(&mut self, leaders: &mut Leaders, record: &Record<'_>) -> Result<(), String> {
-        let counted: Counted<'_> = record.value_json()?;
-        let auction: u64 = counted
-            .key
-            .parse()
-            .map_err(|e| format!("auction key {:?} is not a number: {e}", counted.key))?;
+        let counted: Counted = record.value_json()?;
+        let auction = auction_of(&counted.key)?;
         leaders.window_end = leaders.window_end.max(counted.window_end);
         leaders.offer(counted.result, &[auction]);
         Ok(())

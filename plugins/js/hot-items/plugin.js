@@ -1,6 +1,6 @@
 // hot-items (JavaScript): Nexmark q5, second stage, as a window aggregate:
 // per window end, the auctions with the most bids. Input: the first stage's
-// window results (`{"key": "<auction>", "window_end": .., "result": <count>,
+// window results (`{"key": <auction>, "window_end": .., "result": <count>,
 // ...}`); output: `{"window_end": .., "bids": <max count>, "auctions":
 // [<auction ids with that count, ascending>]}`. Same results as
 // plugins/hot-items (Rust).
@@ -13,12 +13,16 @@ const big = (value) => (typeof value === "bigint" ? value : value.bigint());
 const I64 = [-(2n ** 63n), 2n ** 63n - 1n];
 const U64 = [0n, 2n ** 64n - 1n];
 
-function integer(counted, name, [min, max]) {
+function integer(counted, name, [min, max], digitStrings = false) {
   const value = counted.get(name);
-  if (!(value instanceof JsonNumber) || !value.isInteger) {
+  let exact;
+  if (value instanceof JsonNumber && value.isInteger) {
+    exact = value.bigint();
+  } else if (digitStrings && typeof value === "string" && /^\+?[0-9]+$/.test(value)) {
+    exact = BigInt(value.replace(/^\+/, ""));
+  } else {
     throw new RecordError(`field \`${name}\` must be an integer`);
   }
-  const exact = value.bigint();
   if (exact < min || exact > max) throw new RecordError(`field \`${name}\` is out of range`);
   return exact;
 }
@@ -51,12 +55,7 @@ class HotItems extends Aggregate {
   add(leaders, record) {
     const counted = record.json();
     if (!(counted instanceof Map)) throw new RecordError("a window result must be a JSON object");
-    const key = counted.get("key");
-    if (typeof key !== "string" || !/^\+?[0-9]+$/.test(key)) {
-      throw new RecordError(`auction key ${JSON.stringify(key)} is not a number`);
-    }
-    const auction = BigInt(key.replace(/^\+/, ""));
-    if (auction > U64[1]) throw new RecordError(`auction key ${JSON.stringify(key)} is out of range`);
+    const auction = integer(counted, "key", U64, /* digits in a string too */ true);
     const windowEnd = integer(counted, "window_end", I64);
     const bids = integer(counted, "result", U64);
     if (windowEnd > big(leaders.get("window_end"))) leaders.set("window_end", windowEnd);

@@ -1,6 +1,6 @@
 """hot-items (Python): Nexmark q5, second stage, as a window aggregate: per
 window end, the auctions with the most bids. Input: the first stage's
-window results (``{"key": "<auction>", "window_end": .., "result": <count>,
+window results (``{"key": <auction>, "window_end": .., "result": <count>,
 ...}``); output: ``{"window_end": .., "bids": <max count>, "auctions":
 [<auction ids with that count, ascending>]}``. Same results as
 ``plugins/hot-items`` (Rust)."""
@@ -43,10 +43,14 @@ class HotItems(sluice.Aggregate):
         if not isinstance(counted, dict):
             raise sluice.RecordError("a window result must be a JSON object")
         key = counted.get("key")
-        digits = key[1:] if isinstance(key, str) and key.startswith("+") else key
-        if not isinstance(key, str) or not (digits.isascii() and digits.isdigit()):
-            raise sluice.RecordError(f"auction key {key!r} is not a number")
-        auction = int(digits)
+        if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+            auction = key
+        else:
+            # A key of digits in a string is read too.
+            digits = key[1:] if isinstance(key, str) and key.startswith("+") else key
+            if not isinstance(key, str) or not (digits.isascii() and digits.isdigit()):
+                raise sluice.RecordError(f"auction key {key!r} is not a number")
+            auction = int(digits)
         if auction > _U64[1]:
             raise sluice.RecordError(f"auction key {key!r} is out of range")
         window_end = _integer(counted, "window_end", _I64)

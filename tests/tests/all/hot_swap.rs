@@ -318,7 +318,8 @@ fn window_results(dir: &std::path::Path) -> Vec<(String, i64, u64, i64, u64)> {
         .map(|line| {
             let r: serde_json::Value = serde_json::from_str(line).unwrap();
             (
-                r["key"].as_str().unwrap_or_default().to_string(),
+                // A numeric key field: the key is a JSON number.
+                r["key"].as_u64().expect("a numeric key").to_string(),
                 r["window_end"].as_i64().unwrap_or_default(),
                 r["result"]["count"].as_u64().unwrap_or_default(),
                 r["result"]["sum"].as_i64().unwrap_or_default(),

@@ -199,7 +199,8 @@ fn q11_sessions_count_every_bid_once_and_are_separated_by_the_gap() {
             .iter()
             .map(|r| {
                 (
-                    r["key"].as_str().unwrap().parse().unwrap(),
+                    // The bidder field is a number: so is the key.
+                    r["key"].as_u64().unwrap(),
                     r["window_start"].as_i64().unwrap(),
                     r["window_end"].as_i64().unwrap(),
                     r["result"].as_u64().unwrap(),

@@ -169,7 +169,7 @@ fn outcome(out: Collector) -> Outcome {
 /// A model result: the sum of a window's values.
 fn result(key: u8, window: Window, values: &[i64], seq: u64) -> WindowResult {
     WindowResult {
-        key: format!("k{key}"),
+        key: json!(format!("k{key}")),
         window_start: window.start,
         window_end: window.end,
         result: json!(values.iter().sum::<i64>()),
@@ -258,7 +258,7 @@ fn latest(results: &[WindowResult]) -> BTreeMap<(String, i64, i64), serde_json::
     let mut latest = BTreeMap::new();
     for r in results {
         latest.insert(
-            (r.key.clone(), r.window_start, r.window_end),
+            (r.key.to_string(), r.window_start, r.window_end),
             r.result.clone(),
         );
     }
@@ -499,7 +499,7 @@ fn sessions_merge_and_fire_after_the_gap() {
             .iter()
             .map(|r| {
                 (
-                    r.key.clone(),
+                    r.key.as_str().unwrap_or_default().to_string(),
                     r.window_start,
                     r.window_end,
                     r.result.clone(),
@@ -663,4 +663,156 @@ fn a_state_directory_keeps_its_number_of_key_groups() {
     let text = error.to_string();
     assert!(text.contains("pipeline.max_parallelism"), "{text}");
     assert!(text.contains("128 key groups"), "{text}");
+}
+
+/// A window keyed by a field gives the key back with its JSON type: a
+/// numeric field's key is a number, `42` and `"42"` are different keys, and
+/// the output record's key is the value's text (no marker).
+#[test]
+fn window_results_keep_the_json_type_of_the_key_field() {
+    let store = MemoryStateBackend::default()
+        .open(&OperatorScope::new("t", "p", "window"), None)
+        .unwrap();
+    let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
+    options.key_field = Some("k".into());
+    let aggregate = BuiltinAggregate::new(BuiltinFunction::Count, None).unwrap();
+    let mut operator = WindowOperator::new(
+        options,
+        Box::new(aggregate),
+        store,
+        OperatorMetrics::new("window"),
+    )
+    .unwrap();
+    let mut out = Collector::default();
+    let position = SourcePosition {
+        topic: "events".into(),
+        partition: 0,
+        offset: 0,
+    };
+    let mut records = Vec::new();
+    for (time, value) in [
+        (1, r#"{"k":42}"#),
+        (2, r#"{"k":42}"#),
+        (3, r#"{"k":"42"}"#),
+        (4, r#"{"k":1.5}"#),
+        (5, r#"{"k":true}"#),
+    ] {
+        let mut record = Record::from_value(value, position.clone());
+        record.event_time = Some(time);
+        records.push(record);
+    }
+    operator.process_batch(records, &mut out).unwrap();
+    operator.on_watermark(i64::MAX, &mut out).unwrap();
+    let mut got: Vec<(serde_json::Value, u64, Option<Vec<u8>>)> = out
+        .main
+        .iter()
+        .map(|r| {
+            let result: WindowResult = serde_json::from_slice(&r.value).unwrap();
+            let count = result.result.as_u64().unwrap();
+            (result.key, count, r.key.as_ref().map(|k| k.to_vec()))
+        })
+        .collect();
+    got.sort_by_key(|(key, _, _)| key.to_string());
+    assert_eq!(
+        got,
+        vec![
+            (json!("42"), 1, Some(b"42".to_vec())),
+            (json!(1.5), 1, Some(b"1.5".to_vec())),
+            (json!(42), 2, Some(b"42".to_vec())),
+            (json!(true), 1, Some(b"true".to_vec())),
+        ]
+    );
+}
+
+/// `aggregates` through a pipeline file: count, sum, max and the length of
+/// a string field per numeric key and tumbling window, from a JSON-lines
+/// file, against a model computed here; a record without the string field
+/// goes to the dead-letter output and counts in no column.
+#[test]
+fn several_builtin_aggregates_in_one_window_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("orders.jsonl");
+    let output = dir.path().join("windows.jsonl");
+    let dead = dir.path().join("dead.jsonl");
+    let notes = ["", "short", "a longer note", "héllo wörld"];
+    let mut text = String::new();
+    let mut model: BTreeMap<(u64, i64), (u64, i64, i64, u64)> = BTreeMap::new();
+    for i in 0..2_000u64 {
+        let (user, t, amount) = (i % 7, (i * 37 % 5_000) as i64, (i % 13) as i64 - 3);
+        if i % 101 == 0 {
+            text.push_str(&format!(
+                "{{\"user\":{user},\"t\":{t},\"amount\":{amount}}}\n"
+            ));
+            continue;
+        }
+        let note = notes[(i % 4) as usize];
+        text.push_str(&format!(
+            "{{\"user\":{user},\"t\":{t},\"amount\":{amount},\"note\":{note:?}}}\n"
+        ));
+        let entry = model
+            .entry((user, t - t % 1_000))
+            .or_insert((0, 0, i64::MIN, 0));
+        entry.0 += 1;
+        entry.1 += amount;
+        entry.2 = entry.2.max(amount);
+        entry.3 = entry.3.max(note.chars().count() as u64);
+    }
+    std::fs::write(&input, text).unwrap();
+    let pipeline = format!(
+        r#"
+[pipeline]
+name = "several-aggregates"
+max_out_of_orderness_ms = 5000
+
+[source.file]
+path = "{}"
+timestamp_field = "t"
+
+[[operators]]
+name = "per-user"
+window = {{ tumbling_ms = 1000 }}
+key_field = "user"
+aggregates = [
+  {{ name = "orders", function = "count" }},
+  {{ name = "total", function = "sum", field = "amount" }},
+  {{ name = "largest", function = "max", field = "amount" }},
+  {{ name = "longest_note", function = "max", field = "length(note)" }},
+]
+
+[sink.file]
+path = "{}"
+
+[dead_letter.file]
+path = "{}"
+"#,
+        input.display(),
+        output.display(),
+        dead.display()
+    );
+    let (_, snapshot) =
+        sluice_tests::run_pipeline_to_end(&pipeline, std::time::Duration::from_secs(60));
+    assert_eq!(snapshot.dead_letters, 20, "{snapshot:?}");
+    let mut got: BTreeMap<(u64, i64), (u64, i64, i64, u64)> = BTreeMap::new();
+    for line in std::fs::read_to_string(&output).unwrap().lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = r["key"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a numeric key: {line}"));
+        let c = &r["result"];
+        got.insert(
+            (key, r["window_start"].as_i64().unwrap()),
+            (
+                c["orders"].as_u64().unwrap(),
+                c["total"].as_i64().unwrap(),
+                c["largest"].as_i64().unwrap(),
+                c["longest_note"].as_u64().unwrap(),
+            ),
+        );
+    }
+    assert_eq!(got, model);
+    let dead_letters = std::fs::read_to_string(&dead).unwrap();
+    assert!(
+        dead_letters.contains("field `note` is missing"),
+        "{dead_letters}"
+    );
 }
