@@ -7,7 +7,11 @@
 #    the server uses in 30 s with all of them idle.
 # 2. Neighbour impact: tenant B's pipeline (1,000,000 generated orders ->
 #    pii-redact -> blackhole) alone, then beside tenant A's busy-looping and
-#    memory-bombing plugins (A limited to 0.25 CPU).
+#    memory-bombing plugins (A limited to NOISY_CPU cores, default 0.25), alternating for
+#    NEIGHBOUR_ROUNDS rounds (default 3).
+#
+#   benches/serve.sh                 # both
+#   SKIP_IDLE=1 benches/serve.sh     # the neighbour rounds only
 #
 # Needs the dev services (scripts/dev-services.sh up).
 #   benches/serve.sh
@@ -23,11 +27,14 @@ server="http://127.0.0.1:$port"
 cleanup() { [ -n "${serve_pid:-}" ] && kill "$serve_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-"$sluice" serve --state-dir "$work/state" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
-serve_pid=$!
-until grep -q "listening on" "$work/serve.log" 2>/dev/null; do sleep 0.2; done
-admin=$(sed -n 's/.*stored hashed): //p' "$work/serve.log" | head -1)
 
+start_server() { # a fresh server on $port; sets serve_pid and admin
+  rm -rf "$work/state"
+  "$sluice" serve --state-dir "$work/state" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
+  serve_pid=$!
+  until grep -q "listening on" "$work/serve.log" 2>/dev/null; do sleep 0.2; done
+  admin=$(sed -n 's/.*stored hashed): //p' "$work/serve.log" | head -1)
+}
 status_field() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$serve_pid/status"; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$serve_pid/stat"; }
 hz=$(getconf CLK_TCK)
@@ -52,7 +59,9 @@ state_of() { # token pipeline
     | "$python" -c 'import json,sys; print(json.load(sys.stdin)["state"])'
 }
 
+if [ "${SKIP_IDLE:-0}" != 1 ]; then
 # --- 1. idle pipelines ---------------------------------------------------
+start_server
 idle_topic="serve-idle-$RANDOM"
 produce "$idle_topic" "warm-up" 1
 rss_before=$(status_field VmRSS); threads_before=$(status_field Threads)
@@ -137,15 +146,13 @@ EOF
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 unset serve_pid
 
+fi
+
 # --- 2. neighbour impact -------------------------------------------------
-rm -rf "$work/state"
-"$sluice" serve --state-dir "$work/state" --listen "127.0.0.1:$port" 2>"$work/serve.log" &
-serve_pid=$!
-until grep -q "listening on" "$work/serve.log" 2>/dev/null; do sleep 0.2; done
-admin=$(sed -n 's/.*stored hashed): //p' "$work/serve.log" | head -1)
+start_server
 quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
   | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores 0.25 --server "$server" --json \
+noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores "${NOISY_CPU:-0.25}" --server "$server" --json \
   | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 
 run_quiet() { # name -> "records seconds cpu_seconds"
@@ -172,18 +179,21 @@ EOF
 }
 # A first run builds and compiles the plugin: not measured.
 read -r _ _ _ < <(run_quiet warm-up)
-read -r n alone_s alone_ticks < <(run_quiet alone)
+declare -A noisy_topic
 for kind in loop alloc; do
-  topic="serve-$kind-$RANDOM"
-  produce "$topic" "$kind" 200000
-  cat > "$work/n.toml" <<EOF
+  noisy_topic[$kind]="serve-$kind-$RANDOM"
+  produce "${noisy_topic[$kind]}" "$kind" 200000
+done
+noisy_up() { # round: deploys A's two hostile pipelines (fresh consumer groups)
+  for kind in loop alloc; do
+    cat > "$work/n.toml" <<EOF
 [pipeline]
-name = "$kind"
+name = "$kind-$1"
 
 [source.kafka]
 bootstrap_servers = "127.0.0.1:9092"
-topics = ["$topic"]
-group_id = "$topic"
+topics = ["${noisy_topic[$kind]}"]
+group_id = "${noisy_topic[$kind]}-$1"
 
 [[operators]]
 name = "hostile"
@@ -195,16 +205,36 @@ memory_limit_mb = 16
 
 [dead_letter.blackhole]
 EOF
-  SLUICE_TOKEN="$noisy" "$sluice" deploy "$work/n.toml" --server "$server" >/dev/null
-done
-sleep 5
-read -r n beside_s beside_ticks < <(run_quiet beside)
+    SLUICE_TOKEN="$noisy" "$sluice" deploy "$work/n.toml" --server "$server" >/dev/null
+  done
+  # Until both are faulting (their plugins running), not a fixed wait.
+  until [ "$(state_of "$noisy" "loop-$1")" = running ] && [ "$(state_of "$noisy" "alloc-$1")" = running ]; do sleep 0.2; done
+  sleep 2
+}
+noisy_down() { # round
+  for kind in loop alloc; do
+    SLUICE_TOKEN="$noisy" "$sluice" pipelines rm "$kind-$1" --server "$server" >/dev/null
+  done
+}
+# Alone and beside alternate, so that a change in the machine's load hits
+# both; the median ratio is the figure.
+rounds="${NEIGHBOUR_ROUNDS:-3}"
 echo
-echo "| tenant B's 1,000,000 records | seconds | records/s | server CPU µs/record | vs alone |"
-echo "| --- | ---: | ---: | ---: | ---: |"
-"$python" - "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$hz" <<'EOF'
+echo "| round | B alone records/s | server CPU µs/record | B beside A records/s | server CPU µs/record | beside / alone |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+ratios=()
+for round in $(seq 1 "$rounds"); do
+  read -r n alone_s alone_ticks < <(run_quiet "alone-$round")
+  noisy_up "$round"
+  read -r n beside_s beside_ticks < <(run_quiet "beside-$round")
+  noisy_down "$round"
+  line=$("$python" - "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$hz" "$round" <<'EOF'
 import sys
 n = int(sys.argv[1]); a, at, b, bt, hz = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-print(f"| alone | {a:.2f} | {n/a:,.0f} | {at/hz*1e6/n:.2f} | 1.00 |")
-print(f"| beside A's busy loop and memory bomb (A: 0.25 CPU) | {b:.2f} | {n/b:,.0f} | {bt/hz*1e6/n:.2f} | {(n/b)/(n/a):.2f} |")
+print(f"| {sys.argv[7]} | {n/a:,.0f} | {at/hz*1e6/n:.2f} | {n/b:,.0f} | {bt/hz*1e6/n:.2f} | {a/b:.3f} |")
 EOF
+)
+  echo "$line"
+  ratios+=("$(echo "$line" | awk -F'|' '{ gsub(/ /, "", $7); print $7 }')")
+done
+printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "\nmedian beside / alone over %d rounds: %.3f (A limited to '"${NOISY_CPU:-0.25}"' CPU; CPU is the whole server'"'"'s, A'"'"'s included)\n", NR, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
