@@ -238,6 +238,9 @@ enum PluginCommand {
         /// Language: rust, python, js or c.
         #[arg(long, default_value = "rust")]
         lang: String,
+        /// What it is: a record transform, or a window aggregate.
+        #[arg(long, value_enum, default_value = "transform")]
+        world: scaffold::TemplateWorld,
         /// Path of the sluice-sdk crate for Rust plugins (default: $SLUICE_SDK_PATH or this build's source tree).
         #[arg(long)]
         sdk_path: Option<PathBuf>,
@@ -265,7 +268,8 @@ enum PluginCommand {
         /// The component file.
         file: PathBuf,
     },
-    /// Run a component on sample records and print what it emits.
+    /// Run a component on sample records and print what it emits (an
+    /// aggregate plugin: per key and tumbling window, all fired at the end).
     Test {
         /// The component file.
         file: PathBuf,
@@ -282,6 +286,17 @@ enum PluginCommand {
         /// `auto`, `typed` or `packed`.
         #[arg(long, default_value = "auto")]
         call_mode: String,
+        /// Aggregate plugins: the field whose value is the key (default:
+        /// the record key).
+        #[arg(long)]
+        key_field: Option<String>,
+        /// Aggregate plugins: the field holding the event time, ms
+        /// (default: every record in the window starting at 0).
+        #[arg(long)]
+        timestamp_field: Option<String>,
+        /// Aggregate plugins: the size of the tumbling windows, ms.
+        #[arg(long, default_value_t = 60_000)]
+        tumbling_ms: i64,
     },
 }
 
@@ -514,11 +529,12 @@ fn execute(cli: Cli) -> Result<()> {
             name,
             dir,
             lang,
+            world,
             sdk_path,
         }) => {
             let language = build::Language::from_name(&lang)?;
             let sdk = sdk_path.unwrap_or_else(scaffold::default_sdk_path);
-            let created = scaffold::new_plugin(&dir, &name, language, &sdk)?;
+            let created = scaffold::new_plugin(&dir, &name, language, world, &sdk)?;
             println!(
                 "created {}; build it with `sluice plugin build {}`",
                 created.display(),
@@ -532,6 +548,9 @@ fn execute(cli: Cli) -> Result<()> {
             raw,
             config,
             call_mode,
+            key_field,
+            timestamp_field,
+            tumbling_ms,
         }) => {
             let config = config
                 .iter()
@@ -553,15 +572,15 @@ fn execute(cli: Cli) -> Result<()> {
             } else {
                 FileFormat::Jsonl
             };
+            let mut options = try_plugin::TryOptions::default();
+            options.format = format;
+            options.config = config;
+            options.call_mode = call_mode;
+            options.key_field = key_field;
+            options.timestamp_field = timestamp_field;
+            options.tumbling_ms = tumbling_ms;
             let stdout = std::io::stdout();
-            let counts = try_plugin::try_plugin(
-                &file,
-                &input,
-                format,
-                config,
-                call_mode,
-                &mut stdout.lock(),
-            )?;
+            let counts = try_plugin::try_plugin(&file, &input, options, &mut stdout.lock())?;
             eprintln!(
                 "{} records in: {} main, {} side, {} dead-letter",
                 counts.input, counts.main, counts.side, counts.dead_letter

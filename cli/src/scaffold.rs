@@ -1,9 +1,12 @@
 //! `sluice plugin new`: scaffolds a plugin that builds and runs, in Rust,
-//! Python, JavaScript or C. Every template is the same small validator: it
-//! forwards records that have a required field and dead-letters the rest.
+//! Python, JavaScript or C. Every transform template is the same small
+//! validator: it forwards records that have a required field and
+//! dead-letters the rest. Every aggregate template is the same count and
+//! sum of an integer field per key and window.
 
 use crate::build::Language;
 use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 
 /// Where the SDK is: `$SLUICE_SDK_PATH`, else the `guest-sdk` directory of
@@ -18,13 +21,25 @@ pub fn default_sdk_path() -> PathBuf {
         })
 }
 
-/// Creates `<parent>/<name>/` with a working plugin in `language`. Rust
-/// plugins depend on the `sluice-sdk` crate at `sdk_path`; the other
-/// languages' SDKs are provided by `sluice plugin build`.
+/// Which kind of plugin to scaffold: the WIT world it implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TemplateWorld {
+    /// A record transform (`[[operators]] plugin = ..`).
+    Transform,
+    /// A window aggregate (`create`/`add`/`merge`/`finish`; a window
+    /// operator's `plugin`).
+    Aggregate,
+}
+
+/// Creates `<parent>/<name>/` with a working plugin of `world` in
+/// `language`. Rust plugins depend on the `sluice-sdk` crate at
+/// `sdk_path`; the other languages' SDKs are provided by `sluice plugin
+/// build`.
 pub fn new_plugin(
     parent: &Path,
     name: &str,
     language: Language,
+    world: TemplateWorld,
     sdk_path: &Path,
 ) -> Result<PathBuf> {
     if name.is_empty()
@@ -38,11 +53,21 @@ pub fn new_plugin(
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
-    let (file, template) = match language {
-        Language::Rust => return new_rust_plugin(&dir, name, sdk_path),
-        Language::Python => ("app.py", include_str!("../templates/python/app.py")),
-        Language::JavaScript => ("plugin.js", include_str!("../templates/js/plugin.js")),
-        Language::C => ("plugin.c", include_str!("../templates/c/plugin.c")),
+    use TemplateWorld::{Aggregate, Transform};
+    let (file, template) = match (language, world) {
+        (Language::Rust, _) => return new_rust_plugin(&dir, name, world, sdk_path),
+        (Language::Python, Transform) => ("app.py", include_str!("../templates/python/app.py")),
+        (Language::Python, Aggregate) => {
+            ("app.py", include_str!("../templates/python/aggregate.py"))
+        }
+        (Language::JavaScript, Transform) => {
+            ("plugin.js", include_str!("../templates/js/plugin.js"))
+        }
+        (Language::JavaScript, Aggregate) => {
+            ("plugin.js", include_str!("../templates/js/aggregate.js"))
+        }
+        (Language::C, Transform) => ("plugin.c", include_str!("../templates/c/plugin.c")),
+        (Language::C, Aggregate) => ("plugin.c", include_str!("../templates/c/aggregate.c")),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join(file), template.replace("{{name}}", name))?;
@@ -50,8 +75,14 @@ pub fn new_plugin(
     Ok(dir)
 }
 
-/// The Rust flavour of [`new_plugin`]: a crate of its own.
-fn new_rust_plugin(dir: &Path, name: &str, sdk_path: &Path) -> Result<PathBuf> {
+/// The Rust flavour of [`new_plugin`]: a crate of its own (the SDK's
+/// `aggregate` feature selects that world).
+fn new_rust_plugin(
+    dir: &Path,
+    name: &str,
+    world: TemplateWorld,
+    sdk_path: &Path,
+) -> Result<PathBuf> {
     let sdk = std::fs::canonicalize(sdk_path).with_context(|| {
         format!(
             "sluice-sdk not found at {} (set SLUICE_SDK_PATH)",
@@ -70,7 +101,7 @@ edition = "2024"
 crate-type = ["cdylib"]
 
 [dependencies]
-sluice-sdk = {{ path = "{sdk}" }}
+sluice-sdk = {{ path = "{sdk}"{features} }}
 serde = {{ version = "1", features = ["derive"] }}
 serde_json = "1"
 
@@ -84,12 +115,20 @@ strip = "debuginfo"
 # A plugin is its own workspace: it is compiled for WebAssembly.
 [workspace]
 "#,
-        sdk = sdk.display()
+        sdk = sdk.display(),
+        features = match world {
+            TemplateWorld::Transform => "",
+            TemplateWorld::Aggregate => r#", features = ["aggregate"]"#,
+        }
     );
+    let source = match world {
+        TemplateWorld::Transform => include_str!("../templates/rust/lib.rs"),
+        TemplateWorld::Aggregate => include_str!("../templates/rust/aggregate.rs"),
+    };
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
     std::fs::write(
         dir.join("src").join("lib.rs"),
-        include_str!("../templates/rust/lib.rs").replace("{{name}}", name),
+        source.replace("{{name}}", name),
     )?;
     std::fs::write(dir.join(".gitignore"), "/target\n")?;
     Ok(dir.to_path_buf())

@@ -95,25 +95,34 @@ fn sigterm_stops_cleanly_flushing_everything_counted() {
     );
 }
 
-/// `sluice plugin new --lang L`, `build`, `inspect` and `test`, for every
-/// language: the scaffolded validator forwards a record with `id`,
-/// dead-letters one without, and dead-letters malformed JSON.
-fn plugin_dev_loop(lang: &str, expected_world: &str) {
+/// `sluice plugin new NAME --lang L --world W`, `build` and `inspect`: the
+/// temporary directory and the built component, checked to implement
+/// `expected_world`.
+fn new_and_build(lang: &str, world: &str, expected_world: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let output = sluice()
-        .args(["plugin", "new", "my-filter", "--lang", lang, "--dir"])
+        .args([
+            "plugin",
+            "new",
+            "my-plugin",
+            "--lang",
+            lang,
+            "--world",
+            world,
+            "--dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(output.status.success(), "{lang}: {:?}", text(&output));
-    let plugin_dir = dir.path().join("my-filter");
+    let plugin_dir = dir.path().join("my-plugin");
 
     // Share the example plugins' target dir so std and the SDK compile once.
     let target = repo_root()
         .join("plugins")
         .join("target")
         .join("scaffold-test");
-    let component = dir.path().join("my-filter.wasm");
+    let component = dir.path().join("my-plugin.wasm");
     let output = sluice()
         .args(["plugin", "build"])
         .arg(&plugin_dir)
@@ -139,7 +148,14 @@ fn plugin_dev_loop(lang: &str, expected_world: &str) {
         inspected.contains("wit version: sluice:plugin@0.1.0"),
         "{lang}: {inspected}"
     );
+    (dir, component)
+}
 
+/// `sluice plugin new --lang L`, `build`, `inspect` and `test`, for every
+/// language: the scaffolded validator forwards a record with `id`,
+/// dead-letters one without, and dead-letters malformed JSON.
+fn plugin_dev_loop(lang: &str, expected_world: &str) {
+    let (dir, component) = new_and_build(lang, "transform", expected_world);
     // A raw-lines input, so the malformed line reaches the plugin.
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "{\"id\":1}\n{\"name\":\"no id\"}\nnot json\n").unwrap();
@@ -192,4 +208,101 @@ fn js_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
 #[test]
 fn c_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
     plugin_dev_loop("c", "sluice:plugin/transform");
+}
+
+/// `sluice plugin new --world aggregate --lang L`, `build`, `inspect` and
+/// `test`: the scaffolded count-and-sum runs per key and tumbling window as
+/// a window operator would, and dead-letters a record it cannot add.
+fn aggregate_dev_loop(lang: &str) {
+    let (dir, component) = new_and_build(lang, "aggregate", "sluice:plugin/aggregate");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            "{\"user\":\"a\",\"ts\":100,\"amount\":2}\n",
+            "{\"user\":\"a\",\"ts\":900,\"amount\":5}\n",
+            "{\"user\":\"b\",\"ts\":200,\"amount\":1}\n",
+            "{\"user\":\"a\",\"ts\":1500,\"amount\":7}\n",
+            "{\"user\":\"b\",\"ts\":300,\"amount\":\"x\"}\n",
+        ),
+    )
+    .unwrap();
+    let output = sluice()
+        .args(["plugin", "test"])
+        .arg(&component)
+        .arg("--input")
+        .arg(&input)
+        .args([
+            "--key-field",
+            "user",
+            "--timestamp-field",
+            "ts",
+            "--tumbling-ms",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{lang}: {stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut results: Vec<(String, i64, u64, i64)> = lines
+        .iter()
+        .filter(|l| l["route"] == "main")
+        .map(|l| {
+            let window = &l["record"]["value"];
+            (
+                window["key"].as_str().unwrap_or_default().to_string(),
+                window["window_start"].as_i64().unwrap_or(-1),
+                window["result"]["count"].as_u64().unwrap_or_default(),
+                window["result"]["sum"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    results.sort();
+    assert_eq!(
+        results,
+        vec![
+            ("a".to_string(), 0, 2, 7),
+            ("a".to_string(), 1000, 1, 7),
+            ("b".to_string(), 0, 1, 1),
+        ],
+        "{lang}: {stdout}"
+    );
+    let reasons: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["route"] == "dead-letter")
+        .filter_map(|l| l["reason"].as_str())
+        .collect();
+    assert_eq!(reasons.len(), 1, "{lang}: {stdout}");
+    assert!(
+        reasons[0].contains("field `amount` must be an integer"),
+        "{lang}: {reasons:?}"
+    );
+    assert!(
+        stderr.contains("5 records in: 3 main, 0 side, 1 dead-letter"),
+        "{lang}: {stderr}"
+    );
+}
+
+#[test]
+fn rust_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
+    aggregate_dev_loop("rust");
+}
+
+#[test]
+fn python_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
+    aggregate_dev_loop("python");
+}
+
+#[test]
+fn js_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
+    aggregate_dev_loop("js");
+}
+
+#[test]
+fn c_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
+    aggregate_dev_loop("c");
 }

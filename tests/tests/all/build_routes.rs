@@ -2,9 +2,7 @@
 //! build-std + wit-component) build components that behave identically.
 
 use sluice_cli::build::{Route, build_plugin_with_route, detect_route};
-use sluice_cli::try_plugin::try_plugin;
-use sluice_host::connectors::file::FileFormat;
-use sluice_host::runtime::CallMode;
+use sluice_cli::try_plugin::{TryOptions, try_plugin};
 
 #[test]
 fn both_toolchain_routes_build_equivalent_components() {
@@ -37,15 +35,7 @@ fn both_toolchain_routes_build_equivalent_components() {
             .unwrap_or_else(|error| panic!("{route:?}: {error:#}"));
         assert_eq!(built.route, Some(route));
         let mut printed = Vec::new();
-        let counts = try_plugin(
-            &component,
-            &input,
-            FileFormat::Jsonl,
-            vec![],
-            CallMode::Auto,
-            &mut printed,
-        )
-        .unwrap();
+        let counts = try_plugin(&component, &input, TryOptions::default(), &mut printed).unwrap();
         assert_eq!((counts.main, counts.dead_letter), (2, 1), "{route:?}");
         outputs.push(String::from_utf8(printed).unwrap());
     }
