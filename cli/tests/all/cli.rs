@@ -151,6 +151,31 @@ fn new_and_build(lang: &str, world: &str, expected_world: &str) -> (tempfile::Te
     (dir, component)
 }
 
+/// `sluice plugin test COMPONENT --input INPUT ARGS..`, which must succeed:
+/// its output lines as JSON, its stdout and its stderr.
+fn plugin_test(
+    lang: &str,
+    component: &Path,
+    input: &Path,
+    args: &[&str],
+) -> (Vec<serde_json::Value>, String, String) {
+    let output = sluice()
+        .args(["plugin", "test"])
+        .arg(component)
+        .arg("--input")
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{lang}: {stderr}");
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (lines, stdout, stderr)
+}
+
 /// `sluice plugin new --lang L`, `build`, `inspect` and `test`, for every
 /// language: the scaffolded validator forwards a record with `id`,
 /// dead-letters one without, and dead-letters malformed JSON.
@@ -159,19 +184,7 @@ fn plugin_dev_loop(lang: &str, expected_world: &str) {
     // A raw-lines input, so the malformed line reaches the plugin.
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "{\"id\":1}\n{\"name\":\"no id\"}\nnot json\n").unwrap();
-    let output = sluice()
-        .args(["plugin", "test", "--raw"])
-        .arg(&component)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{lang}: {stderr}");
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (lines, stdout, stderr) = plugin_test(lang, &component, &input, &["--raw"]);
     assert_eq!(lines.len(), 3, "{lang}: {stdout}");
     assert_eq!(lines[0]["route"], "main", "{lang}: {stdout}");
     assert_eq!(lines[0]["record"]["value"]["id"], 1, "{lang}");
@@ -227,27 +240,19 @@ fn aggregate_dev_loop(lang: &str) {
         ),
     )
     .unwrap();
-    let output = sluice()
-        .args(["plugin", "test"])
-        .arg(&component)
-        .arg("--input")
-        .arg(&input)
-        .args([
+    let (lines, stdout, stderr) = plugin_test(
+        lang,
+        &component,
+        &input,
+        &[
             "--key-field",
             "user",
             "--timestamp-field",
             "ts",
             "--tumbling-ms",
             "1000",
-        ])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{lang}: {stderr}");
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        ],
+    );
     let mut results: Vec<(String, i64, u64, i64)> = lines
         .iter()
         .filter(|l| l["route"] == "main")

@@ -588,14 +588,14 @@ fn nexmark_q7_highest_bid_plugin_matches_a_model() {
     assert_eq!(got, best);
 }
 
-#[test]
-fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
+/// Runs `aggregate` in tumbling 10 ms windows keyed by field `k` (memory
+/// state) over `(event time, value)` records, then fires every window.
+fn run_keyed_by_k(aggregate: BuiltinAggregate, records: &[(i64, &str)]) -> Collector {
     let store = MemoryStateBackend::default()
         .open(&OperatorScope::new("t", "p", "window"), None)
         .unwrap();
     let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
     options.key_field = Some("k".into());
-    let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
     let mut operator = WindowOperator::new(
         options,
         Box::new(aggregate),
@@ -603,24 +603,36 @@ fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
         OperatorMetrics::new("window"),
     )
     .unwrap();
-    let mut out = Collector::default();
     let position = SourcePosition {
         topic: "events".into(),
         partition: 0,
         offset: 0,
     };
-    let mut records = Vec::new();
-    for (time, value) in [
-        (1, r#"{"k":"a","v":1}"#),
-        (2, r#"{"k":"a","v":"x"}"#),
-        (15, r#"{"k":"b","v":"y"}"#),
-    ] {
-        let mut record = Record::from_value(value, position.clone());
-        record.event_time = Some(time);
-        records.push(record);
-    }
-    operator.process_batch(records, &mut out).unwrap();
+    let batch = records
+        .iter()
+        .map(|&(time, value)| {
+            let mut record = Record::from_value(value.to_string(), position.clone());
+            record.event_time = Some(time);
+            record
+        })
+        .collect();
+    let mut out = Collector::default();
+    operator.process_batch(batch, &mut out).unwrap();
     operator.on_watermark(i64::MAX, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn records_the_aggregate_rejects_are_dead_lettered_and_open_no_window() {
+    let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
+    let out = run_keyed_by_k(
+        aggregate,
+        &[
+            (1, r#"{"k":"a","v":1}"#),
+            (2, r#"{"k":"a","v":"x"}"#),
+            (15, r#"{"k":"b","v":"y"}"#),
+        ],
+    );
     let results: Vec<WindowResult> = out
         .main
         .iter()
@@ -670,39 +682,17 @@ fn a_state_directory_keeps_its_number_of_key_groups() {
 /// the output record's key is the value's text (no marker).
 #[test]
 fn window_results_keep_the_json_type_of_the_key_field() {
-    let store = MemoryStateBackend::default()
-        .open(&OperatorScope::new("t", "p", "window"), None)
-        .unwrap();
-    let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
-    options.key_field = Some("k".into());
     let aggregate = BuiltinAggregate::new(BuiltinFunction::Count, None).unwrap();
-    let mut operator = WindowOperator::new(
-        options,
-        Box::new(aggregate),
-        store,
-        OperatorMetrics::new("window"),
-    )
-    .unwrap();
-    let mut out = Collector::default();
-    let position = SourcePosition {
-        topic: "events".into(),
-        partition: 0,
-        offset: 0,
-    };
-    let mut records = Vec::new();
-    for (time, value) in [
-        (1, r#"{"k":42}"#),
-        (2, r#"{"k":42}"#),
-        (3, r#"{"k":"42"}"#),
-        (4, r#"{"k":1.5}"#),
-        (5, r#"{"k":true}"#),
-    ] {
-        let mut record = Record::from_value(value, position.clone());
-        record.event_time = Some(time);
-        records.push(record);
-    }
-    operator.process_batch(records, &mut out).unwrap();
-    operator.on_watermark(i64::MAX, &mut out).unwrap();
+    let out = run_keyed_by_k(
+        aggregate,
+        &[
+            (1, r#"{"k":42}"#),
+            (2, r#"{"k":42}"#),
+            (3, r#"{"k":"42"}"#),
+            (4, r#"{"k":1.5}"#),
+            (5, r#"{"k":true}"#),
+        ],
+    );
     let mut got: Vec<(serde_json::Value, u64, Option<Vec<u8>>)> = out
         .main
         .iter()
