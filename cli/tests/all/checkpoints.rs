@@ -28,7 +28,7 @@ namespace = "nexmark"
 table = "windows"
 partition = ["bucket(4, key)"]
 columns = [
-  { name = "key", type = "string", required = true },
+  { name = "key", type = "long", required = true },   # a numeric key_field keeps its type
   { name = "window_start", type = "long", required = true },
   { name = "window_end", type = "long", required = true },
   { name = "result", type = "long" },
