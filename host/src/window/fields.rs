@@ -35,6 +35,16 @@ impl FieldValue {
         }
     }
 
+    /// The value as JSON (for messages that show what was found).
+    pub fn to_json(&self) -> Value {
+        match self {
+            FieldValue::Int(i) => Value::from(*i),
+            FieldValue::Float(f) => Value::from(*f),
+            FieldValue::Str(s) => Value::String(s.clone()),
+            FieldValue::Other(v) => v.clone(),
+        }
+    }
+
     /// The key bytes of a window keyed by this field value, keeping its
     /// JSON type: a string's UTF-8; any other value as a marker byte and
     /// its JSON text ([`typed_key_json`] gives the value back).

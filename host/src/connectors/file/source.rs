@@ -2,8 +2,11 @@
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{Record, SourcePosition, into_dead_letter};
+use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
+use crate::window::fields::{FieldPath, FieldValue, extract};
 use bytes::Bytes;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -45,8 +48,21 @@ pub struct FileSource {
     options: FileSourceOptions,
     key_pointer: Option<String>,
     timestamp_pointer: Option<String>,
+    /// The key and timestamp fields as read from a JSON line in one pass
+    /// (no document built), in that order; empty without either.
+    line_fields: Vec<FieldPath>,
     input: Input,
     offset: i64,
+}
+
+/// What is known of a line or datum read, before it becomes a record.
+enum Parsed {
+    /// A `lines` line taken as it is.
+    Unchecked,
+    /// A JSON line, not parsed yet.
+    JsonLine,
+    /// A parsed document (an Avro datum), or why there is none.
+    Document(Result<Value, String>),
 }
 
 enum Input {
@@ -83,10 +99,61 @@ impl FileSource {
             name,
             key_pointer: options.key_field.as_deref().map(json_pointer),
             timestamp_pointer: options.timestamp_field.as_deref().map(json_pointer),
+            line_fields: [&options.key_field, &options.timestamp_field]
+                .into_iter()
+                .flatten()
+                .map(|field| FieldPath::parse(field))
+                .collect(),
             options,
             input,
             offset: 0,
         })
+    }
+
+    /// Turns one JSON line into a record, or says why it cannot be one.
+    /// The common case takes one pass over the line that checks its syntax
+    /// and keeps only the key and timestamp fields; a line that pass
+    /// refuses is parsed whole, for the reason.
+    fn line_to_record(&self, raw: Bytes, position: SourcePosition) -> Result<Record, String> {
+        if self.line_fields.is_empty() {
+            serde_json::from_slice::<IgnoredAny>(&raw).map_err(|e| format!("invalid JSON: {e}"))?;
+            return Ok(Record::from_value(raw, position));
+        }
+        let paths: Vec<&FieldPath> = self.line_fields.iter().collect();
+        let Ok(mut found) = extract(&raw, &paths) else {
+            let parsed =
+                serde_json::from_slice::<Value>(&raw).map_err(|e| format!("invalid JSON: {e}"));
+            return self.to_record(raw, parsed, position);
+        };
+        // `found` holds the key's value, then the timestamp's (each if set).
+        let timestamp = self
+            .timestamp_pointer
+            .as_ref()
+            .map(|_| found.pop().flatten());
+        let key = self
+            .key_pointer
+            .as_ref()
+            .and_then(|_| found.pop().flatten());
+        let mut record = Record::from_value(raw, position);
+        record.key = match key {
+            None | Some(FieldValue::Other(Value::Null)) => None,
+            Some(FieldValue::Str(text)) => Some(Bytes::from(text)),
+            Some(other) => Some(Bytes::from(other.key_bytes())),
+        };
+        if let Some(timestamp) = timestamp {
+            let field = self.options.timestamp_field.as_deref().unwrap_or_default();
+            record.event_time = Some(match timestamp {
+                Some(FieldValue::Int(time)) => check_event_time(time)?,
+                Some(other) => {
+                    return Err(format!(
+                        "timestamp field `{field}` is not an integer (found {})",
+                        other.to_json()
+                    ));
+                }
+                None => return Err(format!("timestamp field `{field}` is missing")),
+            });
+        }
+        Ok(record)
     }
 
     /// Turns one JSON document into a record, or says why it cannot be one.
@@ -144,14 +211,12 @@ impl Source for FileSource {
                         self.offset += 1;
                         continue;
                     }
-                    let unchecked = self.options.format == FileFormat::Lines
-                        && self.key_pointer.is_none()
-                        && self.timestamp_pointer.is_none();
+                    let unchecked =
+                        self.options.format == FileFormat::Lines && self.line_fields.is_empty();
                     let parsed = if unchecked {
-                        Ok(Value::Null)
+                        Parsed::Unchecked
                     } else {
-                        serde_json::from_slice::<Value>(&line)
-                            .map_err(|e| format!("invalid JSON: {e}"))
+                        Parsed::JsonLine
                     };
                     (Bytes::from(line), parsed)
                 }
@@ -161,10 +226,10 @@ impl Source for FileSource {
                         break;
                     }
                     Some(Ok(datum)) => match Value::try_from(datum) {
-                        Ok(value) => (Bytes::from(value.to_string()), Ok(value)),
+                        Ok(value) => (Bytes::from(value.to_string()), Parsed::Document(Ok(value))),
                         Err(e) => (
                             Bytes::new(),
-                            Err(format!("Avro datum has no JSON form: {e}")),
+                            Parsed::Document(Err(format!("Avro datum has no JSON form: {e}"))),
                         ),
                     },
                     Some(Err(e)) => {
@@ -172,7 +237,7 @@ impl Source for FileSource {
                         // and end the file here.
                         let reason = format!("cannot decode Avro datum: {e}");
                         self.input = Input::Done;
-                        (Bytes::new(), Err(reason))
+                        (Bytes::new(), Parsed::Document(Err(reason)))
                     }
                 },
             };
@@ -184,7 +249,14 @@ impl Source for FileSource {
             let line_number = self.offset + 1;
             self.offset += 1;
             read += 1;
-            match self.to_record(raw.clone(), parsed, position.clone()) {
+            let record = match parsed {
+                Parsed::Unchecked => Ok(Record::from_value(raw.clone(), position.clone())),
+                Parsed::JsonLine => self.line_to_record(raw.clone(), position.clone()),
+                Parsed::Document(document) => {
+                    self.to_record(raw.clone(), document, position.clone())
+                }
+            };
+            match record {
                 Ok(record) => batch.records.push(record),
                 Err(reason) => batch.dead_letters.push(into_dead_letter(
                     Record::from_value(raw, position),
