@@ -69,6 +69,8 @@ pub enum BuiltinFunction {
 #[derive(Debug, Clone)]
 pub struct BuiltinAggregate {
     columns: Vec<Column>,
+    /// The fields the columns read, in column order (one parse per record).
+    paths: Vec<FieldPath>,
     /// The result is an object of the columns by name (`aggregates = [..]`)
     /// rather than the one column's value (`aggregate = {..}`).
     named: bool,
@@ -247,10 +249,10 @@ impl BuiltinAggregate {
     /// `function` over `field` (`count` needs none): the window's result
     /// is the function's value.
     pub fn new(function: BuiltinFunction, field: Option<&str>) -> Result<Self, String> {
-        Ok(BuiltinAggregate {
-            columns: vec![Column::new(String::new(), function, field)?],
-            named: false,
-        })
+        Ok(BuiltinAggregate::of(
+            vec![Column::new(String::new(), function, field)?],
+            false,
+        ))
     }
 
     /// Several functions in one window, each as `(name, function, field)`:
@@ -273,24 +275,28 @@ impl BuiltinAggregate {
                 .map_err(|message| format!("aggregates[{index}] (`{name}`): {message}"))?;
             built.push(column);
         }
-        Ok(BuiltinAggregate {
-            columns: built,
-            named: true,
-        })
+        Ok(BuiltinAggregate::of(built, true))
+    }
+
+    fn of(columns: Vec<Column>, named: bool) -> Self {
+        let paths = columns
+            .iter()
+            .filter_map(|column| column.input.as_ref().map(|input| input.path().clone()))
+            .collect();
+        BuiltinAggregate {
+            columns,
+            paths,
+            named,
+        }
     }
 
     /// Each column's value of `record` (`None`: the column counts records),
     /// from one parse of the value.
     fn values_of(&self, record: &Record) -> Result<Vec<Option<Number>>, String> {
-        let paths: Vec<&FieldPath> = self
-            .columns
-            .iter()
-            .filter_map(|column| column.input.as_ref().map(Input::path))
-            .collect();
-        let mut found = if paths.is_empty() {
+        let mut found = if self.paths.is_empty() {
             Vec::new()
         } else {
-            extract(&record.value, &paths)?
+            extract(&record.value, &self.paths)?
         }
         .into_iter();
         self.columns

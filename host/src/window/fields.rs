@@ -110,14 +110,27 @@ impl FieldPath {
     }
 }
 
-/// Extracts the values of `paths` from a JSON document; `None` for a field
-/// that is missing. Fails if the document is not JSON (or, with top-level
-/// paths only, not an object).
-pub fn extract(document: &[u8], paths: &[&FieldPath]) -> Result<Vec<Option<FieldValue>>, String> {
-    if paths.iter().all(|p| matches!(p, FieldPath::Top(_))) {
+impl AsRef<FieldPath> for FieldPath {
+    fn as_ref(&self) -> &FieldPath {
+        self
+    }
+}
+
+/// Extracts the values of `paths` (owned or borrowed, so that callers keep
+/// their paths and build no list per record) from a JSON document; `None`
+/// for a field that is missing. Fails if the document is not JSON (or,
+/// with top-level paths only, not an object).
+pub fn extract<P: AsRef<FieldPath>>(
+    document: &[u8],
+    paths: &[P],
+) -> Result<Vec<Option<FieldValue>>, String> {
+    if paths
+        .iter()
+        .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
+    {
         let names: Vec<&str> = paths
             .iter()
-            .map(|p| match p {
+            .map(|p| match p.as_ref() {
                 FieldPath::Top(name) => name.as_str(),
                 FieldPath::Pointer(pointer) => pointer.as_str(),
             })
@@ -140,7 +153,7 @@ pub fn extract(document: &[u8], paths: &[&FieldPath]) -> Result<Vec<Option<Field
     Ok(paths
         .iter()
         .map(|path| {
-            let found = match path {
+            let found = match path.as_ref() {
                 FieldPath::Top(name) => value.get(name.as_str()),
                 FieldPath::Pointer(pointer) => value.pointer(pointer),
             };

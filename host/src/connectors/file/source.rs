@@ -119,8 +119,7 @@ impl FileSource {
             serde_json::from_slice::<IgnoredAny>(&raw).map_err(|e| format!("invalid JSON: {e}"))?;
             return Ok(Record::from_value(raw, position));
         }
-        let paths: Vec<&FieldPath> = self.line_fields.iter().collect();
-        let Ok(mut found) = extract(&raw, &paths) else {
+        let Ok(mut found) = extract(&raw, &self.line_fields) else {
             let parsed =
                 serde_json::from_slice::<Value>(&raw).map_err(|e| format!("invalid JSON: {e}"));
             return self.to_record(raw, parsed, position);
