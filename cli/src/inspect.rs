@@ -14,6 +14,7 @@ pub fn describe(path: &Path) -> Result<String> {
         PluginWorld::Transform => "sluice:plugin/transform",
         PluginWorld::FastTransform => "sluice:plugin/fast-transform",
         PluginWorld::Aggregate => "sluice:plugin/aggregate",
+        PluginWorld::FastAggregate => "sluice:plugin/fast-aggregate",
     };
     writeln!(text, "plugin:      {}", component.name)?;
     writeln!(text, "file:        {}", component.path.display())?;

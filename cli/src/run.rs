@@ -264,6 +264,13 @@ pub fn summary(report: &RunReport) -> String {
             op.busy_ns as f64 / 1e9 / seconds * 100.0,
             op.backpressured_ns as f64 / 1e9 / seconds * 100.0
         );
+        if op.plugin_memory_bytes > 0 {
+            let _ = writeln!(
+                text,
+                "    plugin memory {:.1} MiB",
+                op.plugin_memory_bytes as f64 / f64::from(1 << 20)
+            );
+        }
         if op.state_peak_bytes > 0 || op.watermark.is_some() {
             let _ = writeln!(
                 text,

@@ -13,8 +13,7 @@ use sluice_host::dataflow::{Collector, Operator, Source, TransformOperator};
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
 use sluice_host::runtime::{
-    CallMode, PluginAggregator, PluginInstance, PluginLimits, PluginRuntime, PluginWorld,
-    RuntimeConfig,
+    CallMode, PluginAggregator, PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig,
 };
 use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
 use sluice_host::window::{LateOutput, WindowOperator, WindowOperatorOptions, WindowSpec};
@@ -87,7 +86,7 @@ pub fn try_plugin(
         ..PluginLimits::default()
     };
     let state = MemoryStateBackend::default().open(&scope, None)?;
-    let aggregate = component.world == PluginWorld::Aggregate;
+    let aggregate = component.world.is_aggregate();
     let mut operator: Box<dyn Operator> = if aggregate {
         let aggregator = PluginAggregator::new(
             component.clone(),

@@ -3,7 +3,10 @@
 //!
 //! Implement [`Aggregate`] and export it with [`crate::export_aggregate!`].
 //! The host keeps one accumulator per key and window in its state store; the
-//! SDK encodes your accumulator type with postcard between calls.
+//! SDK encodes your accumulator type with postcard between calls. The plugin
+//! exports the `fast-aggregate` world: besides the typed `add`, one
+//! `add-packed` call adds a whole batch to all its keys and windows (the
+//! packed aggregate format of `sluice-wire`).
 //!
 //! ```ignore
 //! use sluice_sdk::{Aggregate, Config, Record, export_aggregate};
@@ -114,6 +117,54 @@ pub fn add<A: Aggregate>(
 }
 
 #[doc(hidden)]
+pub fn add_packed<A: Aggregate>(batch: &[u8]) -> Vec<u8> {
+    let mut output = Vec::new();
+    let mut rest = batch;
+    let header = match sluice_wire::take::<sluice_wire::AggregateBatch>(&mut rest) {
+        Ok(header) if header.version == sluice_wire::AGGREGATE_FORMAT_VERSION => header,
+        // An unknown version (or a malformed buffer): the host falls back
+        // to the typed `add`.
+        _ => return output,
+    };
+    with_instance::<A, _>(|aggregate| {
+        for _ in 0..header.groups {
+            let Ok(group) = sluice_wire::take::<sluice_wire::AggregateGroup<'_>>(&mut rest) else {
+                output.clear();
+                return;
+            };
+            let mut acc = decode::<A>(group.accumulator);
+            let mut rejected = Vec::new();
+            for index in 0..group.records {
+                let Ok(inner) = sluice_wire::take::<sluice_wire::InputRecord<'_>>(&mut rest) else {
+                    output.clear();
+                    return;
+                };
+                let record = Record { inner };
+                let before = acc.clone();
+                if let Err(reason) = aggregate.add(&mut acc, &record) {
+                    acc = before;
+                    rejected.push((index, reason));
+                }
+            }
+            let accumulator = encode::<A>(&acc);
+            let added = sluice_wire::GroupAdded {
+                accumulator: sluice_wire::Bytes::new(&accumulator),
+                rejected: rejected
+                    .iter()
+                    .map(|(index, reason)| sluice_wire::Rejected {
+                        index: *index,
+                        reason,
+                    })
+                    .collect(),
+            };
+            // Encoding into a Vec cannot fail (no size limit, no I/O).
+            let _ = sluice_wire::append(&mut output, &added);
+        }
+    });
+    output
+}
+
+#[doc(hidden)]
 pub fn merge<A: Aggregate>(a: Vec<u8>, b: Vec<u8>) -> Vec<u8> {
     with_instance::<A, _>(|aggregate| {
         encode::<A>(&aggregate.merge(decode::<A>(&a), decode::<A>(&b)))
@@ -157,6 +208,12 @@ macro_rules! export_aggregate {
 
             fn finish(accumulator: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
                 $crate::aggregate::finish::<$aggregate>(accumulator)
+            }
+        }
+
+        impl $crate::bindings::exports::sluice::plugin::packed_aggregator::Guest for SluiceExports {
+            fn add_packed(groups: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::aggregate::add_packed::<$aggregate>(&groups)
             }
         }
 

@@ -41,7 +41,9 @@
 //! `sluice plugin test plugin.wasm --input records.jsonl`.
 //!
 //! * Read the value with [`Record::value_json`] (serde), [`Record::value_json_value`]
-//!   or [`Record::value_avro`] (apache-avro).
+//!   or [`Record::value_avro`] (apache-avro); read a few fields without a
+//!   document with [`Record::json_object`] and write the record back with one
+//!   field changed with [`json::JsonObject::write_replacing`].
 //! * Emit with [`Emitter::forward`], [`Emitter::emit_value`], [`Emitter::emit_json`],
 //!   [`Emitter::emit`]; route to side outputs with [`Emitter::side`]; send the
 //!   record to the dead-letter output with [`Emitter::dead_letter`] or by
@@ -58,6 +60,7 @@ mod emit;
 #[cfg(not(feature = "aggregate"))]
 pub mod glue;
 pub mod host;
+pub mod json;
 mod record;
 #[cfg(not(feature = "aggregate"))]
 pub mod state;
@@ -85,12 +88,12 @@ pub mod bindings {
     });
 }
 
-/// Bindings for the `aggregate` world (feature `aggregate`).
+/// Bindings for the `fast-aggregate` world (feature `aggregate`).
 #[doc(hidden)]
 #[cfg(feature = "aggregate")]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "aggregate",
+        world: "fast-aggregate",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_world",

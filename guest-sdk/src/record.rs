@@ -57,6 +57,13 @@ impl<'a> Record<'a> {
         serde_json::from_slice(self.value()).map_err(|e| format!("invalid JSON value: {e}"))
     }
 
+    /// The JSON value's top-level fields, each kept as its source text: read
+    /// a few fields without deserialising the record, and write it back with
+    /// one field replaced (see [`crate::json`]).
+    pub fn json_object(&self) -> Result<crate::json::JsonObject<'a>, String> {
+        crate::json::JsonObject::parse(self.value())
+    }
+
     /// Parses the JSON value into a [`serde_json::Value`].
     pub fn value_json_value(&self) -> Result<serde_json::Value, String> {
         self.value_json()

@@ -12,6 +12,24 @@
 //! Both sides decode without copying: byte and string fields borrow from the
 //! buffer. This crate is shared by the host and the guest SDK so that the two
 //! can never disagree on the format.
+//!
+//! # The packed aggregate format (`sluice:plugin/packed-aggregator`)
+//!
+//! A window operator adds a batch's records to many accumulators at once
+//! (one per key and window the batch touches). `add-packed` carries them all
+//! in one call, one buffer each way, all items postcard-encoded and
+//! concatenated:
+//!
+//! * **Host to plugin**: an [`AggregateBatch`] header (the format
+//!   [`AGGREGATE_FORMAT_VERSION`] and the number of groups), then for each
+//!   group an [`AggregateGroup`] (its accumulator and record count) followed
+//!   by that many [`InputRecord`]s, in arrival order.
+//! * **Plugin to host**: one [`GroupAdded`] per group, in input order: the
+//!   new accumulator and the records (by index within the group) that could
+//!   not be added, with the reason.
+//!
+//! A plugin that does not know the batch's version returns an empty buffer;
+//! the host then adds group by group through the typed `add`.
 
 #![no_std]
 extern crate alloc;
@@ -106,12 +124,66 @@ pub enum OutputItem<'a> {
     },
 }
 
+/// The version of the packed aggregate format that this crate writes and
+/// reads (the first field of [`AggregateBatch`]).
+pub const AGGREGATE_FORMAT_VERSION: u32 = 1;
+
+/// The header of an `add-packed` input buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregateBatch {
+    /// The format version: [`AGGREGATE_FORMAT_VERSION`].
+    pub version: u32,
+    /// Number of [`AggregateGroup`]s that follow.
+    pub groups: u32,
+}
+
+/// One key and window of an `add-packed` input: its accumulator, then
+/// `records` [`InputRecord`]s follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregateGroup<'a> {
+    /// The accumulator as the plugin last returned it (empty: a new window
+    /// whose accumulator `create` made empty).
+    #[serde(borrow)]
+    pub accumulator: &'a Bytes,
+    /// How many input records follow.
+    pub records: u32,
+}
+
+/// One group's result in an `add-packed` output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupAdded<'a> {
+    /// The new accumulator.
+    #[serde(borrow)]
+    pub accumulator: &'a Bytes,
+    /// Records not added (they do not count; the host dead-letters them).
+    #[serde(borrow)]
+    pub rejected: Vec<Rejected<'a>>,
+}
+
+/// A record an aggregate could not add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejected<'a> {
+    /// Index of the record within its group.
+    pub index: u32,
+    /// Why.
+    pub reason: &'a str,
+}
+
 /// Why a packed buffer could not be encoded or decoded.
 pub type Error = postcard::Error;
 
 /// Appends the postcard encoding of `item` to `buffer`.
 pub fn append<T: Serialize>(buffer: &mut Vec<u8>, item: &T) -> Result<(), Error> {
     postcard::to_extend(item, core::mem::take(buffer)).map(|filled| *buffer = filled)
+}
+
+/// Decodes one item of type `T` from the front of `buffer` and advances it
+/// past the item (for buffers that mix item types, as the packed aggregate
+/// input does).
+pub fn take<'a, T: Deserialize<'a>>(buffer: &mut &'a [u8]) -> Result<T, Error> {
+    let (item, rest) = postcard::take_from_bytes::<T>(buffer)?;
+    *buffer = rest;
+    Ok(item)
 }
 
 /// Iterates over the items concatenated in `buffer`, borrowing from it.
@@ -156,6 +228,46 @@ impl<'a, T: Deserialize<'a>> Iterator for DecodeAll<'a, T> {
 mod tests {
     use super::*;
     use alloc::vec;
+
+    #[test]
+    fn aggregate_batches_round_trip() {
+        let record = InputRecord {
+            key: None,
+            value: Bytes::new(b"{}"),
+            headers: vec![],
+            event_time: Some(5),
+            topic: Bytes::new(b"t"),
+            partition: 0,
+            offset: 1,
+        };
+        let mut buffer = Vec::new();
+        let header = AggregateBatch {
+            version: AGGREGATE_FORMAT_VERSION,
+            groups: 2,
+        };
+        append(&mut buffer, &header).unwrap();
+        for (accumulator, records) in [(&b"a"[..], 1u32), (&b""[..], 2)] {
+            let group = AggregateGroup {
+                accumulator: Bytes::new(accumulator),
+                records,
+            };
+            append(&mut buffer, &group).unwrap();
+            for _ in 0..records {
+                append(&mut buffer, &record).unwrap();
+            }
+        }
+        let mut rest = buffer.as_slice();
+        assert_eq!(take::<AggregateBatch>(&mut rest).unwrap(), header);
+        let first: AggregateGroup<'_> = take(&mut rest).unwrap();
+        assert_eq!((&**first.accumulator, first.records), (&b"a"[..], 1));
+        assert_eq!(take::<InputRecord<'_>>(&mut rest).unwrap(), record);
+        let second: AggregateGroup<'_> = take(&mut rest).unwrap();
+        assert_eq!(second.records, 2);
+        assert_eq!(take::<InputRecord<'_>>(&mut rest).unwrap(), record);
+        assert_eq!(take::<InputRecord<'_>>(&mut rest).unwrap(), record);
+        assert!(rest.is_empty());
+        assert!(take::<AggregateGroup<'_>>(&mut rest).is_err());
+    }
 
     #[test]
     fn input_records_round_trip_borrowing_from_the_buffer() {

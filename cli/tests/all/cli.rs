@@ -226,8 +226,8 @@ fn c_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
 /// `sluice plugin new --world aggregate --lang L`, `build`, `inspect` and
 /// `test`: the scaffolded count-and-sum runs per key and tumbling window as
 /// a window operator would, and dead-letters a record it cannot add.
-fn aggregate_dev_loop(lang: &str) {
-    let (dir, component) = new_and_build(lang, "aggregate", "sluice:plugin/aggregate");
+fn aggregate_dev_loop(lang: &str, expected_world: &str) {
+    let (dir, component) = new_and_build(lang, "aggregate", expected_world);
     let input = dir.path().join("in.jsonl");
     std::fs::write(
         &input,
@@ -294,20 +294,20 @@ fn aggregate_dev_loop(lang: &str) {
 
 #[test]
 fn rust_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("rust");
+    aggregate_dev_loop("rust", "sluice:plugin/fast-aggregate");
 }
 
 #[test]
 fn python_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("python");
+    aggregate_dev_loop("python", "sluice:plugin/aggregate");
 }
 
 #[test]
 fn js_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("js");
+    aggregate_dev_loop("js", "sluice:plugin/aggregate");
 }
 
 #[test]
 fn c_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("c");
+    aggregate_dev_loop("c", "sluice:plugin/aggregate");
 }

@@ -27,8 +27,8 @@ impl PluginRole {
     /// Whether a component of `world` can take this role.
     pub fn accepts(self, world: PluginWorld) -> bool {
         match self {
-            PluginRole::Transform => world != PluginWorld::Aggregate,
-            PluginRole::Aggregate => world == PluginWorld::Aggregate,
+            PluginRole::Transform => !world.is_aggregate(),
+            PluginRole::Aggregate => world.is_aggregate(),
         }
     }
 }
@@ -453,6 +453,8 @@ mod tests {
         assert!(PluginRole::Transform.accepts(PluginWorld::Transform));
         assert!(!PluginRole::Transform.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::Aggregate));
+        assert!(PluginRole::Aggregate.accepts(PluginWorld::FastAggregate));
+        assert!(!PluginRole::Transform.accepts(PluginWorld::FastAggregate));
         assert!(!PluginRole::Aggregate.accepts(PluginWorld::FastTransform));
     }
 }

@@ -7,25 +7,39 @@
 //! that fault alone are rejected (dead-lettered) with the fault as reason.
 //! A fault in `create`, `merge` or `finish` — where no record is to blame —
 //! is retried once on a fresh instance and otherwise stops the operator.
+//!
+//! A plugin of the `fast-aggregate` world (the Rust SDK's) gets all the
+//! groups of a batch in one `add-packed` call; if that call faults, or the
+//! plugin does not read the format version, the batch is added group by
+//! group through the typed `add` (where a fault is narrowed down to the
+//! records to blame).
 
 use super::bindings::aggregate::Aggregate;
+use super::bindings::fast_aggregate::FastAggregate;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{classify, end_call, start_call, to_wit_record};
+use super::instance::{classify, end_call, start_call, to_wire_record, to_wit_record};
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
 use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
-use crate::window::aggregate::{AggregateError, Aggregator};
+use crate::window::aggregate::{AggregateError, Aggregator, GroupAdd, add_group_by_group};
 use std::sync::Arc;
 use wasmtime::Store;
 
 /// The aggregate world: `sluice:plugin/aggregator`.
 pub(crate) struct AggregateWorld;
 
+/// The exports of one aggregate instance: the typed aggregator always, the
+/// packed `add` for `fast-aggregate` plugins.
+pub(crate) struct AggregateBindings {
+    typed: Aggregate,
+    fast: Option<FastAggregate>,
+}
+
 impl HostedWorld for AggregateWorld {
-    type Exports = Aggregate;
+    type Exports = AggregateBindings;
 
     fn check(component: &PluginComponent) -> Result<(), String> {
         match component.pre.aggregator {
@@ -38,25 +52,35 @@ impl HostedWorld for AggregateWorld {
         component: &PluginComponent,
         store: &mut Store<PluginState>,
         instance: &wasmtime::component::Instance,
-    ) -> wasmtime::Result<Aggregate> {
-        match &component.pre.aggregator {
-            Some(indices) => indices.load(store, instance),
-            None => Err(wasmtime::Error::msg("not an aggregate plugin")),
-        }
+    ) -> wasmtime::Result<AggregateBindings> {
+        let typed = match &component.pre.aggregator {
+            Some(indices) => indices.load(&mut *store, instance)?,
+            None => return Err(wasmtime::Error::msg("not an aggregate plugin")),
+        };
+        let fast = match &component.pre.packed_aggregator {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
+        Ok(AggregateBindings { typed, fast })
     }
 
     fn init(
-        exports: &Aggregate,
+        exports: &AggregateBindings,
         store: &mut Store<PluginState>,
         config: &[(String, String)],
     ) -> wasmtime::Result<Result<(), String>> {
-        exports.sluice_plugin_aggregator().call_init(store, config)
+        exports
+            .typed
+            .sluice_plugin_aggregator()
+            .call_init(store, config)
     }
 }
 
 /// An aggregate plugin instance.
 pub struct PluginAggregator {
     host: PluginHost<AggregateWorld>,
+    /// The `add-packed` input, reused from batch to batch.
+    packed_input: Vec<u8>,
 }
 
 impl PluginAggregator {
@@ -73,6 +97,7 @@ impl PluginAggregator {
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
         Ok(PluginAggregator {
             host: PluginHost::new(component, scope, state, metrics, limits, config)?,
+            packed_input: Vec::new(),
         })
     }
 
@@ -87,7 +112,7 @@ impl PluginAggregator {
     /// and returns the fault's description.
     fn call<T>(
         &mut self,
-        call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
+        call: impl Fn(&AggregateBindings, &mut Store<PluginState>) -> wasmtime::Result<T>,
     ) -> Result<T, String> {
         start_call(&mut self.host.store, self.host.limits.deadline);
         let result = call(&self.host.exports, &mut self.host.store);
@@ -108,7 +133,7 @@ impl PluginAggregator {
     fn call_retrying<T>(
         &mut self,
         what: &str,
-        call: impl Fn(&Aggregate, &mut Store<PluginState>) -> wasmtime::Result<T>,
+        call: impl Fn(&AggregateBindings, &mut Store<PluginState>) -> wasmtime::Result<T>,
     ) -> Result<T, AggregateError> {
         match self.call(&call) {
             Ok(value) => Ok(value),
@@ -119,6 +144,77 @@ impl PluginAggregator {
                 ))
             }),
         }
+    }
+}
+
+impl PluginAggregator {
+    /// All `groups` in one `add-packed` call; `false` (nothing changed) if
+    /// the plugin has no packed `add`, faulted, or answered with another
+    /// number of groups (an unknown format version).
+    fn add_packed(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<bool, AggregateError> {
+        if self.host.exports.fast.is_none() {
+            return Ok(false);
+        }
+        let encode_error =
+            |e: sluice_wire::Error| AggregateError(format!("cannot encode a packed batch: {e}"));
+        let mut input = std::mem::take(&mut self.packed_input);
+        input.clear();
+        let header = sluice_wire::AggregateBatch {
+            version: sluice_wire::AGGREGATE_FORMAT_VERSION,
+            groups: groups.len() as u32,
+        };
+        sluice_wire::append(&mut input, &header).map_err(encode_error)?;
+        for group in groups.iter() {
+            let head = sluice_wire::AggregateGroup {
+                accumulator: sluice_wire::Bytes::new(&group.accumulator),
+                records: group.records.len() as u32,
+            };
+            sluice_wire::append(&mut input, &head).map_err(encode_error)?;
+            for record in &group.records {
+                sluice_wire::append(&mut input, &to_wire_record(record)).map_err(encode_error)?;
+            }
+        }
+        let output = self.call(|b, store| match &b.fast {
+            Some(fast) => fast
+                .sluice_plugin_packed_aggregator()
+                .call_add_packed(store, &input),
+            None => Err(wasmtime::Error::msg("no packed add")),
+        });
+        self.packed_input = input;
+        let Ok(output) = output else {
+            return Ok(false);
+        };
+        let decoded: Result<Vec<sluice_wire::GroupAdded<'_>>, _> =
+            sluice_wire::decode_all(&output).collect();
+        let decoded = match decoded {
+            Ok(decoded) if decoded.len() == groups.len() => decoded,
+            Ok(decoded) if decoded.is_empty() => return Ok(false),
+            Ok(decoded) => {
+                return Err(AggregateError(format!(
+                    "aggregate plugin {} answered {} groups of {} in `add-packed`",
+                    self.host.component.label(),
+                    decoded.len(),
+                    groups.len()
+                )));
+            }
+            Err(error) => {
+                return Err(AggregateError(format!(
+                    "aggregate plugin {} returned a malformed `add-packed` output: {error}",
+                    self.host.component.label()
+                )));
+            }
+        };
+        for (group, added) in groups.iter_mut().zip(decoded) {
+            group.accumulator.clear();
+            group.accumulator.extend_from_slice(added.accumulator);
+            group.rejected = added
+                .rejected
+                .into_iter()
+                .filter(|r| (r.index as usize) < group.records.len())
+                .map(|r| (r.index as usize, r.reason.to_string()))
+                .collect();
+        }
+        Ok(true)
     }
 }
 
@@ -144,7 +240,7 @@ impl Aggregator for PluginAggregator {
 
     fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
         self.call_retrying("create", |b, store| {
-            b.sluice_plugin_aggregator().call_create(store)
+            b.typed.sluice_plugin_aggregator().call_create(store)
         })
     }
 
@@ -155,7 +251,8 @@ impl Aggregator for PluginAggregator {
     ) -> Result<Vec<(usize, String)>, AggregateError> {
         let inputs: Vec<_> = records.iter().map(|r| to_wit_record(r)).collect();
         let batch = self.call(|b, store| {
-            b.sluice_plugin_aggregator()
+            b.typed
+                .sluice_plugin_aggregator()
                 .call_add(store, accumulator, &inputs)
         });
         if let Ok(added) = batch {
@@ -171,7 +268,8 @@ impl Aggregator for PluginAggregator {
         for (index, input) in inputs.iter().enumerate() {
             let one = std::slice::from_ref(input);
             match self.call(|b, store| {
-                b.sluice_plugin_aggregator()
+                b.typed
+                    .sluice_plugin_aggregator()
                     .call_add(store, accumulator, one)
             }) {
                 Ok(added) => {
@@ -189,15 +287,27 @@ impl Aggregator for PluginAggregator {
         Ok(rejected)
     }
 
+    fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+        if self.add_packed(groups)? {
+            return Ok(());
+        }
+        add_group_by_group(self, groups)
+    }
+
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
         self.call_retrying("merge", |bindings, store| {
-            bindings.sluice_plugin_aggregator().call_merge(store, a, b)
+            bindings
+                .typed
+                .sluice_plugin_aggregator()
+                .call_merge(store, a, b)
         })
     }
 
     fn finish(&mut self, accumulator: &[u8]) -> Result<serde_json::Value, AggregateError> {
         let bytes = self.call_retrying("finish", |b, store| {
-            b.sluice_plugin_aggregator().call_finish(store, accumulator)
+            b.typed
+                .sluice_plugin_aggregator()
+                .call_finish(store, accumulator)
         })?;
         serde_json::from_slice(&bytes).map_err(|error| {
             AggregateError(format!(

@@ -1,8 +1,9 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Three worlds: `transform` (typed, any language), `fast-transform` (adds
-//! the packed batch export, offered by the Rust SDK) and `aggregate` (window
-//! aggregates). They share import traits with `typed`.
+//! Four worlds: `transform` (typed, any language), `fast-transform` (adds
+//! the packed batch export, offered by the Rust SDK), `aggregate` (window
+//! aggregates) and `fast-aggregate` (adds the packed `add`, offered by the
+//! Rust SDK). They share import traits with `typed`.
 
 /// Bindings for the `transform` world.
 pub mod typed {
@@ -38,6 +39,19 @@ pub mod aggregate {
         with: {
             "sluice:plugin/types": super::typed::sluice::plugin::types,
             "sluice:plugin/host": super::typed::sluice::plugin::host,
+        },
+    });
+}
+
+/// Bindings for the `fast-aggregate` world (the packed `add`).
+pub mod fast_aggregate {
+    wasmtime::component::bindgen!({
+        world: "fast-aggregate",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
         },
     });
 }

@@ -1,7 +1,7 @@
 //! A loaded plugin: compiled, version-checked and linked, ready to
 //! instantiate any number of times.
 
-use super::bindings::{aggregate, fast, typed};
+use super::bindings::{aggregate, fast, fast_aggregate, typed};
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
 use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
@@ -19,6 +19,17 @@ pub enum PluginWorld {
     FastTransform,
     /// `sluice:plugin/aggregate`: a window aggregate.
     Aggregate,
+    /// `sluice:plugin/fast-aggregate`: a window aggregate with the packed
+    /// `add` for whole batches.
+    FastAggregate,
+}
+
+impl PluginWorld {
+    /// Whether plugins of this world are window aggregates (rather than
+    /// transforms).
+    pub fn is_aggregate(self) -> bool {
+        matches!(self, PluginWorld::Aggregate | PluginWorld::FastAggregate)
+    }
 }
 
 impl std::fmt::Display for PluginWorld {
@@ -27,6 +38,7 @@ impl std::fmt::Display for PluginWorld {
             PluginWorld::Transform => "transform",
             PluginWorld::FastTransform => "fast-transform",
             PluginWorld::Aggregate => "aggregate",
+            PluginWorld::FastAggregate => "fast-aggregate",
         })
     }
 }
@@ -40,6 +52,8 @@ pub(crate) struct Pre {
     pub(crate) packed: Option<fast::FastTransformIndices>,
     /// Present for aggregate plugins.
     pub(crate) aggregator: Option<aggregate::AggregateIndices>,
+    /// Present for `fast-aggregate` plugins.
+    pub(crate) packed_aggregator: Option<fast_aggregate::FastAggregateIndices>,
 }
 
 /// A plugin ready to instantiate.
@@ -118,6 +132,8 @@ pub(crate) fn load(
         PluginWorld::FastTransform
     } else if has_export("transformer") {
         PluginWorld::Transform
+    } else if has_export("aggregator") && has_export("packed-aggregator") {
+        PluginWorld::FastAggregate
     } else if has_export("aggregator") {
         PluginWorld::Aggregate
     } else {
@@ -136,29 +152,30 @@ pub(crate) fn load(
         .linker
         .instantiate_pre(&component)
         .map_err(link_error)?;
-    let (transformer, packed, aggregator) = match world {
-        PluginWorld::Transform => (
-            Some(typed::TransformIndices::new(&instance_pre).map_err(link_error)?),
-            None,
-            None,
-        ),
-        PluginWorld::FastTransform => (
-            Some(typed::TransformIndices::new(&instance_pre).map_err(link_error)?),
-            Some(fast::FastTransformIndices::new(&instance_pre).map_err(link_error)?),
-            None,
-        ),
-        PluginWorld::Aggregate => (
-            None,
-            None,
-            Some(aggregate::AggregateIndices::new(&instance_pre).map_err(link_error)?),
-        ),
-    };
-    let pre = Pre {
+    let mut pre = Pre {
+        transformer: None,
+        packed: None,
+        aggregator: None,
+        packed_aggregator: None,
         instance_pre,
-        transformer,
-        packed,
-        aggregator,
     };
+    match world {
+        PluginWorld::Transform | PluginWorld::FastTransform => {
+            pre.transformer =
+                Some(typed::TransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+        }
+        PluginWorld::Aggregate | PluginWorld::FastAggregate => {
+            pre.aggregator =
+                Some(aggregate::AggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
+        }
+    }
+    if world == PluginWorld::FastTransform {
+        pre.packed = Some(fast::FastTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::FastAggregate {
+        pre.packed_aggregator =
+            Some(fast_aggregate::FastAggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
 
     let name = path
         .file_stem()

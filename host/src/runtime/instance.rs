@@ -254,23 +254,7 @@ impl PluginInstance {
         };
         self.packed_input.clear();
         for record in records {
-            let input = InputRecord {
-                key: record.key.as_deref().map(sluice_wire::Bytes::new),
-                value: sluice_wire::Bytes::new(&record.value),
-                headers: record
-                    .headers
-                    .iter()
-                    .map(|h| sluice_wire::Header {
-                        key: &h.key,
-                        value: sluice_wire::Bytes::new(&h.value),
-                    })
-                    .collect(),
-                event_time: record.event_time,
-                topic: sluice_wire::Bytes::new(record.source.topic.as_bytes()),
-                partition: record.source.partition,
-                offset: record.source.offset,
-            };
-            sluice_wire::append(&mut self.packed_input, &input)
+            sluice_wire::append(&mut self.packed_input, &to_wire_record(record))
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
         }
         let output = bindings
@@ -397,6 +381,27 @@ pub(crate) fn init_fault(
     fault
 }
 
+/// `record` as the packed formats carry it (borrowing from it).
+pub(crate) fn to_wire_record(record: &Record) -> InputRecord<'_> {
+    InputRecord {
+        key: record.key.as_deref().map(sluice_wire::Bytes::new),
+        value: sluice_wire::Bytes::new(&record.value),
+        headers: record
+            .headers
+            .iter()
+            .map(|h| sluice_wire::Header {
+                key: &h.key,
+                value: sluice_wire::Bytes::new(&h.value),
+            })
+            .collect(),
+        event_time: record.event_time,
+        topic: sluice_wire::Bytes::new(record.source.topic.as_bytes()),
+        partition: record.source.partition,
+        offset: record.source.offset,
+    }
+}
+
+/// `record` as the typed interfaces carry it (copied).
 pub(crate) fn to_wit_record(record: &Record) -> wit::InputRecord {
     wit::InputRecord {
         key: record.key.as_ref().map(|k| k.to_vec()),

@@ -78,6 +78,11 @@ pub enum StateWrite {
 pub trait StateStore: Send + Sync {
     /// The value under `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError>;
+    /// The values under `keys`, in the order of `keys` (RocksDB: one
+    /// batched lookup, cheaper than a `get` per key).
+    fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        keys.iter().map(|key| self.get(key)).collect()
+    }
     /// Stores `value` under `key`.
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError>;
     /// Removes `key`.

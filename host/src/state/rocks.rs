@@ -247,6 +247,18 @@ impl StateStore for RocksStateStore {
         Ok(stored.and_then(|value| self.live(value)))
     }
 
+    fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        let cf = self.cf()?;
+        self.db
+            .batched_multi_get_cf(&cf, keys, false)
+            .into_iter()
+            .map(|found| {
+                let found = found.map_err(|e| self.error(e))?;
+                Ok(found.and_then(|value| self.live(value.to_vec())))
+            })
+            .collect()
+    }
+
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         self.db
             .put_cf_opt(&self.cf()?, key, self.stamp(value), &self.write_options)

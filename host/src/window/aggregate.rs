@@ -34,6 +34,14 @@ pub trait Aggregator: Send {
         records: &[&Record],
     ) -> Result<Vec<(usize, String)>, AggregateError>;
 
+    /// Adds each group's records to its accumulator: every key and window
+    /// a batch touches, in one call where the aggregate can (a plugin with
+    /// the packed `add`). Each group's `rejected` is set as [`Self::add`]
+    /// returns it.
+    fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+        add_group_by_group(self, groups)
+    }
+
     /// Combines two accumulators (of windows that merge).
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError>;
 
@@ -45,6 +53,29 @@ pub trait Aggregator: Send {
     fn plugin(&mut self) -> Option<&mut dyn crate::runtime::SwappablePlugin> {
         None
     }
+}
+
+/// One key and window's part of a batch, for [`Aggregator::add_groups`].
+#[derive(Debug)]
+pub struct GroupAdd<'r> {
+    /// The window's accumulator: updated in place.
+    pub accumulator: Vec<u8>,
+    /// The records to add, in arrival order.
+    pub records: Vec<&'r Record>,
+    /// Set by `add_groups`: the records (by index in `records`) that could
+    /// not be added, with the reason.
+    pub rejected: Vec<(usize, String)>,
+}
+
+/// [`Aggregator::add_groups`] as one [`Aggregator::add`] per group.
+pub fn add_group_by_group<A: Aggregator + ?Sized>(
+    aggregator: &mut A,
+    groups: &mut [GroupAdd<'_>],
+) -> Result<(), AggregateError> {
+    for group in groups {
+        group.rejected = aggregator.add(&mut group.accumulator, &group.records)?;
+    }
+    Ok(())
 }
 
 /// The built-in functions.

@@ -23,7 +23,7 @@ mod operator;
 mod states;
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
-pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction};
+pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd};
 pub use operator::{
     DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions, WindowResult,
 };

@@ -1,7 +1,7 @@
 //! The window operator: per key and window, an accumulator in state; fired
 //! by the watermark; allowed lateness; late output.
 
-use super::aggregate::{AggregateError, Aggregator};
+use super::aggregate::{AggregateError, Aggregator, GroupAdd};
 use super::fields::{FieldPath, extract, typed_key_json, typed_key_record_bytes};
 use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
@@ -402,6 +402,60 @@ impl WindowOperator {
         Ok(())
     }
 
+    /// Adds a batch's records to windows that have not fired yet, all in
+    /// one [`Aggregator::add_groups`] call: `groups` are (key, window,
+    /// indices in `batch` in arrival order).
+    fn add_to_waiting_windows(
+        &mut self,
+        batch: &[Record],
+        groups: Vec<(&[u8], Window, Vec<usize>)>,
+        rejected: &mut BTreeMap<usize, String>,
+    ) -> Result<(), DataflowError> {
+        self.states
+            .prefetch(groups.iter().map(|(key, window, _)| (*key, *window)))
+            .map_err(|e| self.state_error(e))?;
+        let mut adds = Vec::with_capacity(groups.len());
+        let mut created = Vec::with_capacity(groups.len());
+        let mut previous_lens = Vec::with_capacity(groups.len());
+        for (key, window, indices) in &groups {
+            created.push(
+                !self
+                    .states
+                    .contains(key, *window)
+                    .map_err(|e| self.state_error(e))?,
+            );
+            let state = self.state_mut(key, *window)?;
+            previous_lens.push(state.accumulator.len());
+            adds.push(GroupAdd {
+                accumulator: std::mem::take(&mut state.accumulator),
+                records: indices.iter().map(|i| &batch[*i]).collect(),
+                rejected: Vec::new(),
+            });
+        }
+        let result = self.aggregator.add_groups(&mut adds);
+        let mut emptied = Vec::new();
+        let outcomes = groups.iter().zip(adds).zip(created).zip(previous_lens);
+        for ((((key, window, indices), add), created), previous_len) in outcomes {
+            let accepted = add.records.len().saturating_sub(add.rejected.len());
+            self.states
+                .put_accumulator(key, *window, add.accumulator, previous_len);
+            for (index, reason) in add.rejected {
+                if let Some(&at) = indices.get(index) {
+                    rejected.entry(at).or_insert(reason);
+                }
+            }
+            if created && accepted == 0 {
+                emptied.push((*key, *window));
+            }
+        }
+        result.map_err(|e| self.aggregate_error(e))?;
+        for (key, window) in emptied {
+            // Every record was rejected: the window never had any content.
+            self.drop_window(key, window)?;
+        }
+        Ok(())
+    }
+
     /// Session windows: the record's `[t, t + gap)` merges with every
     /// session of its key it touches.
     fn add_to_session(
@@ -539,10 +593,17 @@ impl Operator for WindowOperator {
                     late.insert(index);
                 }
             }
+            let mut waiting = Vec::with_capacity(groups.len());
             for ((key, window), indices) in groups {
-                let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
-                self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
+                if window.max_timestamp() <= self.watermark {
+                    // Fired already: re-fired record by record.
+                    let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
+                    self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
+                } else {
+                    waiting.push((key, window, indices));
+                }
             }
+            self.add_to_waiting_windows(&batch, waiting, &mut rejected)?;
         }
 
         for (index, record) in batch.into_iter().enumerate() {

@@ -6,7 +6,8 @@
 //! checkpoint barrier ([`WindowStates::write_back`]) and when a key is
 //! evicted. Past its byte budget, the least recently used keys are evicted
 //! (down to 80 % of the budget). A window not in memory is read back with
-//! one point lookup when it is needed; [`WindowStates::windows_of`] (for
+//! one point lookup when it is needed, or, for the windows a batch adds
+//! to, all with one batched lookup ([`WindowStates::prefetch`]); [`WindowStates::windows_of`] (for
 //! sessions, which merge with any window of their key) reads all of a
 //! key's windows with one prefix scan. A window only in the store is
 //! removed with a blind delete.
@@ -212,6 +213,39 @@ impl WindowStates {
             }
             None => Ok(false),
         }
+    }
+
+    /// Reads the windows of `wanted` that are only in the store back into
+    /// memory, with one batched lookup (a batch's windows, before they are
+    /// added to; [`Self::contains`] would read them one by one).
+    pub(super) fn prefetch<'k>(
+        &mut self,
+        wanted: impl IntoIterator<Item = (&'k [u8], Window)>,
+    ) -> Result<(), StateError> {
+        let mut missing: Vec<(&'k [u8], Window)> = Vec::new();
+        for (key, window) in wanted {
+            let cached = self
+                .cache
+                .get(key)
+                .is_some_and(|cached| cached.windows.contains_key(&window));
+            if !cached && self.stored_only.contains_key(key) {
+                missing.push((key, window));
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let store_keys: Vec<Vec<u8>> = missing
+            .iter()
+            .map(|(key, window)| store_key(self.max_parallelism, key, window))
+            .collect();
+        let found = self.store.multi_get(&store_keys)?;
+        for ((key, window), value) in missing.into_iter().zip(found) {
+            if let Some(state) = value.as_deref().and_then(decode_state) {
+                self.insert_loaded(key, window, state);
+            }
+        }
+        Ok(())
     }
 
     /// The state of `key`'s `window`, if it has one, to change: it is

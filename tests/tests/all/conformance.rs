@@ -337,3 +337,30 @@ fn hot_items_aggregate_conforms_on_edge_cases_and_generated_events() {
         }
     }
 }
+
+#[test]
+fn filter_rewrite_conforms_on_edge_cases() {
+    let reference = check_case(
+        "filter-rewrite edge cases",
+        &["rust", "python"],
+        &lines_source("filter-rewrite.lines"),
+        |l| vec![("filter-rewrite", plugin_in(l, "filter-rewrite"), "")],
+    );
+    let main = String::from_utf8(reference.main).unwrap();
+    assert_eq!(main.lines().count(), 5, "{main}");
+    // Only `text` changes; every other byte is the record's own.
+    assert!(
+        main.contains(r#"{"id":1,"key":7,"text":"HELLO WORLD","ts":1}"#),
+        "{main}"
+    );
+    assert!(
+        main.contains(r#""n":1.50,"big":12345678901234567890"#),
+        "{main}"
+    );
+    assert_eq!(
+        reference.dead_letters.len(),
+        7,
+        "{:?}",
+        reference.dead_letters
+    );
+}

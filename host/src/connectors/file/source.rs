@@ -1,14 +1,19 @@
 //! Reads JSON-lines or Avro object container files.
+//!
+//! Lines are read in chunks of [`CHUNK_BYTES`] and split with `memchr`; a
+//! record's value is a slice of its chunk (reference-counted, not copied),
+//! so reading a line allocates nothing of its own. Only a line that spans two
+//! chunks is copied, once, to the front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{Record, SourcePosition, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use crate::window::fields::{FieldPath, FieldValue, extract};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::de::IgnoredAny;
 use serde_json::Value;
-use std::io::BufRead;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -65,8 +70,76 @@ enum Parsed {
     Document(Result<Value, String>),
 }
 
+/// How much of the file is read at a time (more when one line is longer).
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// The lines of a file, each a slice of the chunk it was read in.
+struct LineReader {
+    file: Box<dyn Read + Send>,
+    /// What was read and not yet returned as lines.
+    pending: Bytes,
+    /// The file has been read to its end.
+    eof: bool,
+    /// Bytes read at a time: [`CHUNK_BYTES`] (smaller in tests).
+    chunk_bytes: usize,
+}
+
+impl LineReader {
+    fn new(file: Box<dyn Read + Send>, chunk_bytes: usize) -> Self {
+        LineReader {
+            file,
+            pending: Bytes::new(),
+            eof: false,
+            chunk_bytes,
+        }
+    }
+
+    /// The next line without its `\n` (`None` at the end of the file). The
+    /// last line needs no `\n`.
+    fn next_line(&mut self) -> std::io::Result<Option<Bytes>> {
+        loop {
+            if let Some(end) = memchr::memchr(b'\n', &self.pending) {
+                let mut line = self.pending.split_to(end + 1);
+                line.truncate(end);
+                return Ok(Some(line));
+            }
+            if self.eof {
+                if self.pending.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(std::mem::take(&mut self.pending)));
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Reads the next chunk behind the unfinished line in `pending`.
+    fn fill(&mut self) -> std::io::Result<()> {
+        let capacity = self.chunk_bytes.max(self.pending.len() * 2).max(1);
+        let mut chunk = BytesMut::with_capacity(capacity);
+        chunk.extend_from_slice(&self.pending);
+        let start = chunk.len();
+        chunk.resize(capacity, 0);
+        let mut filled = start;
+        while filled < capacity {
+            match self.file.read(&mut chunk[filled..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        chunk.truncate(filled);
+        self.pending = chunk.freeze();
+        Ok(())
+    }
+}
+
 enum Input {
-    Lines(Box<dyn BufRead + Send>),
+    Lines(LineReader),
     Avro(Box<apache_avro::Reader<'static, std::io::BufReader<std::fs::File>>>),
     Done,
 }
@@ -86,7 +159,7 @@ impl FileSource {
         let file = std::fs::File::open(path).map_err(|e| open_error(e.to_string()))?;
         let input = match options.format {
             FileFormat::Jsonl | FileFormat::Lines => {
-                Input::Lines(Box::new(std::io::BufReader::new(file)))
+                Input::Lines(LineReader::new(Box::new(file), CHUNK_BYTES))
             }
             FileFormat::Avro => {
                 let reader = apache_avro::Reader::new(std::io::BufReader::new(file))
@@ -191,22 +264,18 @@ impl Source for FileSource {
             let (raw, parsed) = match &mut self.input {
                 Input::Done => break,
                 Input::Lines(lines) => {
-                    let mut line = Vec::new();
-                    let n =
-                        lines
-                            .read_until(b'\n', &mut line)
-                            .map_err(|e| DataflowError::Source {
-                                name: self.name.clone(),
-                                message: format!("read error: {e}"),
-                            })?;
-                    if n == 0 {
+                    let line = lines.next_line().map_err(|e| DataflowError::Source {
+                        name: self.name.clone(),
+                        message: format!("read error: {e}"),
+                    })?;
+                    let Some(mut line) = line else {
                         self.input = Input::Done;
                         break;
+                    };
+                    while line.last().is_some_and(|b| *b == b'\r') {
+                        line.truncate(line.len() - 1);
                     }
-                    while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                        line.pop();
-                    }
-                    if line.iter().all(u8::is_ascii_whitespace) {
+                    if !line.iter().any(|b| !b.is_ascii_whitespace()) {
                         self.offset += 1;
                         continue;
                     }
@@ -217,7 +286,7 @@ impl Source for FileSource {
                     } else {
                         Parsed::JsonLine
                     };
-                    (Bytes::from(line), parsed)
+                    (line, parsed)
                 }
                 Input::Avro(reader) => match reader.next() {
                     None => {
@@ -304,4 +373,34 @@ impl Source for FileSource {
 
 fn path_name(path: &Path) -> String {
     PathBuf::from(path).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(text: &[u8], chunk_bytes: usize) -> Vec<Vec<u8>> {
+        let mut reader =
+            LineReader::new(Box::new(std::io::Cursor::new(text.to_vec())), chunk_bytes);
+        let mut lines = Vec::new();
+        while let Some(line) = reader.next_line().unwrap() {
+            lines.push(line.to_vec());
+        }
+        lines
+    }
+
+    #[test]
+    fn lines_are_split_alike_whatever_the_chunk_size() {
+        let text = b"{\"a\":1}\n\n{\"b\":22}\r\nlonger line than a chunk\nlast without newline";
+        let expected: Vec<Vec<u8>> = text.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+        for chunk_bytes in [1, 2, 3, 7, 16, 1 << 20] {
+            assert_eq!(
+                lines_of(text, chunk_bytes),
+                expected,
+                "chunk of {chunk_bytes}"
+            );
+        }
+        assert_eq!(lines_of(b"a\n", 4), vec![b"a".to_vec()]);
+        assert!(lines_of(b"", 4).is_empty());
+    }
 }

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The record path (issue 15): CPU per record from a file of JSON lines with
+# event time, through each kind of operator, to a blackhole. Prints a
+# markdown table.
+#
+#   benches/record-path.sh            # 2,000,000 records (Python: 1/10 of that)
+#   RECORDS=500000 benches/record-path.sh
+#   benches/record-path.sh window     # only the rows whose name contains "window"
+#
+# Records are ~170 bytes: {"id", "key" (0..999), "text" (100 characters),
+# "ts" (1 ms apart), "user"}. Every run is pinned to one core
+# (taskset -c 0: source, operators and sink share it). CPU µs per record is
+# (user + sys of the process) / records, which holds on a shared machine;
+# records/s is wall clock and moves with the machine's load. The plugin's
+# guest memory is the largest linear memory of the run (the run summary).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+cargo build --release -q -p sluice-cli
+target="${CARGO_TARGET_DIR:-target}"
+sluice="$target/release/sluice"
+command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)"; exit 1; }
+records="${RECORDS:-2000000}"
+python_records=$((records / 10))
+only="${1:-}"
+
+work="${RECORD_PATH_DIR:-${TMPDIR:-/tmp}/sluice-record-path}"
+mkdir -p "$work"
+input="$work/records-$records.jsonl"
+if [ ! -s "$input" ]; then
+  python3 - "$records" "$input" <<'EOF'
+import random, string, sys
+count, path = int(sys.argv[1]), sys.argv[2]
+rng = random.Random(15)
+texts = ["".join(rng.choice(string.ascii_lowercase + " ") for _ in range(100)) for _ in range(64)]
+with open(path, "w") as out:
+    for i in range(count):
+        out.write('{"id":%d,"key":%d,"text":"%s","ts":%d,"user":"user-%04d"}\n'
+                  % (1000000 + i, rng.randrange(1000), texts[i % 64], 1767225600000 + i, i % 7919))
+EOF
+fi
+head -n "$python_records" "$input" >"$work/records-python.jsonl"
+
+# Built once here; the pipelines name the components, so that no run
+# measures a build.
+for p in plugins/filter-rewrite plugins/count-sum plugins/python/filter-rewrite; do
+  "$sluice" plugin build "$p" >/dev/null
+done
+rust_filter="$root/plugins/target/sluice/filter-rewrite.wasm"
+rust_count_sum="$root/plugins/target/sluice/count-sum.wasm"
+python_filter="$root/plugins/python/filter-rewrite/target/sluice/filter-rewrite.wasm"
+
+# pipeline NAME INPUT OPERATOR-TOML: writes $work/NAME.toml.
+pipeline() {
+  cat >"$work/$1.toml" <<EOF
+[pipeline]
+name = "record-path-$1"
+batch_size = 1024
+$4
+
+[source.file]
+path = "$2"
+timestamp_field = "ts"
+
+$3
+
+[sink]
+blackhole = {}
+EOF
+}
+
+window_builtin='[[operators]]
+name = "window"
+window = { tumbling_ms = 60_000 }
+key_field = "key"
+aggregates = [{ name = "count", function = "count" }, { name = "sum", function = "sum", field = "id" }]'
+window_plugin="[[operators]]
+name = \"window\"
+window = { tumbling_ms = 60_000 }
+key_field = \"key\"
+plugin = \"$rust_count_sum\"
+config = { field = \"id\" }"
+
+pipeline "file-blackhole" "$input" "" ""
+pipeline "rust-filter-rewrite" "$input" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$rust_filter\"" ""
+pipeline "rust-filter-rewrite-document" "$input" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$rust_filter\"
+config = { mode = \"document\" }" ""
+pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
+pipeline "window-count-sum-plugin" "$input" "$window_plugin" ""
+pipeline "window-count-sum-builtin-rocksdb" "$input" "$window_builtin" "state_cache_mb = 0"
+pipeline "window-count-sum-plugin-rocksdb" "$input" "$window_plugin" "state_cache_mb = 0"
+pipeline "python-filter-rewrite" "$work/records-python.jsonl" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$python_filter\"
+memory_limit_mb = 64" ""
+
+echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document \
+  window-count-sum-builtin window-count-sum-plugin \
+  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb python-filter-rewrite; do
+  case "$name" in *"$only"*) ;; *) continue ;; esac
+  log="$work/$name.log"
+  taskset -c 0 /usr/bin/time -f 'time %U %S %M' "$sluice" run --quiet "$work/$name.toml" >"$log.out" 2>"$log"
+  read -r user sys rss_kb < <(grep '^time ' "$log" | tail -1 | cut -d' ' -f2-)
+  line=$(grep -E '^completed in' "$log")
+  seconds=$(echo "$line" | sed -E 's/completed in ([0-9.]+) s.*/\1/')
+  count=$(echo "$line" | sed -E 's/.*: ([0-9]+) records in.*/\1/')
+  memory=$(grep -oE 'plugin memory [0-9.]+ MiB' "$log" | awk '{ if ($3 > m) m = $3 } END { print m + 0 }' || true)
+  restarts=$(grep -oE 'restarts [0-9]+' "$log" | awk '{ s += $2 } END { print s + 0 }' || true)
+  python3 - "$name" "$count" "$user" "$sys" "$seconds" "$rss_kb" "$memory" "$restarts" <<'EOF'
+import sys
+name, count, user, sys_s, seconds, rss_kb, memory, restarts = sys.argv[1:]
+count, user, sys_s, seconds = int(count), float(user), float(sys_s), float(seconds)
+print(f"| {name} | {count:,} | {user:.2f} | {sys_s:.2f} | {(user + sys_s) / count * 1e6:.2f} "
+      f"| {count / seconds / 1e6:.2f} M | {int(rss_kb) // 1024} | {memory if memory != '0' else '-'} | {restarts} |")
+EOF
+done

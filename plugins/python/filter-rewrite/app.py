@@ -1,0 +1,39 @@
+"""filter-rewrite (Python): the record-path benchmark's transform.
+
+A record whose integer field ``filter_field`` (default ``key``) is a
+multiple of ``modulus`` (default 10) is dropped; the others are emitted with
+the string field ``rewrite_field`` (default ``text``) upper-cased (ASCII).
+Same output, byte for byte, as ``plugins/filter-rewrite`` (Rust) on compact
+JSON records.
+"""
+
+import sluice
+
+_ASCII_UPPER = bytes.maketrans(b"abcdefghijklmnopqrstuvwxyz", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+class FilterRewrite(sluice.Transform):
+    def __init__(self, config):
+        self.filter_field = config.get("filter_field", "key")
+        self.modulus = config.get_int("modulus", 10)
+        if self.modulus <= 0:
+            raise ValueError("config key `modulus`: must be a positive integer")
+        self.rewrite_field = config.get("rewrite_field", "text")
+
+    def process(self, record, out):
+        event = record.json()
+        if not isinstance(event, dict):
+            raise sluice.RecordError("invalid JSON value: a record must be a JSON object")
+        value = event.get(self.filter_field)
+        if not isinstance(value, sluice.JsonInt):
+            raise sluice.RecordError(f"field `{self.filter_field}` is not an integer")
+        if value % self.modulus == 0:
+            return
+        text = event.get(self.rewrite_field)
+        if not isinstance(text, str):
+            raise sluice.RecordError(f"field `{self.rewrite_field}` is not a string")
+        event[self.rewrite_field] = text.encode("utf-8").translate(_ASCII_UPPER).decode("utf-8")
+        out.emit_json(event)
+
+
+Transformer = sluice.export(FilterRewrite)
