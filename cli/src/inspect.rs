@@ -13,8 +13,10 @@ pub fn describe(path: &Path) -> Result<String> {
     let world = match component.world {
         PluginWorld::Transform => "sluice:plugin/transform",
         PluginWorld::FastTransform => "sluice:plugin/fast-transform",
+        PluginWorld::TextTransform => "sluice:plugin/text-transform",
         PluginWorld::Aggregate => "sluice:plugin/aggregate",
         PluginWorld::FastAggregate => "sluice:plugin/fast-aggregate",
+        PluginWorld::TextAggregate => "sluice:plugin/text-aggregate",
     };
     writeln!(text, "plugin:      {}", component.name)?;
     writeln!(text, "file:        {}", component.path.display())?;

@@ -42,6 +42,7 @@ keys in input order, the same string escapes.
 import json
 import json.decoder
 import re
+import sys
 from json.encoder import encode_basestring as _encode_string
 
 from componentize_py_types import Err, Ok
@@ -86,12 +87,17 @@ class RecordError(Exception):
 
 class JsonInt(int):
     """An integer parsed from JSON (within the 64-bit range); ``text`` is its
-    exact source text."""
+    exact source text (a JSON integer has one way to be written, so it is
+    also ``str(number)``)."""
 
-    def __new__(cls, text):
-        number = int.__new__(cls, text)
-        number.text = text
-        return number
+    # No instance dict and no Python-level constructor: the parser makes
+    # one per integer it reads.
+    __slots__ = ()
+
+    @property
+    def text(self):
+        """The number as written in JSON."""
+        return int.__repr__(self)
 
 
 class JsonFloat(float):
@@ -120,11 +126,13 @@ _U64_MAX = (1 << 64) - 1
 
 def _parse_integer(text):
     # Classified as serde_json does: integers are those that fit i64 or u64;
-    # others (and "-0") are floating-point numbers.
-    number = JsonInt(text)
-    if text == "-0" or not _I64_MIN <= number <= _U64_MAX:
+    # others (and "-0") are floating-point numbers. Fewer than 19 digits
+    # always fit.
+    if len(text) < 19 and text != "-0":
+        return JsonInt(text)
+    if text == "-0" or not _I64_MIN <= int(text) <= _U64_MAX:
         return JsonFloat(text)
-    return number
+    return JsonInt(text)
 
 
 def _reject_constant(name):
@@ -144,6 +152,30 @@ def _has_lone_surrogate(value):
     return False
 
 
+# Built once: `json.loads` with hooks builds a decoder on every call.
+_DECODER = json.JSONDecoder(
+    parse_int=_parse_integer,
+    parse_float=JsonFloat,
+    parse_constant=_reject_constant,
+)
+
+
+_SCAN = _DECODER.scan_once
+
+
+def _decode_json(text):
+    """``_DECODER.decode(text)``, calling the C scanner straight for a value
+    with no surrounding whitespace (the common case); anything else, and
+    every error, goes the documented way for its message."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return _DECODER.decode(text)
+    if end != len(text):
+        return _DECODER.decode(text)
+    return value
+
+
 def loads(data):
     """Parses JSON ``data`` (bytes or str) strictly; numbers keep their text.
 
@@ -153,12 +185,7 @@ def loads(data):
     """
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-        value = json.loads(
-            text,
-            parse_int=_parse_integer,
-            parse_float=JsonFloat,
-            parse_constant=_reject_constant,
-        )
+        value = _decode_json(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise RecordError(f"invalid JSON value: {error}") from None
     if _LONE_SURROGATE_HINT.search(text) and _has_lone_surrogate(value):
@@ -203,10 +230,59 @@ def _write(value, parts):
         raise RecordError(f"cannot encode {type(value).__name__} as JSON")
 
 
+def _not_encodable(value):
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+# The C encoder, for values it writes exactly as `_write` does. Made once
+# (`json.dumps` makes one per call), with the arguments `JSONEncoder`
+# passes it; plain `JSONEncoder.encode` where the C module is missing.
+try:
+    from _json import make_encoder as _make_encoder
+
+    _C_ITERENCODE = _make_encoder(
+        None, _not_encodable, _encode_string, None, ":", ",", False, False, False
+    )
+
+    def _C_ENCODE(value):
+        return "".join(_C_ITERENCODE(value, 0))
+except (ImportError, TypeError):
+    _C_ENCODE = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
+    ).encode
+
+
+def _c_encodable(value):
+    """Whether the C encoder writes ``value`` byte for byte as ``_write``
+    does: no floats (their source text would be lost) and only string keys
+    (``_write`` and the C encoder spell other keys differently)."""
+    kind = type(value)
+    if kind is str or kind is JsonInt or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            kind = type(item)
+            # Scalars inline: a flat record costs no call per field.
+            if not (kind is str or kind is JsonInt or kind is int or kind is bool
+                    or item is None or _c_encodable(item)):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:
+            if not _c_encodable(item):
+                return False
+        return True
+    return False
+
+
 def dumps(value):
     """Compact JSON as UTF-8 bytes, byte-identical to the Rust SDK's
     ``serde_json`` output for the same value (parsed numbers keep their
     text)."""
+    if _c_encodable(value):
+        return _C_ENCODE(value).encode("utf-8")
     parts = []
     _write(value, parts)
     return "".join(parts).encode("utf-8")
@@ -297,24 +373,23 @@ class Emitter:
         self._emits = []
 
     def _emit(self, route, value, key, headers, event_time):
-        output = types.OutputRecord(
-            key=self._record.key if key is _SAME else key,
-            value=bytes(value),
-            headers=self._record.headers if headers is _SAME else
-            [types.Header(k, bytes(v)) for k, v in headers],
-            event_time=event_time,
-        )
-        self._emits.append(types.Emit(route, output))
+        # (route, value, key, headers, event time); `route` is one of
+        # _MAIN, (_SIDE, name) or (_DEAD_LETTER, reason); headers are the
+        # input record's when _SAME, else (name, bytes) pairs.
+        self._emits.append((route, value, self._record.key if key is _SAME else key,
+                            headers, event_time))
 
+    # `forward` and `emit` append themselves: a call less per record.
     def forward(self):
         """Emits the input record unchanged to the main output."""
-        self._emit(types.Route_Main(), self._record.value, _SAME, _SAME, None)
+        record = self._record
+        self._emits.append((_MAIN, record.value, record.key, _SAME, None))
 
     def emit(self, value, key=None, headers=None, event_time=None):
         """Emits ``value`` (bytes) to the main output. ``key`` and
         ``headers`` default to the input record's."""
-        self._emit(types.Route_Main(), value, _SAME if key is None else key,
-                   _SAME if headers is None else headers, event_time)
+        self._emits.append((_MAIN, value, self._record.key if key is None else key,
+                            _SAME if headers is None else headers, event_time))
 
     def emit_json(self, value, key=None):
         """Emits ``value`` encoded with ``sluice.dumps``."""
@@ -322,14 +397,108 @@ class Emitter:
 
     def side(self, name, value):
         """Emits ``value`` (bytes) to the side output ``name``."""
-        self._emit(types.Route_Side(name), value, _SAME, _SAME, None)
+        self._emit((_SIDE, name), value, _SAME, _SAME, None)
 
     def dead_letter(self, reason):
         """Sends the input record to the dead-letter output with ``reason``."""
-        self._emit(types.Route_DeadLetter(reason), self._record.value, _SAME, _SAME, None)
+        self._emit((_DEAD_LETTER, reason), self._record.value, _SAME, _SAME, None)
 
 
 _SAME = object()
+# Routes, numbered as the variants of sluice-wire's `Route`.
+_MAIN_ROUTE, _SIDE, _DEAD_LETTER = 0, 1, 2
+_MAIN = (_MAIN_ROUTE, None)
+
+
+def _typed_emit(input_record, emit):
+    """One collected emit as the typed interface's ``Emit``."""
+    (kind, text), value, key, headers, event_time = emit
+    if kind == _MAIN_ROUTE:
+        route = types.Route_Main()
+    elif kind == _SIDE:
+        route = types.Route_Side(text)
+    else:
+        route = types.Route_DeadLetter(text)
+    output = types.OutputRecord(
+        key=key,
+        value=bytes(value),
+        headers=input_record.headers if headers is _SAME else
+        [types.Header(k, bytes(v)) for k, v in headers],
+        event_time=event_time,
+    )
+    return types.Emit(route, output)
+
+
+# ---------------------------------------------------------------- packed output
+#
+# `text-packed-transformer` returns a batch's outcomes as one buffer in the
+# packed output format of the `sluice-wire` crate (postcard-encoded
+# `OutputItem`s), carried as ISO-8859-1 text. Returning a string rather than
+# per-record `list<u8>` values is what keeps a Python plugin's memory flat:
+# componentize-py never frees the byte lists an export returns.
+
+
+def _varint(out, number):
+    while number > 0x7F:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+
+
+def _varint_bytes(number):
+    out = bytearray()
+    _varint(out, number)
+    return bytes(out)
+
+
+# Varints of small numbers (batch indices, value lengths), made once.
+_SMALL_VARINTS = [_varint_bytes(number) for number in range(4096)]
+
+
+def _packed_bytes(out, data):
+    _varint(out, len(data))
+    out += data
+
+
+def _packed_str(out, text):
+    _packed_bytes(out, text.encode("utf-8"))
+
+
+def _packed_emit(out, index, input_record, emit):
+    (kind, text), value, key, headers, event_time = emit
+    out.append(0)  # OutputItem::Emit
+    _varint(out, index)
+    out.append(kind)
+    if kind != _MAIN_ROUTE:
+        _packed_str(out, text)
+    if key is None:
+        out.append(0)
+    else:
+        out.append(1)
+        _packed_bytes(out, key)
+    _packed_bytes(out, value)
+    if headers is _SAME:
+        headers = input_record.headers
+        _varint(out, len(headers))
+        for header in headers:
+            _packed_str(out, header.key)
+            _packed_bytes(out, header.value)
+    else:
+        _varint(out, len(headers))
+        for name, header_value in headers:
+            _packed_str(out, name)
+            _packed_bytes(out, header_value)
+    if event_time is None:
+        out.append(0)
+    else:
+        out.append(1)
+        _varint(out, (event_time << 1) ^ (event_time >> 63))  # zigzag
+
+
+def _packed_failed(out, index, reason):
+    out.append(1)  # OutputItem::Failed
+    _varint(out, index)
+    _packed_str(out, reason)
 
 
 # ---------------------------------------------------------------- host
@@ -361,9 +530,27 @@ class Transform:
         raise NotImplementedError
 
 
+def _process(plugin, input_record):
+    """Runs ``plugin`` on one record: its collected emits, or the reason it
+    failed (a string)."""
+    out = Emitter(input_record)
+    try:
+        plugin.process(Record(input_record), out)
+    except RecordError as error:
+        return str(error)
+    except Exception as error:  # noqa: BLE001 - the record is dead-lettered
+        return f"{type(error).__name__}: {error}"
+    return out._emits
+
+
 def export(plugin_class):
     """The ``Transformer`` class componentize-py exports, running
-    ``plugin_class``."""
+    ``plugin_class``.
+
+    Also binds ``TextPackedTransformer`` in the calling module (the
+    ``text-transform`` world's second export, which ``sluice plugin build``
+    builds Python transforms for): the same plugin, its outcomes returned
+    packed in one string instead of typed records."""
 
     class Transformer(exports.Transformer):
         plugin = None
@@ -380,19 +567,51 @@ def export(plugin_class):
                 raise RuntimeError("process-batch called before init")
             outcomes = []
             for input_record in batch:
-                record = Record(input_record)
-                out = Emitter(input_record)
-                try:
-                    plugin.process(record, out)
-                except RecordError as error:
-                    outcomes.append(Err(str(error)))
-                    continue
-                except Exception as error:  # noqa: BLE001 - the record is dead-lettered
-                    outcomes.append(Err(f"{type(error).__name__}: {error}"))
-                    continue
-                outcomes.append(Ok(out._emits))
+                emits = _process(plugin, input_record)
+                if isinstance(emits, str):
+                    outcomes.append(Err(emits))
+                else:
+                    outcomes.append(Ok([_typed_emit(input_record, e) for e in emits]))
             return outcomes
 
+    class TextPackedTransformer:
+        def process_batch_text(self, batch):
+            plugin = Transformer.plugin
+            if plugin is None:
+                raise RuntimeError("process-batch-text called before init")
+            out = bytearray()
+            varints = _SMALL_VARINTS
+            # `_process` and `_packed_emit`'s common case, inline: Python
+            # calls are most of the cost per record.
+            for index, input_record in enumerate(batch):
+                emitter = Emitter(input_record)
+                try:
+                    plugin.process(Record(input_record), emitter)
+                except RecordError as error:
+                    _packed_failed(out, index, str(error))
+                    continue
+                except Exception as error:  # noqa: BLE001 - the record is dead-lettered
+                    _packed_failed(out, index, f"{type(error).__name__}: {error}")
+                    continue
+                for emit in emitter._emits:
+                    route, value, key, headers, event_time = emit
+                    if (route is _MAIN and key is None and event_time is None
+                            and headers is _SAME and not input_record.headers
+                            and index < 4096 and len(value) < 4096):
+                        # Emit, index, Main, no key, the value, no headers,
+                        # no event time.
+                        out += b"\x00"
+                        out += varints[index]
+                        out += b"\x00\x00"
+                        out += varints[len(value)]
+                        out += value
+                        out += b"\x00\x00"
+                    else:
+                        _packed_emit(out, index, input_record, emit)
+            return out.decode("latin-1")
+
+    # componentize-py finds each export by name in the app module.
+    sys._getframe(1).f_globals.setdefault("TextPackedTransformer", TextPackedTransformer)
     return Transformer
 
 
@@ -436,7 +655,12 @@ def _reason(error):
 
 def export_aggregate(aggregate_class):
     """The ``Aggregator`` class componentize-py exports, running
-    ``aggregate_class``."""
+    ``aggregate_class``.
+
+    Also binds ``TextAggregator`` in the calling module (the
+    ``text-aggregate`` world's second export, which ``sluice plugin build``
+    builds Python aggregates for): the same functions with their results
+    returned as strings, which componentize-py frees after the call."""
     from wit_world.exports.aggregator import Added
 
     class Aggregator(exports.Aggregator):
@@ -487,4 +711,25 @@ def export_aggregate(aggregate_class):
             aggregate = self._aggregate()
             return dumps(aggregate.finish(_decode(aggregate, accumulator)))
 
+    class TextAggregator:
+        # Each result is the byte function's bytes, one character per byte.
+        _bytes = Aggregator()
+
+        def create_text(self):
+            return self._bytes.create().decode("latin-1")
+
+        def add_text(self, accumulator, records):
+            from wit_world.exports.text_aggregator import AddedText
+
+            added = self._bytes.add(accumulator, records)
+            return AddedText(accumulator=added.accumulator.decode("latin-1"),
+                             rejected=added.rejected)
+
+        def merge_text(self, a, b):
+            return self._bytes.merge(a, b).decode("latin-1")
+
+        def finish_text(self, accumulator):
+            return self._bytes.finish(accumulator).decode("latin-1")
+
+    sys._getframe(1).f_globals.setdefault("TextAggregator", TextAggregator)
     return Aggregator

@@ -31,12 +31,21 @@ pub(super) fn build(
     let sdk_dir = scratch.join("sdk");
     sdk::write(&sdk_dir, "sluice.py", sdk::PYTHON_SDK)?;
     let output = scratch.join("component.wasm");
+    // Built for the `text-` worlds: the SDK's `export` and
+    // `export_aggregate` bind their second export, which returns results as
+    // strings. componentize-py never frees the byte lists an export returns,
+    // so the byte-list functions alone would grow the plugin's memory by
+    // every value or accumulator it returns.
+    let world_name = match world {
+        sdk::World::Transform => "text-transform",
+        sdk::World::Aggregate => "text-aggregate",
+    };
     progress.step("componentize-py");
     run_tool(
         Command::new(componentize_py())
             .arg("-d")
             .arg(&wit)
-            .args(["-w", world.name(), "componentize"])
+            .args(["-w", world_name, "componentize"])
             .arg("-p")
             .arg(dir)
             .arg("-p")

@@ -210,7 +210,7 @@ fn rust_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
 
 #[test]
 fn python_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
-    plugin_dev_loop("python", "sluice:plugin/transform");
+    plugin_dev_loop("python", "sluice:plugin/text-transform");
 }
 
 #[test]
@@ -299,7 +299,7 @@ fn rust_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
 
 #[test]
 fn python_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("python", "sluice:plugin/aggregate");
+    aggregate_dev_loop("python", "sluice:plugin/text-aggregate");
 }
 
 #[test]

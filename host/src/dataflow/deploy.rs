@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// What an operator's plugin does: which worlds may replace it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginRole {
-    /// A transform (`transform` or `fast-transform` world).
+    /// A transform (`transform`, `fast-transform` or `text-transform` world).
     Transform,
     /// A window's aggregate function (`aggregate` world).
     Aggregate,
@@ -451,6 +451,8 @@ mod tests {
     fn roles_accept_only_their_worlds() {
         assert!(PluginRole::Transform.accepts(PluginWorld::FastTransform));
         assert!(PluginRole::Transform.accepts(PluginWorld::Transform));
+        assert!(PluginRole::Transform.accepts(PluginWorld::TextTransform));
+        assert!(!PluginRole::Aggregate.accepts(PluginWorld::TextTransform));
         assert!(!PluginRole::Transform.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::FastAggregate));

@@ -8,6 +8,10 @@
 //! A fault in `create`, `merge` or `finish` — where no record is to blame —
 //! is retried once on a fresh instance and otherwise stops the operator.
 //!
+//! A plugin of the `text-aggregate` world (the Python SDK's) is called
+//! through its string-returning functions (see `text-aggregator` in the WIT
+//! package: componentize-py never frees returned byte lists).
+//!
 //! A plugin of the `fast-aggregate` world (the Rust SDK's) gets all the
 //! groups of a batch in one `add-packed` call; if that call faults, or the
 //! plugin does not read the format version, the batch is added group by
@@ -16,9 +20,13 @@
 
 use super::bindings::aggregate::Aggregate;
 use super::bindings::fast_aggregate::FastAggregate;
+use super::bindings::text_aggregate::TextAggregate;
+use super::bindings::typed::sluice::plugin::types as wit;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{classify, end_call, start_call, to_wire_record, to_wit_record};
+use super::instance::{
+    classify, end_call, latin1_bytes, start_call, to_wire_record, to_wit_record,
+};
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
@@ -32,10 +40,97 @@ use wasmtime::Store;
 pub(crate) struct AggregateWorld;
 
 /// The exports of one aggregate instance: the typed aggregator always, the
-/// packed `add` for `fast-aggregate` plugins.
+/// packed `add` for `fast-aggregate` plugins, the string-returning functions
+/// for `text-aggregate` plugins.
 pub(crate) struct AggregateBindings {
     typed: Aggregate,
     fast: Option<FastAggregate>,
+    text: Option<TextAggregate>,
+}
+
+/// What an `add` call returns: the new accumulator, and the records (by
+/// index) it could not add with the reason.
+type Added = (Vec<u8>, Vec<(u32, String)>);
+
+/// The bytes a `text-aggregator` function's string stands for.
+fn text_result(text: String) -> wasmtime::Result<Vec<u8>> {
+    latin1_bytes(text).map_err(wasmtime::Error::msg)
+}
+
+impl AggregateBindings {
+    /// `create`, through `create-text` where the plugin has it.
+    fn create(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<u8>> {
+        match &self.text {
+            Some(text) => text
+                .sluice_plugin_text_aggregator()
+                .call_create_text(store)
+                .and_then(text_result),
+            None => self.typed.sluice_plugin_aggregator().call_create(store),
+        }
+    }
+
+    /// `add`: the new accumulator and the rejected records.
+    fn add(
+        &self,
+        store: &mut Store<PluginState>,
+        accumulator: &[u8],
+        records: &[wit::InputRecord],
+    ) -> wasmtime::Result<Added> {
+        match &self.text {
+            Some(text) => {
+                let added = text.sluice_plugin_text_aggregator().call_add_text(
+                    store,
+                    accumulator,
+                    records,
+                )?;
+                Ok((text_result(added.accumulator)?, added.rejected))
+            }
+            None => {
+                let added =
+                    self.typed
+                        .sluice_plugin_aggregator()
+                        .call_add(store, accumulator, records)?;
+                Ok((added.accumulator, added.rejected))
+            }
+        }
+    }
+
+    /// `merge`.
+    fn merge(
+        &self,
+        store: &mut Store<PluginState>,
+        a: &[u8],
+        b: &[u8],
+    ) -> wasmtime::Result<Vec<u8>> {
+        match &self.text {
+            Some(text) => text
+                .sluice_plugin_text_aggregator()
+                .call_merge_text(store, a, b)
+                .and_then(text_result),
+            None => self
+                .typed
+                .sluice_plugin_aggregator()
+                .call_merge(store, a, b),
+        }
+    }
+
+    /// `finish`: the result's JSON bytes.
+    fn finish(
+        &self,
+        store: &mut Store<PluginState>,
+        accumulator: &[u8],
+    ) -> wasmtime::Result<Vec<u8>> {
+        match &self.text {
+            Some(text) => text
+                .sluice_plugin_text_aggregator()
+                .call_finish_text(store, accumulator)
+                .and_then(text_result),
+            None => self
+                .typed
+                .sluice_plugin_aggregator()
+                .call_finish(store, accumulator),
+        }
+    }
 }
 
 impl HostedWorld for AggregateWorld {
@@ -61,7 +156,11 @@ impl HostedWorld for AggregateWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
-        Ok(AggregateBindings { typed, fast })
+        let text = match &component.pre.text_aggregator {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
+        Ok(AggregateBindings { typed, fast, text })
     }
 
     fn init(
@@ -239,9 +338,7 @@ impl Aggregator for PluginAggregator {
     }
 
     fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
-        self.call_retrying("create", |b, store| {
-            b.typed.sluice_plugin_aggregator().call_create(store)
-        })
+        self.call_retrying("create", |b, store| b.create(store))
     }
 
     fn add(
@@ -250,15 +347,10 @@ impl Aggregator for PluginAggregator {
         records: &[&Record],
     ) -> Result<Vec<(usize, String)>, AggregateError> {
         let inputs: Vec<_> = records.iter().map(|r| to_wit_record(r)).collect();
-        let batch = self.call(|b, store| {
-            b.typed
-                .sluice_plugin_aggregator()
-                .call_add(store, accumulator, &inputs)
-        });
-        if let Ok(added) = batch {
-            *accumulator = added.accumulator;
-            return Ok(added
-                .rejected
+        let batch = self.call(|b, store| b.add(store, accumulator, &inputs));
+        if let Ok((added, rejected)) = batch {
+            *accumulator = added;
+            return Ok(rejected
                 .into_iter()
                 .map(|(index, reason)| (index as usize, reason))
                 .collect());
@@ -267,14 +359,10 @@ impl Aggregator for PluginAggregator {
         let mut rejected = Vec::new();
         for (index, input) in inputs.iter().enumerate() {
             let one = std::slice::from_ref(input);
-            match self.call(|b, store| {
-                b.typed
-                    .sluice_plugin_aggregator()
-                    .call_add(store, accumulator, one)
-            }) {
-                Ok(added) => {
-                    *accumulator = added.accumulator;
-                    if let Some((_, reason)) = added.rejected.into_iter().next() {
+            match self.call(|b, store| b.add(store, accumulator, one)) {
+                Ok((added, refused)) => {
+                    *accumulator = added;
+                    if let Some((_, reason)) = refused.into_iter().next() {
                         rejected.push((index, reason));
                     }
                 }
@@ -295,20 +383,11 @@ impl Aggregator for PluginAggregator {
     }
 
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
-        self.call_retrying("merge", |bindings, store| {
-            bindings
-                .typed
-                .sluice_plugin_aggregator()
-                .call_merge(store, a, b)
-        })
+        self.call_retrying("merge", |bindings, store| bindings.merge(store, a, b))
     }
 
     fn finish(&mut self, accumulator: &[u8]) -> Result<serde_json::Value, AggregateError> {
-        let bytes = self.call_retrying("finish", |b, store| {
-            b.typed
-                .sluice_plugin_aggregator()
-                .call_finish(store, accumulator)
-        })?;
+        let bytes = self.call_retrying("finish", |b, store| b.finish(store, accumulator))?;
         serde_json::from_slice(&bytes).map_err(|error| {
             AggregateError(format!(
                 "aggregate plugin {} returned a result that is not JSON: {error}",

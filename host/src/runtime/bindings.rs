@@ -1,9 +1,12 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Four worlds: `transform` (typed, any language), `fast-transform` (adds
-//! the packed batch export, offered by the Rust SDK), `aggregate` (window
-//! aggregates) and `fast-aggregate` (adds the packed `add`, offered by the
-//! Rust SDK). They share import traits with `typed`.
+//! Six worlds: `transform` (typed, any language), `fast-transform` (adds
+//! the packed batch export, offered by the Rust SDK), `text-transform` (adds
+//! the typed batch with packed outcomes in a string, offered by the Python
+//! SDK), `aggregate` (window
+//! aggregates), `fast-aggregate` (adds the packed `add`, offered by the
+//! Rust SDK) and `text-aggregate` (results as strings, offered by the
+//! Python SDK). They share import traits with `typed`.
 
 /// Bindings for the `transform` world.
 pub mod typed {
@@ -31,6 +34,20 @@ pub mod fast {
     });
 }
 
+/// Bindings for the `text-transform` world.
+pub mod text {
+    wasmtime::component::bindgen!({
+        world: "text-transform",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/state": super::typed::sluice::plugin::state,
+            "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+        },
+    });
+}
+
 /// Bindings for the `aggregate` world (window aggregates).
 pub mod aggregate {
     wasmtime::component::bindgen!({
@@ -47,6 +64,19 @@ pub mod aggregate {
 pub mod fast_aggregate {
     wasmtime::component::bindgen!({
         world: "fast-aggregate",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
+        },
+    });
+}
+
+/// Bindings for the `text-aggregate` world (results as strings).
+pub mod text_aggregate {
+    wasmtime::component::bindgen!({
+        world: "text-aggregate",
         path: "../wit",
         with: {
             "sluice:plugin/types": super::typed::sluice::plugin::types,

@@ -1,7 +1,7 @@
 //! A loaded plugin: compiled, version-checked and linked, ready to
 //! instantiate any number of times.
 
-use super::bindings::{aggregate, fast, fast_aggregate, typed};
+use super::bindings::{aggregate, fast, fast_aggregate, text, text_aggregate, typed};
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
 use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
@@ -17,18 +17,27 @@ pub enum PluginWorld {
     Transform,
     /// `sluice:plugin/fast-transform`: typed and packed batches.
     FastTransform,
+    /// `sluice:plugin/text-transform`: typed batches, outcomes packed in a
+    /// string (Python plugins).
+    TextTransform,
     /// `sluice:plugin/aggregate`: a window aggregate.
     Aggregate,
     /// `sluice:plugin/fast-aggregate`: a window aggregate with the packed
     /// `add` for whole batches.
     FastAggregate,
+    /// `sluice:plugin/text-aggregate`: a window aggregate whose results
+    /// come back as strings (Python plugins).
+    TextAggregate,
 }
 
 impl PluginWorld {
     /// Whether plugins of this world are window aggregates (rather than
     /// transforms).
     pub fn is_aggregate(self) -> bool {
-        matches!(self, PluginWorld::Aggregate | PluginWorld::FastAggregate)
+        matches!(
+            self,
+            PluginWorld::Aggregate | PluginWorld::FastAggregate | PluginWorld::TextAggregate
+        )
     }
 }
 
@@ -37,8 +46,10 @@ impl std::fmt::Display for PluginWorld {
         f.write_str(match self {
             PluginWorld::Transform => "transform",
             PluginWorld::FastTransform => "fast-transform",
+            PluginWorld::TextTransform => "text-transform",
             PluginWorld::Aggregate => "aggregate",
             PluginWorld::FastAggregate => "fast-aggregate",
+            PluginWorld::TextAggregate => "text-aggregate",
         })
     }
 }
@@ -50,10 +61,14 @@ pub(crate) struct Pre {
     pub(crate) transformer: Option<typed::TransformIndices>,
     /// Present for `fast-transform` plugins.
     pub(crate) packed: Option<fast::FastTransformIndices>,
+    /// Present for `text-transform` plugins.
+    pub(crate) text_packed: Option<text::TextTransformIndices>,
     /// Present for aggregate plugins.
     pub(crate) aggregator: Option<aggregate::AggregateIndices>,
     /// Present for `fast-aggregate` plugins.
     pub(crate) packed_aggregator: Option<fast_aggregate::FastAggregateIndices>,
+    /// Present for `text-aggregate` plugins.
+    pub(crate) text_aggregator: Option<text_aggregate::TextAggregateIndices>,
 }
 
 /// A plugin ready to instantiate.
@@ -130,10 +145,14 @@ pub(crate) fn load(
     };
     let world = if has_export("transformer") && has_export("packed-transformer") {
         PluginWorld::FastTransform
+    } else if has_export("transformer") && has_export("text-packed-transformer") {
+        PluginWorld::TextTransform
     } else if has_export("transformer") {
         PluginWorld::Transform
     } else if has_export("aggregator") && has_export("packed-aggregator") {
         PluginWorld::FastAggregate
+    } else if has_export("aggregator") && has_export("text-aggregator") {
+        PluginWorld::TextAggregate
     } else if has_export("aggregator") {
         PluginWorld::Aggregate
     } else {
@@ -155,22 +174,32 @@ pub(crate) fn load(
     let mut pre = Pre {
         transformer: None,
         packed: None,
+        text_packed: None,
         aggregator: None,
         packed_aggregator: None,
+        text_aggregator: None,
         instance_pre,
     };
     match world {
-        PluginWorld::Transform | PluginWorld::FastTransform => {
+        PluginWorld::Transform | PluginWorld::FastTransform | PluginWorld::TextTransform => {
             pre.transformer =
                 Some(typed::TransformIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
-        PluginWorld::Aggregate | PluginWorld::FastAggregate => {
+        PluginWorld::Aggregate | PluginWorld::FastAggregate | PluginWorld::TextAggregate => {
             pre.aggregator =
                 Some(aggregate::AggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
     }
     if world == PluginWorld::FastTransform {
         pre.packed = Some(fast::FastTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::TextTransform {
+        pre.text_packed =
+            Some(text::TextTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::TextAggregate {
+        pre.text_aggregator =
+            Some(text_aggregate::TextAggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
     }
     if world == PluginWorld::FastAggregate {
         pre.packed_aggregator =

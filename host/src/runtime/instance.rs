@@ -1,6 +1,6 @@
 //! One plugin instance: a `Store` with its limits, and batch calls into it.
 
-use super::bindings::{fast, typed};
+use super::bindings::{fast, text, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
@@ -25,8 +25,22 @@ pub enum CallMode {
     Auto,
     /// Always the typed `transformer.process-batch`.
     Typed,
-    /// Always `packed-transformer.process-packed` (load fails if absent).
+    /// Always a packed result: `packed-transformer.process-packed`, or
+    /// `text-packed-transformer.process-batch-text` (load fails if the
+    /// plugin offers neither).
     Packed,
+}
+
+/// The export a batch call goes through (see [`CallMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallPath {
+    /// `transformer.process-batch`: typed records both ways.
+    Typed,
+    /// `packed-transformer.process-packed`: one buffer each way.
+    Packed,
+    /// `text-packed-transformer.process-batch-text`: typed records in, the
+    /// packed result out as ISO-8859-1 text.
+    TextPacked,
 }
 
 /// Where an emitted record goes.
@@ -94,10 +108,12 @@ impl std::fmt::Display for PluginFault {
 }
 
 /// The exports of one instance: the typed transformer always, the packed
-/// one for `fast-transform` plugins.
+/// one for `fast-transform` plugins, the text-packed one for
+/// `text-transform` plugins.
 pub(crate) struct Bindings {
     typed: typed::Transform,
     fast: Option<fast::FastTransform>,
+    text: Option<text::TextTransform>,
 }
 
 /// The transform world: `sluice:plugin/transformer`, plus the packed
@@ -128,7 +144,11 @@ impl HostedWorld for TransformWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
-        Ok(Bindings { typed, fast })
+        let text = match &pre.text_packed {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
+        Ok(Bindings { typed, fast, text })
     }
 
     fn init(
@@ -143,22 +163,29 @@ impl HostedWorld for TransformWorld {
     }
 }
 
-/// Whether `component` is called through the packed path under `mode`.
-fn choose_packed(component: &PluginComponent, mode: CallMode) -> Result<bool, RuntimeError> {
-    match (mode, component.pre.packed.is_some()) {
-        (CallMode::Typed, _) | (CallMode::Auto, false) => Ok(false),
-        (_, true) => Ok(true),
-        (CallMode::Packed, false) => Err(RuntimeError::Instantiate {
+/// The path `component` is called through under `mode`.
+fn choose_path(component: &PluginComponent, mode: CallMode) -> Result<CallPath, RuntimeError> {
+    let offered = if component.pre.packed.is_some() {
+        CallPath::Packed
+    } else if component.pre.text_packed.is_some() {
+        CallPath::TextPacked
+    } else {
+        CallPath::Typed
+    };
+    match (mode, offered) {
+        (CallMode::Typed, _) => Ok(CallPath::Typed),
+        (CallMode::Packed, CallPath::Typed) => Err(RuntimeError::Instantiate {
             plugin: component.label(),
-            message: "call_mode = \"packed\" but the plugin does not export sluice:plugin/packed-transformer".into(),
+            message: "call_mode = \"packed\" but the plugin exports neither sluice:plugin/packed-transformer nor sluice:plugin/text-packed-transformer".into(),
         }),
+        (CallMode::Auto | CallMode::Packed, offered) => Ok(offered),
     }
 }
 
 /// A live plugin instance serving one operator.
 pub struct PluginInstance {
     host: PluginHost<TransformWorld>,
-    packed: bool,
+    path: CallPath,
     packed_input: Vec<u8>,
 }
 
@@ -180,11 +207,11 @@ impl PluginInstance {
         limits: PluginLimits,
         config: Vec<(String, String)>,
     ) -> Result<Self, RuntimeError> {
-        let packed = choose_packed(&component, limits.call_mode)?;
+        let path = choose_path(&component, limits.call_mode)?;
         let state = ScopedState::new(state_store, key_group::DEFAULT_MAX_PARALLELISM);
         Ok(PluginInstance {
             host: PluginHost::new(component, scope, state, metrics, limits, config)?,
-            packed,
+            path,
             packed_input: Vec::new(),
         })
     }
@@ -194,9 +221,9 @@ impl PluginInstance {
         &self.host.component
     }
 
-    /// Whether batches use the packed path.
-    pub fn is_packed(&self) -> bool {
-        self.packed
+    /// The export batches go through.
+    pub fn call_path(&self) -> CallPath {
+        self.path
     }
 
     /// Replaces the instance with a fresh one (same component, config,
@@ -209,10 +236,10 @@ impl PluginInstance {
     pub fn call_batch(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         start_call(&mut self.host.store, self.host.limits.deadline);
         self.host.store.data().stderr.clear_recent();
-        let result = if self.packed {
-            self.call_packed(records)
-        } else {
-            self.call_typed(records)
+        let result = match self.path {
+            CallPath::Packed => self.call_packed(records),
+            CallPath::TextPacked => self.call_text_packed(records),
+            CallPath::Typed => self.call_typed(records),
         };
         end_call(&mut self.host.store);
         let state = self.host.store.data_mut();
@@ -261,6 +288,21 @@ impl PluginInstance {
             .sluice_plugin_packed_transformer()
             .call_process_packed(&mut self.host.store, &self.packed_input)
             .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+        decode_packed_output(Bytes::from(output), records)
+    }
+
+    fn call_text_packed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        let Some(bindings) = &self.host.exports.text else {
+            return Err(bad_output(
+                "text-packed call on a plugin without the text-packed export".into(),
+            ));
+        };
+        let batch: Vec<wit::InputRecord> = records.iter().map(to_wit_record).collect();
+        let output = bindings
+            .sluice_plugin_text_packed_transformer()
+            .call_process_batch_text(&mut self.host.store, &batch)
+            .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+        let output = latin1_bytes(output).map_err(bad_output)?;
         decode_packed_output(Bytes::from(output), records)
     }
 
@@ -421,6 +463,25 @@ pub(crate) fn to_wit_record(record: &Record) -> wit::InputRecord {
             offset: record.source.offset,
         },
     }
+}
+
+/// The bytes an ISO-8859-1 string stands for (one byte per character
+/// U+0000-U+00FF), as `text-packed-transformer` returns them; pure ASCII,
+/// the common case, is taken as it is.
+pub(crate) fn latin1_bytes(text: String) -> Result<Vec<u8>, String> {
+    if text.is_ascii() {
+        return Ok(text.into_bytes());
+    }
+    text.chars()
+        .map(|c| {
+            u8::try_from(u32::from(c)).map_err(|_| {
+                format!(
+                    "packed text output holds U+{:04X}, beyond U+00FF (one byte per character)",
+                    u32::from(c)
+                )
+            })
+        })
+        .collect()
 }
 
 /// Turns a packed output buffer into emitted records that share the buffer,
@@ -584,15 +645,15 @@ impl SwappablePlugin for PluginInstance {
         &self.host.component
     }
 
-    /// The call path (packed or typed) is chosen again for the new
-    /// component.
+    /// The call path (packed, text-packed or typed) is chosen again for the
+    /// new component.
     fn swap_component(
         &mut self,
         component: Arc<PluginComponent>,
     ) -> Result<Arc<PluginComponent>, RuntimeError> {
-        let packed = choose_packed(&component, self.host.limits.call_mode)?;
+        let path = choose_path(&component, self.host.limits.call_mode)?;
         let previous = self.host.swap(component)?;
-        self.packed = packed;
+        self.path = path;
         Ok(previous)
     }
 }
@@ -603,6 +664,17 @@ mod tests {
     use crate::record::SourcePosition;
     use proptest::prelude::*;
     use sluice_wire::OutputRecord;
+
+    #[test]
+    fn latin1_text_stands_for_bytes() {
+        assert_eq!(latin1_bytes("ab".into()).unwrap(), b"ab");
+        let every_byte: String = (0u8..=255).map(char::from).collect();
+        assert_eq!(
+            latin1_bytes(every_byte).unwrap(),
+            (0u8..=255).collect::<Vec<u8>>()
+        );
+        assert!(latin1_bytes("€".into()).unwrap_err().contains("U+20AC"));
+    }
 
     fn inputs(count: usize) -> Vec<Record> {
         (0..count)

@@ -24,7 +24,7 @@ pub use cache::{CacheOutcome, ComponentCache};
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
 pub use instance::{
-    BatchResult, CallMode, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
+    BatchResult, CallMode, CallPath, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
 };
 pub use plugin_host::SwappablePlugin;
 
@@ -174,6 +174,10 @@ struct RuntimeInner {
     cache: ComponentCache,
     epoch_tick: Duration,
     stop_ticker: Arc<AtomicBool>,
+    /// Whether the epoch ticker thread runs: it is started with the first
+    /// plugin loaded, so a pipeline without plugins has no thread waking
+    /// every tick.
+    ticker_started: std::sync::Once,
     /// CPU shares by tenant (tenants without one are not limited).
     cpu_shares: std::sync::Mutex<std::collections::HashMap<String, Arc<CpuShare>>>,
 }
@@ -185,7 +189,8 @@ impl Drop for RuntimeInner {
 }
 
 impl PluginRuntime {
-    /// Creates the engine, the linker and the epoch ticker thread.
+    /// Creates the engine and the linker (the epoch ticker thread starts
+    /// with the first plugin loaded).
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         let mut pooling = PoolingAllocationConfig::new();
         pooling
@@ -213,16 +218,14 @@ impl PluginRuntime {
         )
         .map_err(RuntimeError::Engine)?;
 
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(engine.clone(), config.epoch_tick, stop_ticker.clone())
-            .map_err(|error| RuntimeError::Engine(error.into()))?;
         Ok(PluginRuntime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
                 cache: ComponentCache::new(config.cache_dir),
                 epoch_tick: config.epoch_tick,
-                stop_ticker,
+                stop_ticker: Arc::new(AtomicBool::new(false)),
+                ticker_started: std::sync::Once::new(),
                 cpu_shares: Default::default(),
             }),
         })
@@ -269,7 +272,23 @@ impl PluginRuntime {
     /// Reads, compiles (or loads from cache), version-checks and links the
     /// plugin at `path`. Done once per plugin version, off the hot path.
     pub fn load(&self, path: impl Into<PathBuf>) -> Result<Arc<PluginComponent>, RuntimeError> {
+        self.start_epoch_ticker()?;
         component::load(self, path.into()).map(Arc::new)
+    }
+
+    /// Starts the epoch ticker thread, once: every plugin call's CPU
+    /// deadline depends on it.
+    fn start_epoch_ticker(&self) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        let mut spawned = Ok(());
+        inner.ticker_started.call_once(|| {
+            spawned = spawn_epoch_ticker(
+                inner.engine.clone(),
+                inner.epoch_tick,
+                inner.stop_ticker.clone(),
+            );
+        });
+        spawned.map_err(|error| RuntimeError::Engine(error.into()))
     }
 
     /// How often the engine's epoch advances.

@@ -53,6 +53,15 @@ pub trait Aggregator: Send {
     fn plugin(&mut self) -> Option<&mut dyn crate::runtime::SwappablePlugin> {
         None
     }
+
+    /// The fields of a JSON record this aggregate reads itself (built-in
+    /// aggregates; plugins read records on their own: none). The window
+    /// operator reads them in the same pass over the record as its key
+    /// field and hands them over in [`GroupAdd::fields`], so that a record
+    /// is parsed once.
+    fn input_fields(&self) -> &[FieldPath] {
+        &[]
+    }
 }
 
 /// One key and window's part of a batch, for [`Aggregator::add_groups`].
@@ -62,6 +71,10 @@ pub struct GroupAdd<'r> {
     pub accumulator: Vec<u8>,
     /// The records to add, in arrival order.
     pub records: Vec<&'r Record>,
+    /// Each record's values of [`Aggregator::input_fields`], in that
+    /// order, when the window operator read them (one entry per record);
+    /// empty otherwise, and the aggregate reads the records itself.
+    pub fields: Vec<&'r [Option<FieldValue>]>,
     /// Set by `add_groups`: the records (by index in `records`) that could
     /// not be added, with the reason.
     pub rejected: Vec<(usize, String)>,
@@ -162,10 +175,10 @@ impl Input {
     }
 
     /// The value to aggregate from the field's `found` value.
-    fn value(&self, found: Option<FieldValue>) -> Result<Number, String> {
+    fn value(&self, found: Option<&FieldValue>) -> Result<Number, String> {
         match (self, found) {
-            (Input::Number { .. }, Some(FieldValue::Int(i))) => Ok(Number::Int(i)),
-            (Input::Number { .. }, Some(FieldValue::Float(f))) => Ok(Number::Float(f)),
+            (Input::Number { .. }, Some(FieldValue::Int(i))) => Ok(Number::Int(*i)),
+            (Input::Number { .. }, Some(FieldValue::Float(f))) => Ok(Number::Float(*f)),
             (Input::Number { field, .. }, Some(other)) => {
                 Err(format!("field `{field}` is not a number (found {other:?})"))
             }
@@ -324,19 +337,33 @@ impl BuiltinAggregate {
     /// Each column's value of `record` (`None`: the column counts records),
     /// from one parse of the value.
     fn values_of(&self, record: &Record) -> Result<Vec<Option<Number>>, String> {
-        let mut found = if self.paths.is_empty() {
-            Vec::new()
-        } else {
-            extract(&record.value, &self.paths)?
+        if self.paths.is_empty() {
+            return self.values_from(&[]);
         }
-        .into_iter();
+        self.values_from(&extract(&record.value, &self.paths)?)
+    }
+
+    /// Each column's value from `found`, the record's values of the
+    /// columns' fields (`self.paths`, in order).
+    fn values_from(&self, found: &[Option<FieldValue>]) -> Result<Vec<Option<Number>>, String> {
+        let mut found = found.iter();
         self.columns
             .iter()
             .map(|column| match &column.input {
                 None => Ok(None),
-                Some(input) => input.value(found.next().flatten()).map(Some),
+                Some(input) => input.value(found.next().and_then(Option::as_ref)).map(Some),
             })
             .collect()
+    }
+
+    /// Adds one record's column values (or rejects it: it counts in none).
+    fn add_values(accumulators: &mut [Accumulator], values: Vec<Option<Number>>) {
+        for (acc, value) in accumulators.iter_mut().zip(values) {
+            match value {
+                Some(value) => acc.add(value),
+                None => acc.count += 1,
+            }
+        }
     }
 
     fn decode(&self, bytes: &[u8]) -> Vec<Accumulator> {
@@ -401,19 +428,36 @@ impl Aggregator for BuiltinAggregate {
         for (index, record) in records.iter().enumerate() {
             // A record missing any column's input counts in none of them.
             match self.values_of(record) {
-                Ok(values) => {
-                    for (acc, value) in accumulators.iter_mut().zip(values) {
-                        match value {
-                            Some(value) => acc.add(value),
-                            None => acc.count += 1,
-                        }
-                    }
-                }
+                Ok(values) => Self::add_values(&mut accumulators, values),
                 Err(reason) => rejected.push((index, reason)),
             }
         }
         *accumulator = self.encode(&accumulators);
         Ok(rejected)
+    }
+
+    /// Groups whose fields the window operator read are added from them
+    /// (no parse); others as [`Self::add`] would.
+    fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+        for group in groups {
+            if group.fields.len() != group.records.len() {
+                group.rejected = self.add(&mut group.accumulator, &group.records)?;
+                continue;
+            }
+            let mut accumulators = self.decode(&group.accumulator);
+            for (index, found) in group.fields.iter().enumerate() {
+                match self.values_from(found) {
+                    Ok(values) => Self::add_values(&mut accumulators, values),
+                    Err(reason) => group.rejected.push((index, reason)),
+                }
+            }
+            group.accumulator = self.encode(&accumulators);
+        }
+        Ok(())
+    }
+
+    fn input_fields(&self) -> &[FieldPath] {
+        &self.paths
     }
 
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {

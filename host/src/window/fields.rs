@@ -51,6 +51,14 @@ impl FieldValue {
     pub fn typed_key_bytes(&self) -> Vec<u8> {
         match self {
             FieldValue::Str(s) => s.as_bytes().to_vec(),
+            FieldValue::Int(i) => {
+                // The common numeric key in one allocation.
+                use std::io::Write;
+                let mut key = Vec::with_capacity(21);
+                key.push(TYPED_KEY_MARKER);
+                let _ = write!(key, "{i}");
+                key
+            }
             other => {
                 let mut key = vec![TYPED_KEY_MARKER];
                 key.extend_from_slice(&other.key_bytes());
@@ -124,50 +132,71 @@ pub fn extract<P: AsRef<FieldPath>>(
     document: &[u8],
     paths: &[P],
 ) -> Result<Vec<Option<FieldValue>>, String> {
+    let mut found = Vec::with_capacity(paths.len());
+    extract_into(document, paths, &mut found)?;
+    Ok(found)
+}
+
+/// [`extract`] appending to `found` (one value per path; nothing on an
+/// error), so that a caller reading many records keeps one list.
+///
+/// With top-level paths only (the common case) this is one pass over the
+/// document that checks its syntax and builds nothing but the values asked
+/// for: keys are compared where they lie in the document (copied only when
+/// they hold escapes), other values are skipped.
+pub fn extract_into<P: AsRef<FieldPath>>(
+    document: &[u8],
+    paths: &[P],
+    found: &mut Vec<Option<FieldValue>>,
+) -> Result<(), String> {
+    let start = found.len();
+    found.resize(start + paths.len(), None);
+    let result = extract_at(document, paths, &mut found[start..]);
+    if result.is_err() {
+        found.truncate(start);
+    }
+    result
+}
+
+/// Fills `found` (one slot per path) from `document`.
+fn extract_at<P: AsRef<FieldPath>>(
+    document: &[u8],
+    paths: &[P],
+    found: &mut [Option<FieldValue>],
+) -> Result<(), String> {
     if paths
         .iter()
         .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
     {
-        let names: Vec<&str> = paths
-            .iter()
-            .map(|p| match p.as_ref() {
-                FieldPath::Top(name) => name.as_str(),
-                FieldPath::Pointer(pointer) => pointer.as_str(),
-            })
-            .collect();
-        let mut found = vec![None; names.len()];
         let mut deserializer = serde_json::Deserializer::from_slice(document);
         deserializer
-            .deserialize_map(FieldsVisitor {
-                names: &names,
-                found: &mut found,
-            })
+            .deserialize_map(FieldsVisitor { paths, found })
             .map_err(|e| format!("value is not a JSON object: {e}"))?;
         deserializer
             .end()
             .map_err(|e| format!("value is not a JSON object: {e}"))?;
-        return Ok(found);
+        return Ok(());
     }
     let value: Value =
         serde_json::from_slice(document).map_err(|e| format!("value is not JSON: {e}"))?;
-    Ok(paths
-        .iter()
-        .map(|path| {
-            let found = match path.as_ref() {
-                FieldPath::Top(name) => value.get(name.as_str()),
-                FieldPath::Pointer(pointer) => value.pointer(pointer),
-            };
-            found.cloned().map(from_value)
-        })
-        .collect())
+    for (slot, path) in found.iter_mut().zip(paths) {
+        let value = match path.as_ref() {
+            FieldPath::Top(name) => value.get(name.as_str()),
+            FieldPath::Pointer(pointer) => value.pointer(pointer),
+        };
+        *slot = value.cloned().map(from_value);
+    }
+    Ok(())
 }
 
-struct FieldsVisitor<'n, 'f> {
-    names: &'n [&'n str],
-    found: &'f mut Vec<Option<FieldValue>>,
+/// Reads the fields of a top-level object into `found`, by position in
+/// `paths` (all [`FieldPath::Top`]).
+struct FieldsVisitor<'p, 'f, P> {
+    paths: &'p [P],
+    found: &'f mut [Option<FieldValue>],
 }
 
-impl<'de> Visitor<'de> for FieldsVisitor<'_, '_> {
+impl<'de, P: AsRef<FieldPath>> Visitor<'de> for FieldsVisitor<'_, '_, P> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,33 +204,131 @@ impl<'de> Visitor<'de> for FieldsVisitor<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if self.names.contains(&key.as_ref()) {
-                let value = map.next_value_seed(FieldSeed)?;
-                // A field asked for twice is filled twice.
-                let mut slots = (0..self.names.len()).filter(|i| self.names[*i] == key);
-                if let Some(first) = slots.next() {
-                    for other in slots {
-                        self.found[other] = Some(value.clone());
-                    }
-                    self.found[first] = Some(value);
-                }
-            } else {
+        let is = |path: &P, key: &str| matches!(path.as_ref(), FieldPath::Top(name) if name == key);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let key = key.as_str();
+            let Some(first) = self.paths.iter().position(|p| is(p, key)) else {
                 map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let value = map.next_value_seed(FieldSeed)?;
+            // A field asked for twice is filled twice.
+            for (index, path) in self.paths.iter().enumerate().skip(first + 1) {
+                if is(path, key) {
+                    self.found[index] = Some(value.clone());
+                }
             }
+            self.found[first] = Some(value);
         }
         Ok(())
     }
 }
 
+/// An object key: borrowed from the document unless it holds escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(key) => key,
+            Key::Owned(key) => key,
+        }
+    }
+}
+
+/// Reads an object key without copying it where it can (serde's own
+/// `Cow<str>` always copies).
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Key<'de>, D::Error> {
+        deserializer.deserialize_str(KeySeed)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key::Borrowed(key))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(key.to_string()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, key: String) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(key))
+    }
+}
+
+/// Reads a field's value straight into a [`FieldValue`]: numbers and
+/// strings without building a [`Value`] first.
 struct FieldSeed;
 
 impl<'de> DeserializeSeed<'de> for FieldSeed {
     type Value = FieldValue;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<FieldValue, D::Error> {
+        deserializer.deserialize_any(FieldSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldSeed {
+    type Value = FieldValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<FieldValue, E> {
+        Ok(FieldValue::Int(value))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<FieldValue, E> {
+        Ok(match i64::try_from(value) {
+            Ok(value) => FieldValue::Int(value),
+            Err(_) => FieldValue::Other(Value::from(value)),
+        })
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<FieldValue, E> {
+        Ok(from_value(Value::from(value)))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<FieldValue, E> {
+        Ok(FieldValue::Str(value.to_string()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, value: String) -> Result<FieldValue, E> {
+        Ok(FieldValue::Str(value))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<FieldValue, E> {
+        Ok(FieldValue::Other(Value::Bool(value)))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<FieldValue, E> {
+        Ok(FieldValue::Other(Value::Null))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<FieldValue, A::Error> {
         use serde::Deserialize;
-        Value::deserialize(deserializer).map(from_value)
+        Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(FieldValue::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FieldValue, A::Error> {
+        use serde::Deserialize;
+        Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(FieldValue::Other)
     }
 }
 

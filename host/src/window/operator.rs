@@ -2,7 +2,9 @@
 //! by the watermark; allowed lateness; late output.
 
 use super::aggregate::{AggregateError, Aggregator, GroupAdd};
-use super::fields::{FieldPath, extract, typed_key_json, typed_key_record_bytes};
+use super::fields::{
+    FieldPath, FieldValue, extract, extract_into, typed_key_json, typed_key_record_bytes,
+};
 use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
@@ -104,6 +106,15 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
     }
 }
 
+/// Why a record of a batch cannot be added to a window.
+enum Unusable {
+    /// Its event time or key cannot be read: a dead letter of class
+    /// `Invalid`.
+    Invalid(String),
+    /// The aggregate cannot read it: rejected as the aggregate would.
+    Rejected(String),
+}
+
 /// Windowed aggregation on event time (see the module docs of
 /// [`crate::window`]).
 ///
@@ -116,6 +127,12 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
 pub struct WindowOperator {
     options: WindowOperatorOptions,
     key_path: Option<FieldPath>,
+    /// The fields read from each record in one pass: the key field (if
+    /// any), then the aggregate's [`Aggregator::input_fields`].
+    record_fields: Vec<FieldPath>,
+    /// The batch's values of `record_fields`, `record_fields.len()` per
+    /// record (kept between batches for its allocation).
+    field_values: Vec<Option<FieldValue>>,
     aggregator: Box<dyn Aggregator>,
     metrics: Arc<OperatorMetrics>,
     topic: Arc<str>,
@@ -145,8 +162,16 @@ impl WindowOperator {
             options.max_parallelism,
             options.cache_bytes,
         );
+        let key_path = options.key_field.as_deref().map(FieldPath::parse);
+        let record_fields = key_path
+            .iter()
+            .chain(aggregator.input_fields())
+            .cloned()
+            .collect();
         let mut operator = WindowOperator {
-            key_path: options.key_field.as_deref().map(FieldPath::parse),
+            key_path,
+            record_fields,
+            field_values: Vec::new(),
             topic: Arc::from(options.name.as_str()),
             options,
             aggregator,
@@ -201,14 +226,46 @@ impl WindowOperator {
         DataflowError::operator(&self.options.name, error)
     }
 
-    /// The key of `record`, or why it has none.
-    fn key_of(&self, record: &Record) -> Result<Vec<u8>, String> {
-        key_of(self.key_path.as_ref(), record)?.ok_or_else(|| {
-            format!(
-                "key field `{}` is missing",
-                self.options.key_field.as_deref().unwrap_or_default()
-            )
-        })
+    /// Reads `record`'s event time and `record_fields` (appending exactly
+    /// `record_fields.len()` values to `fields`): its key, or why it cannot
+    /// be added.
+    fn read_record(
+        &self,
+        record: &Record,
+        fields: &mut Vec<Option<FieldValue>>,
+    ) -> Result<Vec<u8>, Unusable> {
+        let start = fields.len();
+        let stride = self.record_fields.len();
+        let unread = |fields: &mut Vec<Option<FieldValue>>| fields.resize(start + stride, None);
+        if let Err(reason) = checked_event_time(record) {
+            unread(fields);
+            return Err(Unusable::Invalid(reason));
+        }
+        if stride > 0
+            && let Err(reason) = extract_into(&record.value, &self.record_fields, fields)
+        {
+            unread(fields);
+            // Unreadable for the key field is an invalid record; for the
+            // aggregate's fields alone, one the aggregate cannot add.
+            return Err(match self.key_path {
+                Some(_) => Unusable::Invalid(reason),
+                None => Unusable::Rejected(reason),
+            });
+        }
+        match &self.key_path {
+            None => Ok(record
+                .key
+                .as_deref()
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default()),
+            Some(_) => match &fields[start] {
+                Some(value) => Ok(value.typed_key_bytes()),
+                None => Err(Unusable::Invalid(format!(
+                    "key field `{}` is missing",
+                    self.options.key_field.as_deref().unwrap_or_default()
+                ))),
+            },
+        }
     }
 
     fn cleanup_time(&self, window: &Window) -> i64 {
@@ -230,18 +287,7 @@ impl WindowOperator {
             .contains(key, window)
             .map_err(|e| self.state_error(e))?;
         if !exists {
-            // A window already behind the watermark is fired by its records
-            // as they come (see `add_to_window`), not by a timer.
-            if window.max_timestamp() > self.watermark {
-                self.fire_timers
-                    .insert((window.max_timestamp(), key.to_vec(), window));
-            }
-            self.cleanup_timers
-                .insert((self.cleanup_time(&window), key.to_vec(), window));
-            let accumulator = self
-                .aggregator
-                .create()
-                .map_err(|e| self.aggregate_error(e))?;
+            let accumulator = self.new_window(key, window)?;
             self.states
                 .insert(key, window, WindowState::new(accumulator));
         }
@@ -251,6 +297,22 @@ impl WindowOperator {
             Ok(None) => Err(DataflowError::operator(name, "window state vanished")),
             Err(error) => Err(DataflowError::operator(name, error)),
         }
+    }
+
+    /// Sets the timers of `key`'s new `window` and returns its empty
+    /// accumulator (the caller puts the state in).
+    fn new_window(&mut self, key: &[u8], window: Window) -> Result<Vec<u8>, DataflowError> {
+        // A window already behind the watermark is fired by its records as
+        // they come (see `add_to_window`), not by a timer.
+        if window.max_timestamp() > self.watermark {
+            self.fire_timers
+                .insert((window.max_timestamp(), key.to_vec(), window));
+        }
+        self.cleanup_timers
+            .insert((self.cleanup_time(&window), key.to_vec(), window));
+        self.aggregator
+            .create()
+            .map_err(|e| self.aggregate_error(e))
     }
 
     /// Removes `key`'s `window` (state, timers, stored copy).
@@ -404,56 +466,76 @@ impl WindowOperator {
 
     /// Adds a batch's records to windows that have not fired yet, all in
     /// one [`Aggregator::add_groups`] call: `groups` are (key, window,
-    /// indices in `batch` in arrival order).
+    /// indices in `batch` in arrival order); `fields` holds each record's
+    /// values of `record_fields` (see [`Self::process_batch`]).
     fn add_to_waiting_windows(
         &mut self,
         batch: &[Record],
+        fields: &[Option<FieldValue>],
         groups: Vec<(&[u8], Window, Vec<usize>)>,
         rejected: &mut BTreeMap<usize, String>,
     ) -> Result<(), DataflowError> {
         self.states
             .prefetch(groups.iter().map(|(key, window, _)| (*key, *window)))
             .map_err(|e| self.state_error(e))?;
+        // The aggregate's fields of record `i`: after the key field.
+        let stride = self.record_fields.len();
+        let first = usize::from(self.key_path.is_some());
+        let hand_fields = stride > first;
         let mut adds = Vec::with_capacity(groups.len());
         let mut created = Vec::with_capacity(groups.len());
         let mut previous_lens = Vec::with_capacity(groups.len());
         for (key, window, indices) in &groups {
-            created.push(
-                !self
-                    .states
-                    .contains(key, *window)
-                    .map_err(|e| self.state_error(e))?,
-            );
-            let state = self.state_mut(key, *window)?;
-            previous_lens.push(state.accumulator.len());
+            let taken = self
+                .states
+                .take_accumulator(key, *window)
+                .map_err(|e| self.state_error(e))?;
+            let (accumulator, new) = match taken {
+                Some(accumulator) => (accumulator, false),
+                None => (self.new_window(key, *window)?, true),
+            };
+            created.push(new);
+            previous_lens.push(accumulator.len());
             adds.push(GroupAdd {
-                accumulator: std::mem::take(&mut state.accumulator),
+                accumulator,
                 records: indices.iter().map(|i| &batch[*i]).collect(),
+                fields: if hand_fields {
+                    indices
+                        .iter()
+                        .map(|i| &fields[i * stride + first..(i + 1) * stride])
+                        .collect()
+                } else {
+                    Vec::new()
+                },
                 rejected: Vec::new(),
             });
         }
         let result = self.aggregator.add_groups(&mut adds);
-        let mut emptied = Vec::new();
         let outcomes = groups.iter().zip(adds).zip(created).zip(previous_lens);
         for ((((key, window, indices), add), created), previous_len) in outcomes {
             let accepted = add.records.len().saturating_sub(add.rejected.len());
-            self.states
-                .put_accumulator(key, *window, add.accumulator, previous_len);
             for (index, reason) in add.rejected {
                 if let Some(&at) = indices.get(index) {
                     rejected.entry(at).or_insert(reason);
                 }
             }
-            if created && accepted == 0 {
-                emptied.push((*key, *window));
+            match (created, accepted) {
+                // Every record was rejected: the window never had any
+                // content (it has timers, no state).
+                (true, 0) => {
+                    self.drop_window(key, *window)?;
+                }
+                (true, _) => {
+                    self.states
+                        .insert(key, *window, WindowState::new(add.accumulator));
+                }
+                (false, _) => {
+                    self.states
+                        .put_accumulator(key, *window, add.accumulator, previous_len);
+                }
             }
         }
-        result.map_err(|e| self.aggregate_error(e))?;
-        for (key, window) in emptied {
-            // Every record was rejected: the window never had any content.
-            self.drop_window(key, window)?;
-        }
-        Ok(())
+        result.map_err(|e| self.aggregate_error(e))
     }
 
     /// Session windows: the record's `[t, t + gap)` merges with every
@@ -547,16 +629,20 @@ impl Operator for WindowOperator {
         let mut late: BTreeSet<usize> = BTreeSet::new();
         let mut keys: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
         let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
+        // One pass over each record for the key field and the aggregate's
+        // fields; `fields` holds `record_fields.len()` values per record.
+        let mut fields = std::mem::take(&mut self.field_values);
+        fields.clear();
         for (index, record) in batch.iter().enumerate() {
-            if let Err(reason) = checked_event_time(record) {
-                reasons.insert(index, reason);
-                keys.push(None);
-                continue;
-            }
-            match self.key_of(record) {
+            let key = self.read_record(record, &mut fields);
+            match key {
                 Ok(key) => keys.push(Some(key)),
-                Err(reason) => {
+                Err(Unusable::Invalid(reason)) => {
                     reasons.insert(index, reason);
+                    keys.push(None);
+                }
+                Err(Unusable::Rejected(reason)) => {
+                    rejected.insert(index, reason);
                     keys.push(None);
                 }
             }
@@ -603,8 +689,9 @@ impl Operator for WindowOperator {
                     waiting.push((key, window, indices));
                 }
             }
-            self.add_to_waiting_windows(&batch, waiting, &mut rejected)?;
+            self.add_to_waiting_windows(&batch, &fields, waiting, &mut rejected)?;
         }
+        self.field_values = fields;
 
         for (index, record) in batch.into_iter().enumerate() {
             if let Some(reason) = reasons.remove(&index) {

@@ -209,6 +209,7 @@ impl WindowStates {
         match stored.as_deref().and_then(decode_state) {
             Some(state) => {
                 self.insert_loaded(key, window, state);
+                self.metrics.add_plugin_counter("state_cache_loads", 1);
                 Ok(true)
             }
             None => Ok(false),
@@ -240,10 +241,16 @@ impl WindowStates {
             .map(|(key, window)| store_key(self.max_parallelism, key, window))
             .collect();
         let found = self.store.multi_get(&store_keys)?;
+        let mut loaded = 0;
         for ((key, window), value) in missing.into_iter().zip(found) {
             if let Some(state) = value.as_deref().and_then(decode_state) {
                 self.insert_loaded(key, window, state);
+                loaded += 1;
             }
+        }
+        // Counted once per batch: the counter is behind a lock.
+        if loaded > 0 {
+            self.metrics.add_plugin_counter("state_cache_loads", loaded);
         }
         Ok(())
     }
@@ -267,6 +274,27 @@ impl WindowStates {
         };
         state.dirty = true;
         Ok(Some(state))
+    }
+
+    /// Takes the accumulator of `key`'s `window` out, to add to it (read
+    /// back from the store if it is only there): the state stays, marked
+    /// changed, until [`Self::put_accumulator`] gives it back. `None`: the
+    /// window has no state.
+    pub(super) fn take_accumulator(
+        &mut self,
+        key: &[u8],
+        window: Window,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        if let Some(cached) = self.cache.get_mut(key) {
+            cached.last_used = self.clock;
+            if let Some(state) = cached.windows.get_mut(&window) {
+                state.dirty = true;
+                return Ok(Some(std::mem::take(&mut state.accumulator)));
+            }
+        }
+        Ok(self
+            .get_mut(key, window)?
+            .map(|state| std::mem::take(&mut state.accumulator)))
     }
 
     /// Every window of `key` (all read into memory).
@@ -306,10 +334,10 @@ impl WindowStates {
         self.cached_bytes += bytes;
     }
 
-    /// Puts a state read back from the store into memory.
+    /// Puts a state read back from the store into memory (the caller
+    /// counts it in `state_cache_loads`).
     fn insert_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
         self.insert(key, window, state);
-        self.metrics.add_plugin_counter("state_cache_loads", 1);
         self.unmark_stored_only(key);
     }
 
@@ -406,6 +434,7 @@ impl WindowStates {
             victims.push(key.clone());
         }
         let mut writes = Vec::new();
+        let mut evicted = 0;
         for key in victims {
             let Some(cached) = self.cache.remove(&key) else {
                 continue;
@@ -419,9 +448,12 @@ impl WindowStates {
                 }
             }
             self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
-            self.metrics
-                .add_plugin_counter("state_cache_evictions", cached.windows.len() as u64);
+            evicted += cached.windows.len() as u64;
             *self.stored_only.entry(key).or_default() += cached.windows.len();
+        }
+        if evicted > 0 {
+            self.metrics
+                .add_plugin_counter("state_cache_evictions", evicted);
         }
         if !writes.is_empty() {
             self.store.write(writes)?;

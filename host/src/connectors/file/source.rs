@@ -1,16 +1,16 @@
 //! Reads JSON-lines or Avro object container files.
 //!
-//! Lines are read in chunks of [`CHUNK_BYTES`] and split with `memchr`; a
-//! record's value is a slice of its chunk (reference-counted, not copied),
-//! so reading a line allocates nothing of its own. Only a line that spans two
-//! chunks is copied, once, to the front of the next chunk.
+//! Lines are read in chunks of [`CHUNK_BYTES`] into one reused buffer and
+//! split with `memchr`; each line's bytes are copied once, into its
+//! record's value. A line that spans two chunks is moved to the front of
+//! the buffer before the next chunk is read behind it.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{Record, SourcePosition, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use crate::window::fields::{FieldPath, FieldValue, extract};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 use std::io::Read;
@@ -73,11 +73,19 @@ enum Parsed {
 /// How much of the file is read at a time (more when one line is longer).
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-/// The lines of a file, each a slice of the chunk it was read in.
+/// The lines of a file, read a chunk at a time into one buffer that is
+/// reused from chunk to chunk; each line is copied out into a value of its
+/// own.
+///
+/// Reusing the buffer is what makes this cheap: reading into fresh memory
+/// for every chunk (so that values could be slices of it) cost more in the
+/// kernel's copy into untouched pages than copying each ~170-byte line out
+/// of a buffer that stays in the CPU cache (ADR 0015).
 struct LineReader {
     file: Box<dyn Read + Send>,
-    /// What was read and not yet returned as lines.
-    pending: Bytes,
+    /// The chunk read last; `buffer[start..]` is not yet returned as lines.
+    buffer: Vec<u8>,
+    start: usize,
     /// The file has been read to its end.
     eof: bool,
     /// Bytes read at a time: [`CHUNK_BYTES`] (smaller in tests).
@@ -88,7 +96,8 @@ impl LineReader {
     fn new(file: Box<dyn Read + Send>, chunk_bytes: usize) -> Self {
         LineReader {
             file,
-            pending: Bytes::new(),
+            buffer: Vec::new(),
+            start: 0,
             eof: false,
             chunk_bytes,
         }
@@ -98,42 +107,43 @@ impl LineReader {
     /// last line needs no `\n`.
     fn next_line(&mut self) -> std::io::Result<Option<Bytes>> {
         loop {
-            if let Some(end) = memchr::memchr(b'\n', &self.pending) {
-                let mut line = self.pending.split_to(end + 1);
-                line.truncate(end);
+            let pending = &self.buffer[self.start..];
+            if let Some(end) = memchr::memchr(b'\n', pending) {
+                let line = Bytes::copy_from_slice(&pending[..end]);
+                self.start += end + 1;
                 return Ok(Some(line));
             }
             if self.eof {
-                if self.pending.is_empty() {
+                if pending.is_empty() {
                     return Ok(None);
                 }
-                return Ok(Some(std::mem::take(&mut self.pending)));
+                let line = Bytes::copy_from_slice(pending);
+                self.start = self.buffer.len();
+                return Ok(Some(line));
             }
             self.fill()?;
         }
     }
 
-    /// Reads the next chunk behind the unfinished line in `pending`.
+    /// Moves the unfinished line to the front of the buffer and reads the
+    /// next chunk behind it.
+    ///
+    /// `read_to_end` reads straight into the buffer's spare capacity (a
+    /// file reads into uninitialised memory), so nothing is zero-filled
+    /// first; it retries interrupted reads.
     fn fill(&mut self) -> std::io::Result<()> {
-        let capacity = self.chunk_bytes.max(self.pending.len() * 2).max(1);
-        let mut chunk = BytesMut::with_capacity(capacity);
-        chunk.extend_from_slice(&self.pending);
-        let start = chunk.len();
-        chunk.resize(capacity, 0);
-        let mut filled = start;
-        while filled < capacity {
-            match self.file.read(&mut chunk[filled..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    break;
-                }
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        self.buffer.drain(..self.start);
+        self.start = 0;
+        let capacity = self.chunk_bytes.max(self.buffer.len() * 2).max(1);
+        self.buffer
+            .reserve_exact(capacity.saturating_sub(self.buffer.len()));
+        let wanted = capacity - self.buffer.len();
+        let read = (&mut self.file)
+            .take(wanted as u64)
+            .read_to_end(&mut self.buffer)?;
+        if read < wanted {
+            self.eof = true;
         }
-        chunk.truncate(filled);
-        self.pending = chunk.freeze();
         Ok(())
     }
 }
