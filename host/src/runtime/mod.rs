@@ -174,10 +174,11 @@ struct RuntimeInner {
     cache: ComponentCache,
     epoch_tick: Duration,
     stop_ticker: Arc<AtomicBool>,
-    /// Whether the epoch ticker thread runs: it is started with the first
-    /// plugin loaded, so a pipeline without plugins has no thread waking
-    /// every tick.
-    ticker_started: std::sync::Once,
+    /// The epoch ticker thread, started with the first plugin loaded (so a
+    /// pipeline without plugins has no thread waking every tick), or why it
+    /// could not start: then no plugin loads, since none would have a CPU
+    /// deadline.
+    ticker: std::sync::OnceLock<Result<(), String>>,
     /// CPU shares by tenant (tenants without one are not limited).
     cpu_shares: std::sync::Mutex<std::collections::HashMap<String, Arc<CpuShare>>>,
 }
@@ -225,7 +226,7 @@ impl PluginRuntime {
                 cache: ComponentCache::new(config.cache_dir),
                 epoch_tick: config.epoch_tick,
                 stop_ticker: Arc::new(AtomicBool::new(false)),
-                ticker_started: std::sync::Once::new(),
+                ticker: std::sync::OnceLock::new(),
                 cpu_shares: Default::default(),
             }),
         })
@@ -280,15 +281,18 @@ impl PluginRuntime {
     /// deadline depends on it.
     fn start_epoch_ticker(&self) -> Result<(), RuntimeError> {
         let inner = &self.inner;
-        let mut spawned = Ok(());
-        inner.ticker_started.call_once(|| {
-            spawned = spawn_epoch_ticker(
-                inner.engine.clone(),
-                inner.epoch_tick,
-                inner.stop_ticker.clone(),
-            );
-        });
-        spawned.map_err(|error| RuntimeError::Engine(error.into()))
+        inner
+            .ticker
+            .get_or_init(|| {
+                spawn_epoch_ticker(
+                    inner.engine.clone(),
+                    inner.epoch_tick,
+                    inner.stop_ticker.clone(),
+                )
+                .map_err(|error| format!("cannot start the epoch ticker thread: {error}"))
+            })
+            .clone()
+            .map_err(|message| RuntimeError::Engine(wasmtime::Error::msg(message)))
     }
 
     /// How often the engine's epoch advances.
