@@ -29,8 +29,8 @@ type TtlSlot = Arc<std::sync::RwLock<Option<StateTtl>>>;
 /// barrier or eviction, a plugin's writes once per batch), mostly
 /// overwriting the same keys, so a large memtable fills with old versions
 /// of few keys and every read and write searches a deep skip list. With
-/// windows kept only in RocksDB (`state_cache_mb = 0`) a 2 MiB memtable
-/// took the record path from ~9 to ~4.3 µs of CPU per record (ADR 0015);
+/// windows kept only in RocksDB (`state_cache_mb = 0`) the record path
+/// went from 9.4 to 5.6 µs of CPU per record (A/B medians, ADR 0015);
 /// it also bounds the memory each operator's state takes in a host of many
 /// pipelines.
 const COLUMN_FAMILY_WRITE_BUFFER_BYTES: usize = 2 << 20;

@@ -507,6 +507,36 @@ mod tests {
         (aggregate.finish(&acc).expect("finish"), rejected)
     }
 
+    /// Fields the window operator read are used as they are: the record
+    /// is not parsed again (here the record says otherwise, to tell).
+    #[test]
+    fn groups_with_fields_read_by_the_operator_are_added_from_them() {
+        let mut aggregate = BuiltinAggregate::columns(&[
+            ("n", BuiltinFunction::Count, None),
+            ("total", BuiltinFunction::Sum, Some("v")),
+        ])
+        .expect("columns");
+        assert_eq!(aggregate.input_fields(), &[FieldPath::parse("v")]);
+        let records = [record(r#"{"v":1}"#), record(r#"{"v":2}"#)];
+        let read = [vec![Some(FieldValue::Int(5))], vec![None]];
+        let mut groups = [GroupAdd {
+            accumulator: aggregate.create().expect("create"),
+            records: records.iter().collect(),
+            fields: read.iter().map(Vec::as_slice).collect(),
+            rejected: Vec::new(),
+        }];
+        aggregate.add_groups(&mut groups).expect("add");
+        let [group] = groups;
+        assert_eq!(
+            group.rejected,
+            vec![(1, "field `v` is missing".to_string())]
+        );
+        assert_eq!(
+            aggregate.finish(&group.accumulator).expect("finish"),
+            serde_json::json!({"n": 1, "total": 5})
+        );
+    }
+
     #[test]
     fn several_columns_come_from_one_window_as_an_object() {
         let mut aggregate = BuiltinAggregate::columns(&[

@@ -315,16 +315,21 @@ impl WindowOperator {
             .map_err(|e| self.aggregate_error(e))
     }
 
+    /// Removes the timers of `key`'s `window`.
+    fn forget_timers(&mut self, key: &[u8], window: Window) {
+        self.fire_timers
+            .remove(&(window.max_timestamp(), key.to_vec(), window));
+        self.cleanup_timers
+            .remove(&(self.cleanup_time(&window), key.to_vec(), window));
+    }
+
     /// Removes `key`'s `window` (state, timers, stored copy).
     fn drop_window(
         &mut self,
         key: &[u8],
         window: Window,
     ) -> Result<Option<WindowState>, DataflowError> {
-        self.fire_timers
-            .remove(&(window.max_timestamp(), key.to_vec(), window));
-        self.cleanup_timers
-            .remove(&(self.cleanup_time(&window), key.to_vec(), window));
+        self.forget_timers(key, window);
         self.states
             .remove(key, window)
             .map_err(|e| self.state_error(e))
@@ -521,10 +526,10 @@ impl WindowOperator {
             }
             match (created, accepted) {
                 // Every record was rejected: the window never had any
-                // content (it has timers, no state).
-                (true, 0) => {
-                    self.drop_window(key, *window)?;
-                }
+                // content. It has timers and no state; removing a state
+                // it does not have would count one of the key's stored
+                // windows as gone.
+                (true, 0) => self.forget_timers(key, *window),
                 (true, _) => {
                     self.states
                         .insert(key, *window, WindowState::new(add.accumulator));

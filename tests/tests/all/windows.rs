@@ -591,11 +591,26 @@ fn nexmark_q7_highest_bid_plugin_matches_a_model() {
 /// Runs `aggregate` in tumbling 10 ms windows keyed by field `k` (memory
 /// state) over `(event time, value)` records, then fires every window.
 fn run_keyed_by_k(aggregate: BuiltinAggregate, records: &[(i64, &str)]) -> Collector {
+    run_keyed_by_k_in_batches(
+        aggregate,
+        sluice_host::window::DEFAULT_WINDOW_CACHE_BYTES,
+        &[records],
+    )
+}
+
+/// [`run_keyed_by_k`] over several batches, keeping at most `cache_bytes`
+/// of window state in memory.
+fn run_keyed_by_k_in_batches(
+    aggregate: BuiltinAggregate,
+    cache_bytes: usize,
+    batches: &[&[(i64, &str)]],
+) -> Collector {
     let store = MemoryStateBackend::default()
         .open(&OperatorScope::new("t", "p", "window"), None)
         .unwrap();
     let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
     options.key_field = Some("k".into());
+    options.cache_bytes = cache_bytes;
     let mut operator = WindowOperator::new(
         options,
         Box::new(aggregate),
@@ -608,18 +623,45 @@ fn run_keyed_by_k(aggregate: BuiltinAggregate, records: &[(i64, &str)]) -> Colle
         partition: 0,
         offset: 0,
     };
-    let batch = records
-        .iter()
-        .map(|&(time, value)| {
-            let mut record = Record::from_value(value.to_string(), position.clone());
-            record.event_time = Some(time);
-            record
-        })
-        .collect();
     let mut out = Collector::default();
-    operator.process_batch(batch, &mut out).unwrap();
+    for records in batches {
+        let batch = records
+            .iter()
+            .map(|&(time, value)| {
+                let mut record = Record::from_value(value.to_string(), position.clone());
+                record.event_time = Some(time);
+                record
+            })
+            .collect();
+        operator.process_batch(batch, &mut out).unwrap();
+    }
     operator.on_watermark(i64::MAX, &mut out).unwrap();
     out
+}
+
+/// A rejected record that would have opened a key's new window leaves that
+/// key's other windows alone, also when they are only in the store (no
+/// cache: every window is evicted after its batch).
+#[test]
+fn a_rejected_record_in_a_new_window_keeps_the_keys_stored_windows() {
+    let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
+    let out = run_keyed_by_k_in_batches(
+        aggregate,
+        0,
+        &[
+            &[(1, r#"{"k":"a","v":1}"#)],
+            &[(15, r#"{"k":"a","v":"x"}"#)],
+        ],
+    );
+    let results: Vec<WindowResult> = out
+        .main
+        .iter()
+        .map(|r| serde_json::from_slice(&r.value).unwrap())
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!((results[0].window_start, results[0].window_end), (0, 10));
+    assert_eq!(results[0].result, json!(1));
+    assert_eq!(out.dead_letter.len(), 1);
 }
 
 #[test]
