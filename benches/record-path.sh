@@ -45,12 +45,12 @@ head -n "$python_records" "$input" >"$work/records-python.jsonl"
 
 # Built once here; the pipelines name the components, so that no run
 # measures a build.
-for p in plugins/filter-rewrite plugins/count-sum plugins/python/filter-rewrite; do
-  "$sluice" plugin build "$p" >/dev/null
-done
-rust_filter="$root/plugins/target/sluice/filter-rewrite.wasm"
-rust_count_sum="$root/plugins/target/sluice/count-sum.wasm"
-python_filter="$root/plugins/python/filter-rewrite/target/sluice/filter-rewrite.wasm"
+# `plugin build` prints the component's path first (it lies under
+# CARGO_TARGET_DIR when that is set).
+built() { realpath "$("$sluice" plugin build "$1" | awk '{print $1; exit}')"; }
+rust_filter=$(built plugins/filter-rewrite)
+rust_count_sum=$(built plugins/count-sum)
+python_filter=$(built plugins/python/filter-rewrite)
 # Compiled to native code (and cached) here too, so that no run measures
 # Cranelift.
 for component in "$rust_filter" "$rust_count_sum" "$python_filter"; do

@@ -77,12 +77,24 @@ impl<'a> JsonObject<'a> {
     /// every other byte is copied from the source. Without such a field,
     /// the object is copied with `"name":new_value` added at its end.
     pub fn write_replacing(&self, out: &mut Vec<u8>, name: &str, new_value: &[u8]) {
+        self.write_replacing_with(out, name, |out| out.extend_from_slice(new_value));
+    }
+
+    /// Like [`Self::write_replacing`], with the new value written by
+    /// `write_value` straight into `out` (e.g. with [`quote_into`]): no
+    /// buffer of its own for the new value.
+    pub fn write_replacing_with(
+        &self,
+        out: &mut Vec<u8>,
+        name: &str,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) {
         match self.get(name) {
             Some(field) => {
                 let start = offset_in(self.source, field.raw());
                 let end = start + field.raw().len();
                 out.extend_from_slice(&self.source.as_bytes()[..start]);
-                out.extend_from_slice(new_value);
+                write_value(out);
                 out.extend_from_slice(&self.source.as_bytes()[end..]);
             }
             None => {
@@ -93,9 +105,9 @@ impl<'a> JsonObject<'a> {
                 if !self.fields.is_empty() {
                     out.push(b',');
                 }
-                out.extend_from_slice(quote(name).as_bytes());
+                quote_into(out, name);
                 out.push(b':');
-                out.extend_from_slice(new_value);
+                write_value(out);
                 out.push(b'}');
             }
         }
@@ -178,6 +190,13 @@ impl<'a> JsonField<'a> {
 pub fn quote(text: &str) -> String {
     // Serialising a string into a String cannot fail.
     serde_json::to_string(text).unwrap_or_default()
+}
+
+/// Appends `text` as a JSON string literal, quotes included, to `out`
+/// (what [`quote`] returns, without a `String` of its own).
+pub fn quote_into(out: &mut Vec<u8>, text: &str) {
+    // Serialising a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, text);
 }
 
 /// Where `part` (a sub-slice of `whole`) starts in `whole`.
@@ -266,6 +285,15 @@ mod tests {
         out.clear();
         object.write_replacing(&mut out, "new", b"[1]");
         assert_eq!(out, br#"{ "id": 7, "text": "abc" , "ts": 1,"new":[1]}"#);
+        out.clear();
+        object.write_replacing_with(&mut out, "text", |out| quote_into(out, "x\"y"));
+        assert_eq!(out, br#"{ "id": 7, "text": "x\"y" , "ts": 1}"#);
+        out.clear();
+        object.write_replacing_with(&mut out, "n\u{e9}w", |out| out.push(b'2'));
+        assert_eq!(
+            out,
+            "{ \"id\": 7, \"text\": \"abc\" , \"ts\": 1,\"n\u{e9}w\":2}".as_bytes()
+        );
         let empty = JsonObject::parse(b"{}").unwrap();
         out.clear();
         empty.write_replacing(&mut out, "a", b"1");

@@ -189,6 +189,12 @@ impl Drop for RuntimeInner {
     }
 }
 
+/// Set to `1`, plugins' compiled functions are named in
+/// `/tmp/perf-PID.map`, so that `perf report` shows a plugin's own
+/// functions instead of bare addresses (for profiling plugins; off by
+/// default, it costs a file write per loaded module).
+pub const PERF_MAP_VARIABLE: &str = "SLUICE_WASM_PERF_MAP";
+
 impl PluginRuntime {
     /// Creates the engine and the linker (the epoch ticker thread starts
     /// with the first plugin loaded).
@@ -209,6 +215,9 @@ impl PluginRuntime {
             .concurrency_support(false)
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+        if std::env::var_os(PERF_MAP_VARIABLE).is_some_and(|v| v == "1") {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasm).map_err(RuntimeError::Engine)?;
 
         let mut linker = Linker::new(&engine);

@@ -13,6 +13,7 @@ use super::fields::{FieldPath, FieldValue, extract};
 use crate::record::Record;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// A failure no record is to blame for (e.g. a plugin that faults while
 /// merging): the window operator stops.
@@ -118,6 +119,10 @@ pub struct BuiltinAggregate {
     /// The result is an object of the columns by name (`aggregates = [..]`)
     /// rather than the one column's value (`aggregate = {..}`).
     named: bool,
+    /// Reused while adding, so that adding a group allocates nothing: the
+    /// group's accumulators decoded, and one record's column values.
+    decoded: Vec<Accumulator>,
+    values: Vec<Option<Number>>,
 }
 
 /// One built-in function over one input.
@@ -242,10 +247,6 @@ impl Accumulator {
         postcard::from_bytes(bytes).unwrap_or_default()
     }
 
-    fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).unwrap_or_default()
-    }
-
     fn add(&mut self, value: Number) {
         self.count += 1;
         match value {
@@ -331,59 +332,102 @@ impl BuiltinAggregate {
             columns,
             paths,
             named,
+            decoded: Vec::new(),
+            values: Vec::new(),
         }
     }
 
-    /// Each column's value of `record` (`None`: the column counts records),
-    /// from one parse of the value.
-    fn values_of(&self, record: &Record) -> Result<Vec<Option<Number>>, String> {
-        if self.paths.is_empty() {
-            return self.values_from(&[]);
-        }
-        self.values_from(&extract(&record.value, &self.paths)?)
-    }
-
-    /// Each column's value from `found`, the record's values of the
+    /// Reads each column's value of one record into `values` (`None`: the
+    /// column counts records) from `found`, the record's values of the
     /// columns' fields (`self.paths`, in order).
-    fn values_from(&self, found: &[Option<FieldValue>]) -> Result<Vec<Option<Number>>, String> {
+    fn values_from(
+        columns: &[Column],
+        found: &[Option<FieldValue>],
+        values: &mut Vec<Option<Number>>,
+    ) -> Result<(), String> {
+        values.clear();
         let mut found = found.iter();
-        self.columns
-            .iter()
-            .map(|column| match &column.input {
-                None => Ok(None),
-                Some(input) => input.value(found.next().and_then(Option::as_ref)).map(Some),
-            })
-            .collect()
+        for column in columns {
+            values.push(match &column.input {
+                None => None,
+                Some(input) => Some(input.value(found.next().and_then(Option::as_ref))?),
+            });
+        }
+        Ok(())
     }
 
     /// Adds one record's column values (or rejects it: it counts in none).
-    fn add_values(accumulators: &mut [Accumulator], values: Vec<Option<Number>>) {
+    fn add_values(accumulators: &mut [Accumulator], values: &[Option<Number>]) {
         for (acc, value) in accumulators.iter_mut().zip(values) {
             match value {
-                Some(value) => acc.add(value),
+                Some(value) => acc.add(*value),
                 None => acc.count += 1,
             }
         }
     }
 
     fn decode(&self, bytes: &[u8]) -> Vec<Accumulator> {
+        let mut accumulators = Vec::with_capacity(self.columns.len());
+        self.decode_into(bytes, &mut accumulators);
+        accumulators
+    }
+
+    /// Decodes `bytes` into `accumulators` (cleared first).
+    fn decode_into(&self, bytes: &[u8], accumulators: &mut Vec<Accumulator>) {
+        accumulators.clear();
         if self.named {
-            let mut accumulators: Vec<Accumulator> =
-                postcard::from_bytes(bytes).unwrap_or_default();
+            if let Ok(decoded) = postcard::from_bytes::<Vec<Accumulator>>(bytes) {
+                accumulators.extend(decoded);
+            }
             accumulators.resize_with(self.columns.len(), Accumulator::default);
-            accumulators
         } else {
-            vec![Accumulator::decode(bytes)]
+            accumulators.push(Accumulator::decode(bytes));
         }
     }
 
-    /// One column's accumulator is stored as it always was; several as a
-    /// list.
     fn encode(&self, accumulators: &[Accumulator]) -> Vec<u8> {
-        match (self.named, accumulators) {
-            (false, [one]) => one.encode(),
-            _ => postcard::to_allocvec(accumulators).unwrap_or_default(),
+        let mut bytes = Vec::new();
+        self.encode_into(accumulators, &mut bytes);
+        bytes
+    }
+
+    /// Writes `accumulators` over `bytes`, reusing its memory. One
+    /// column's accumulator is stored as it always was; several as a list.
+    fn encode_into(&self, accumulators: &[Accumulator], bytes: &mut Vec<u8>) {
+        let mut buffer = std::mem::take(bytes);
+        buffer.clear();
+        let encoded = match (self.named, accumulators) {
+            (false, [one]) => postcard::to_extend(one, buffer),
+            _ => postcard::to_extend(accumulators, buffer),
+        };
+        *bytes = encoded.unwrap_or_default();
+    }
+
+    /// Adds records to one accumulator: each record's found fields from
+    /// `found_of(index)` (`Err`: the record is rejected with that reason).
+    fn add_records<'f>(
+        &mut self,
+        accumulator: &mut Vec<u8>,
+        count: usize,
+        mut found_of: impl FnMut(usize) -> Result<Cow<'f, [Option<FieldValue>]>, String>,
+    ) -> Vec<(usize, String)> {
+        let mut decoded = std::mem::take(&mut self.decoded);
+        let mut values = std::mem::take(&mut self.values);
+        self.decode_into(accumulator, &mut decoded);
+        let mut rejected = Vec::new();
+        for index in 0..count {
+            // A record missing any column's input counts in none of them.
+            let read = found_of(index)
+                .and_then(|found| Self::values_from(&self.columns, &found, &mut values));
+            match read {
+                Ok(()) => Self::add_values(&mut decoded, &values),
+                Err(reason) => rejected.push((index, reason)),
+            }
         }
+        self.encode_into(&decoded, accumulator);
+        self.decoded = decoded;
+        self.values = values;
+        rejected
     }
 }
 
@@ -423,16 +467,14 @@ impl Aggregator for BuiltinAggregate {
         accumulator: &mut Vec<u8>,
         records: &[&Record],
     ) -> Result<Vec<(usize, String)>, AggregateError> {
-        let mut accumulators = self.decode(accumulator);
-        let mut rejected = Vec::new();
-        for (index, record) in records.iter().enumerate() {
-            // A record missing any column's input counts in none of them.
-            match self.values_of(record) {
-                Ok(values) => Self::add_values(&mut accumulators, values),
-                Err(reason) => rejected.push((index, reason)),
+        let paths = std::mem::take(&mut self.paths);
+        let rejected = self.add_records(accumulator, records.len(), |index| {
+            if paths.is_empty() {
+                return Ok(Cow::Borrowed(&[]));
             }
-        }
-        *accumulator = self.encode(&accumulators);
+            extract(&records[index].value, &paths).map(Cow::Owned)
+        });
+        self.paths = paths;
         Ok(rejected)
     }
 
@@ -444,14 +486,10 @@ impl Aggregator for BuiltinAggregate {
                 group.rejected = self.add(&mut group.accumulator, &group.records)?;
                 continue;
             }
-            let mut accumulators = self.decode(&group.accumulator);
-            for (index, found) in group.fields.iter().enumerate() {
-                match self.values_from(found) {
-                    Ok(values) => Self::add_values(&mut accumulators, values),
-                    Err(reason) => group.rejected.push((index, reason)),
-                }
-            }
-            group.accumulator = self.encode(&accumulators);
+            let fields = &group.fields;
+            group.rejected = self.add_records(&mut group.accumulator, fields.len(), |index| {
+                Ok(Cow::Borrowed(fields[index]))
+            });
         }
         Ok(())
     }
@@ -614,12 +652,12 @@ mod tests {
         let (result, _) = run(&mut aggregate, &[r#"{"x": 2}"#, r#"{"x": 5}"#]);
         assert_eq!(result, serde_json::json!(7));
         // Accumulators stored before several columns existed still read.
-        let old = Accumulator {
+        let old = postcard::to_allocvec(&Accumulator {
             count: 2,
             int_sum: 7,
             ..Accumulator::default()
-        }
-        .encode();
+        })
+        .unwrap();
         assert_eq!(aggregate.finish(&old).unwrap(), serde_json::json!(7));
     }
 

@@ -49,20 +49,25 @@ impl FieldValue {
     /// JSON type: a string's UTF-8; any other value as a marker byte and
     /// its JSON text ([`typed_key_json`] gives the value back).
     pub fn typed_key_bytes(&self) -> Vec<u8> {
+        let mut key = Vec::new();
+        self.write_typed_key(&mut key);
+        key
+    }
+
+    /// Appends [`Self::typed_key_bytes`] to `out` (keys of a batch share
+    /// one buffer).
+    pub fn write_typed_key(&self, out: &mut Vec<u8>) {
         match self {
-            FieldValue::Str(s) => s.as_bytes().to_vec(),
+            FieldValue::Str(s) => out.extend_from_slice(s.as_bytes()),
             FieldValue::Int(i) => {
-                // The common numeric key in one allocation.
                 use std::io::Write;
-                let mut key = Vec::with_capacity(21);
-                key.push(TYPED_KEY_MARKER);
-                let _ = write!(key, "{i}");
-                key
+                out.push(TYPED_KEY_MARKER);
+                // Writing to a Vec cannot fail.
+                let _ = write!(out, "{i}");
             }
             other => {
-                let mut key = vec![TYPED_KEY_MARKER];
-                key.extend_from_slice(&other.key_bytes());
-                key
+                out.push(TYPED_KEY_MARKER);
+                out.extend_from_slice(&other.key_bytes());
             }
         }
     }

@@ -16,6 +16,7 @@ use crate::state::{StateError, StateStore};
 use crate::time::checked_event_time;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Settings of a [`WindowOperator`].
@@ -133,6 +134,8 @@ pub struct WindowOperator {
     /// The batch's values of `record_fields`, `record_fields.len()` per
     /// record (kept between batches for its allocation).
     field_values: Vec<Option<FieldValue>>,
+    /// The keys of the batch being processed, one after the other (reused).
+    key_bytes: Vec<u8>,
     aggregator: Box<dyn Aggregator>,
     metrics: Arc<OperatorMetrics>,
     topic: Arc<str>,
@@ -172,6 +175,7 @@ impl WindowOperator {
             key_path,
             record_fields,
             field_values: Vec::new(),
+            key_bytes: Vec::new(),
             topic: Arc::from(options.name.as_str()),
             options,
             aggregator,
@@ -229,11 +233,14 @@ impl WindowOperator {
     /// Reads `record`'s event time and `record_fields` (appending exactly
     /// `record_fields.len()` values to `fields`): its key, or why it cannot
     /// be added.
+    /// Reads `record`'s key (appended to `keys`; the range it takes is
+    /// returned) and the aggregate's fields (appended to `fields`).
     fn read_record(
         &self,
         record: &Record,
         fields: &mut Vec<Option<FieldValue>>,
-    ) -> Result<Vec<u8>, Unusable> {
+        keys: &mut Vec<u8>,
+    ) -> Result<Range<usize>, Unusable> {
         let start = fields.len();
         let stride = self.record_fields.len();
         let unread = |fields: &mut Vec<Option<FieldValue>>| fields.resize(start + stride, None);
@@ -252,14 +259,17 @@ impl WindowOperator {
                 None => Unusable::Rejected(reason),
             });
         }
+        let key_start = keys.len();
         match &self.key_path {
-            None => Ok(record
-                .key
-                .as_deref()
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default()),
+            None => {
+                keys.extend_from_slice(record.key.as_deref().unwrap_or_default());
+                Ok(key_start..keys.len())
+            }
             Some(_) => match &fields[start] {
-                Some(value) => Ok(value.typed_key_bytes()),
+                Some(value) => {
+                    value.write_typed_key(keys);
+                    Ok(key_start..keys.len())
+                }
                 None => Err(Unusable::Invalid(format!(
                     "key field `{}` is missing",
                     self.options.key_field.as_deref().unwrap_or_default()
@@ -632,14 +642,18 @@ impl Operator for WindowOperator {
         self.states.tick();
         let mut rejected: BTreeMap<usize, String> = BTreeMap::new();
         let mut late: BTreeSet<usize> = BTreeSet::new();
-        let mut keys: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
+        // Each record's key as a range of `key_bytes` (one buffer, reused
+        // from batch to batch: no allocation per record).
+        let mut keys: Vec<Option<Range<usize>>> = Vec::with_capacity(batch.len());
+        let mut key_bytes = std::mem::take(&mut self.key_bytes);
+        key_bytes.clear();
         let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
         // One pass over each record for the key field and the aggregate's
         // fields; `fields` holds `record_fields.len()` values per record.
         let mut fields = std::mem::take(&mut self.field_values);
         fields.clear();
         for (index, record) in batch.iter().enumerate() {
-            let key = self.read_record(record, &mut fields);
+            let key = self.read_record(record, &mut fields, &mut key_bytes);
             match key {
                 Ok(key) => keys.push(Some(key)),
                 Err(Unusable::Invalid(reason)) => {
@@ -658,26 +672,35 @@ impl Operator for WindowOperator {
                 let Some(key) = keys[index].clone() else {
                     continue;
                 };
-                if !self.add_to_session(&key, record, index, &mut rejected, out)? {
+                let key = &key_bytes[key];
+                if !self.add_to_session(key, record, index, &mut rejected, out)? {
                     late.insert(index);
                 }
             }
         } else {
             // Group by key and window, keeping record order within a group,
             // so that each window's accumulator is updated once per batch.
-            let mut groups: BTreeMap<(&[u8], Window), Vec<usize>> = BTreeMap::new();
+            // Groups are in the order of their first record (a hash map
+            // finds them: a batch touches hundreds of keys, and ordering
+            // them compared keys byte by byte for nothing).
+            let mut groups: Vec<(&[u8], Window, Vec<usize>)> = Vec::new();
+            let mut group_of: foldhash::HashMap<(&[u8], Window), usize> =
+                foldhash::HashMap::default();
             for (index, record) in batch.iter().enumerate() {
                 let (Some(key), Some(time)) = (&keys[index], record.event_time) else {
                     continue;
                 };
+                let key = &key_bytes[key.clone()];
                 let mut on_time = false;
                 for window in self.options.spec.assign(time) {
                     if !self.is_late(&window) {
                         on_time = true;
-                        groups
-                            .entry((key.as_slice(), window))
-                            .or_default()
-                            .push(index);
+                        let next = groups.len();
+                        let group = *group_of.entry((key, window)).or_insert(next);
+                        if group == next {
+                            groups.push((key, window, Vec::new()));
+                        }
+                        groups[group].2.push(index);
                     }
                 }
                 if !on_time {
@@ -685,7 +708,7 @@ impl Operator for WindowOperator {
                 }
             }
             let mut waiting = Vec::with_capacity(groups.len());
-            for ((key, window), indices) in groups {
+            for (key, window, indices) in groups {
                 if window.max_timestamp() <= self.watermark {
                     // Fired already: re-fired record by record.
                     let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
@@ -697,6 +720,7 @@ impl Operator for WindowOperator {
             self.add_to_waiting_windows(&batch, &fields, waiting, &mut rejected)?;
         }
         self.field_values = fields;
+        self.key_bytes = key_bytes;
 
         for (index, record) in batch.into_iter().enumerate() {
             if let Some(reason) = reasons.remove(&index) {

@@ -12,6 +12,7 @@
 
 use sluice_sdk::json::{self, JsonObject};
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
+use std::borrow::Cow;
 
 /// How a record is read and written back.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,16 +43,29 @@ impl FilterRewrite {
         if !self.keep(object.get(&self.filter_field).and_then(|v| v.as_i64()))? {
             return Ok(());
         }
-        let text = object
-            .get(&self.rewrite_field)
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| format!("field `{}` is not a string", self.rewrite_field))?;
+        let not_a_string = || format!("field `{}` is not a string", self.rewrite_field);
+        let field = object.get(&self.rewrite_field).ok_or_else(not_a_string)?;
+        let text = field.as_str().ok_or_else(not_a_string)?;
+        // Written straight into the reused output buffer: no allocation
+        // per record.
         self.buffer.clear();
-        object.write_replacing(
-            &mut self.buffer,
-            &self.rewrite_field,
-            json::quote(&text.to_ascii_uppercase()).as_bytes(),
-        );
+        match text {
+            // No escapes: the string's JSON text upper-cased is the
+            // upper-cased string's JSON text (ASCII letters only change).
+            Cow::Borrowed(_) => {
+                object.write_replacing_with(&mut self.buffer, &self.rewrite_field, |out| {
+                    let start = out.len();
+                    out.extend_from_slice(field.raw().as_bytes());
+                    out[start..].make_ascii_uppercase();
+                })
+            }
+            Cow::Owned(mut text) => {
+                text.make_ascii_uppercase();
+                object.write_replacing_with(&mut self.buffer, &self.rewrite_field, |out| {
+                    json::quote_into(out, &text)
+                })
+            }
+        }
         out.emit_value(&self.buffer);
         Ok(())
     }

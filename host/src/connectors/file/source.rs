@@ -193,19 +193,20 @@ impl FileSource {
         })
     }
 
-    /// Turns one JSON line into a record, or says why it cannot be one.
-    /// The common case takes one pass over the line that checks its syntax
-    /// and keeps only the key and timestamp fields; a line that pass
-    /// refuses is parsed whole, for the reason.
-    fn line_to_record(&self, raw: Bytes, position: SourcePosition) -> Result<Record, String> {
+    /// Reads a JSON line's key and timestamp into `record`, or says why it
+    /// cannot be a record. The common case takes one pass over the line
+    /// that checks its syntax and keeps only the key and timestamp fields;
+    /// a line that pass refuses is parsed whole, for the reason.
+    fn read_line_fields(&self, record: &mut Record) -> Result<(), String> {
         if self.line_fields.is_empty() {
-            serde_json::from_slice::<IgnoredAny>(&raw).map_err(|e| format!("invalid JSON: {e}"))?;
-            return Ok(Record::from_value(raw, position));
+            serde_json::from_slice::<IgnoredAny>(&record.value)
+                .map_err(|e| format!("invalid JSON: {e}"))?;
+            return Ok(());
         }
-        let Ok(mut found) = extract(&raw, &self.line_fields) else {
-            let parsed =
-                serde_json::from_slice::<Value>(&raw).map_err(|e| format!("invalid JSON: {e}"));
-            return self.to_record(raw, parsed, position);
+        let Ok(mut found) = extract(&record.value, &self.line_fields) else {
+            let parsed = serde_json::from_slice::<Value>(&record.value)
+                .map_err(|e| format!("invalid JSON: {e}"));
+            return self.read_document_fields(record, parsed);
         };
         // `found` holds the key's value, then the timestamp's (each if set).
         let timestamp = self
@@ -216,12 +217,6 @@ impl FileSource {
             .key_pointer
             .as_ref()
             .and_then(|_| found.pop().flatten());
-        let mut record = Record::from_value(raw, position);
-        record.key = match key {
-            None | Some(FieldValue::Other(Value::Null)) => None,
-            Some(FieldValue::Str(text)) => Some(Bytes::from(text)),
-            Some(other) => Some(Bytes::from(other.key_bytes())),
-        };
         if let Some(timestamp) = timestamp {
             let field = self.options.timestamp_field.as_deref().unwrap_or_default();
             record.event_time = Some(match timestamp {
@@ -235,18 +230,26 @@ impl FileSource {
                 None => return Err(format!("timestamp field `{field}` is missing")),
             });
         }
-        Ok(record)
+        record.key = match key {
+            None | Some(FieldValue::Other(Value::Null)) => None,
+            Some(FieldValue::Str(text)) => Some(Bytes::from(text)),
+            Some(other) => Some(Bytes::from(other.key_bytes())),
+        };
+        Ok(())
     }
 
-    /// Turns one JSON document into a record, or says why it cannot be one.
-    fn to_record(
+    /// Reads a parsed document's key and timestamp into `record`, or says
+    /// why it cannot be a record.
+    fn read_document_fields(
         &self,
-        raw: Bytes,
+        record: &mut Record,
         parsed: Result<Value, String>,
-        position: SourcePosition,
-    ) -> Result<Record, String> {
+    ) -> Result<(), String> {
         let document = parsed?;
-        let mut record = Record::from_value(raw, position);
+        if let Some(pointer) = &self.timestamp_pointer {
+            let field = self.options.timestamp_field.as_deref().unwrap_or_default();
+            record.event_time = Some(event_time_from(&document, pointer, field)?);
+        }
         if let Some(pointer) = &self.key_pointer {
             record.key = match document.pointer(pointer) {
                 None | Some(Value::Null) => None,
@@ -254,11 +257,7 @@ impl FileSource {
                 Some(other) => Some(Bytes::from(other.to_string())),
             };
         }
-        if let Some(pointer) = &self.timestamp_pointer {
-            let field = self.options.timestamp_field.as_deref().unwrap_or_default();
-            record.event_time = Some(event_time_from(&document, pointer, field)?);
-        }
-        Ok(record)
+        Ok(())
     }
 }
 
@@ -327,21 +326,26 @@ impl Source for FileSource {
             let line_number = self.offset + 1;
             self.offset += 1;
             read += 1;
-            let record = match parsed {
-                Parsed::Unchecked => Ok(Record::from_value(raw.clone(), position.clone())),
-                Parsed::JsonLine => self.line_to_record(raw.clone(), position.clone()),
-                Parsed::Document(document) => {
-                    self.to_record(raw.clone(), document, position.clone())
-                }
+            // The record owns the line from here on: nothing is cloned per
+            // record, and a refused line becomes its dead letter as read.
+            let mut record = Record::from_value(raw, position);
+            let checked = match parsed {
+                Parsed::Unchecked => Ok(()),
+                Parsed::JsonLine => self.read_line_fields(&mut record),
+                Parsed::Document(document) => self.read_document_fields(&mut record, document),
             };
-            match record {
-                Ok(record) => batch.records.push(record),
-                Err(reason) => batch.dead_letters.push(into_dead_letter(
-                    Record::from_value(raw, position),
-                    &format!("record {line_number}: {reason}"),
-                    &self.name,
-                    None,
-                )),
+            match checked {
+                Ok(()) => batch.records.push(record),
+                Err(reason) => {
+                    record.key = None;
+                    record.event_time = None;
+                    batch.dead_letters.push(into_dead_letter(
+                        record,
+                        &format!("record {line_number}: {reason}"),
+                        &self.name,
+                        None,
+                    ))
+                }
             }
         }
         if read == 0 && matches!(self.input, Input::Done) {
