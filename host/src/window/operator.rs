@@ -682,7 +682,8 @@ impl Operator for WindowOperator {
             // so that each window's accumulator is updated once per batch.
             // Groups are in the order of their first record (a hash map
             // finds them: a batch touches hundreds of keys, and ordering
-            // them compared keys byte by byte for nothing).
+            // them all compared keys byte by byte); only re-fired groups,
+            // which emit, are put in key and window order.
             let mut groups: Vec<(&[u8], Window, Vec<usize>)> = Vec::new();
             let mut group_of: foldhash::HashMap<(&[u8], Window), usize> =
                 foldhash::HashMap::default();
@@ -707,15 +708,15 @@ impl Operator for WindowOperator {
                     late.insert(index);
                 }
             }
-            let mut waiting = Vec::with_capacity(groups.len());
-            for (key, window, indices) in groups {
-                if window.max_timestamp() <= self.watermark {
-                    // Fired already: re-fired record by record.
-                    let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
-                    self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
-                } else {
-                    waiting.push((key, window, indices));
-                }
+            let (mut fired, waiting): (Vec<_>, Vec<_>) = groups
+                .into_iter()
+                .partition(|(_, window, _)| window.max_timestamp() <= self.watermark);
+            // Fired already: re-fired record by record, emitting updates in
+            // key and window order (the rare case; only these are sorted).
+            fired.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            for (key, window, indices) in fired {
+                let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
+                self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
             }
             self.add_to_waiting_windows(&batch, &fields, waiting, &mut rejected)?;
         }
