@@ -418,7 +418,7 @@ impl Pipeline {
         sinks: SinkSet,
     ) -> Result<Self, PipelineError> {
         let config = &loaded.config;
-        let source = build_source(loaded, &metrics)?;
+        let mut source = build_source(loaded, &metrics)?;
 
         // Split before every keyed operator: with several workers, each
         // keyed stage runs in `workers` threads behind a key-by exchange.
@@ -487,6 +487,17 @@ impl Pipeline {
                     workers,
                 });
             }
+        }
+
+        // The operator right after the source gets the fields it reads
+        // from the source's own parse of each record.
+        let first = head.first().or_else(|| {
+            stages
+                .first()
+                .and_then(|stage| stage.workers.first()?.first())
+        });
+        if let Some(fields) = first.and_then(|first| first.reads_fields()) {
+            source.read_ahead(fields);
         }
 
         let executor = ExecutorConfig {

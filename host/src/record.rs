@@ -1,5 +1,6 @@
 //! The record: what flows through a pipeline.
 
+use crate::window::fields::{FieldPath, FieldValue};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -48,7 +49,61 @@ pub struct Record {
     pub event_time: Option<i64>,
     /// Where the record (or the record it was derived from) was read.
     pub source: SourcePosition,
+    /// Fields of the JSON value read where it was parsed, for the operator
+    /// after the source (see [`ReadFields`]); `None` for most records.
+    pub read_fields: Option<ReadFields>,
 }
+
+/// Fields of a record's JSON value, read by the source in the pass that
+/// checks the line, for the operator right after it (a window's key and
+/// aggregate fields: [`crate::dataflow::Operator::reads_fields`]), so that
+/// the value is parsed once on its way in (issue 15). Only sources set it,
+/// on records they make; anything that makes a new value makes a record
+/// without it.
+///
+/// It is a cache of `value`: two records that differ only in it are equal.
+#[derive(Debug, Clone)]
+pub struct ReadFields {
+    /// The fields read, in order; the same list for every record of a
+    /// source.
+    pub paths: Arc<[FieldPath]>,
+    /// Their values, one per path (`None`: the field is missing).
+    pub values: Vec<Option<FieldValue>>,
+}
+
+impl ReadFields {
+    /// The values of `paths` if these were read first (the list of fields
+    /// an operator asked the source for), else `None`: the caller reads
+    /// them itself.
+    pub fn into_values_of(self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
+        // The operator's own list (shared with the source) is recognised
+        // without comparing paths.
+        let same_list = std::ptr::eq(&self.paths[..], paths);
+        if !same_list && !self.paths.starts_with(paths) {
+            return None;
+        }
+        let mut values = self.values;
+        values.truncate(paths.len());
+        Some(values)
+    }
+
+    /// The value of the first field read, if it is `path`.
+    pub fn first_value_of(&self, path: &FieldPath) -> Option<&Option<FieldValue>> {
+        (self.paths.first() == Some(path))
+            .then(|| self.values.first())
+            .flatten()
+    }
+}
+
+impl PartialEq for ReadFields {
+    /// Always equal: the fields are read from the value, which the records'
+    /// comparison covers.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ReadFields {}
 
 impl Record {
     /// A record with only a value, from `source`.
@@ -59,6 +114,7 @@ impl Record {
             headers: Vec::new(),
             event_time: None,
             source,
+            read_fields: None,
         }
     }
 

@@ -26,6 +26,7 @@ pub use transform::{FaultPolicy, OnFaultStorm, TransformOperator};
 
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::Record;
+use crate::window::fields::FieldPath;
 use std::sync::Arc;
 
 /// A checkpoint barrier: everything before it belongs to checkpoint `id`.
@@ -220,6 +221,16 @@ pub trait Operator: Send {
         None
     }
 
+    /// Top-level or nested fields of each record's JSON value this operator
+    /// reads (a window's key and aggregate fields). A source that parses
+    /// its records anyway reads them in the same pass when this operator
+    /// comes right after it ([`Source::read_ahead`]), and the operator
+    /// takes them from [`crate::record::ReadFields`] instead of parsing the
+    /// value again.
+    fn reads_fields(&self) -> Option<Arc<[FieldPath]>> {
+        None
+    }
+
     /// Called when the watermark advances (event-time operators fire here).
     fn on_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {
         Ok(())
@@ -282,6 +293,13 @@ pub trait Source: Send {
     fn on_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), DataflowError> {
         Ok(())
     }
+
+    /// Asks the source to read `fields` of each JSON record it parses
+    /// anyway, in the same pass, and keep them on the record
+    /// ([`crate::record::ReadFields`]) for the operator after it
+    /// ([`Operator::reads_fields`]). The default ignores it: the operator
+    /// then reads the fields itself.
+    fn read_ahead(&mut self, _fields: Arc<[FieldPath]>) {}
 }
 
 /// One read from a source.

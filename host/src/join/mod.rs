@@ -320,6 +320,7 @@ impl IntervalJoinOperator {
         value.extend_from_slice(right);
         value.push(b'}');
         let record = Record {
+            read_fields: None,
             key: (!key.is_empty()).then(|| bytes::Bytes::copy_from_slice(key)),
             value: value.into(),
             headers: Vec::new(),

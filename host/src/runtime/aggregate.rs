@@ -269,7 +269,7 @@ impl PluginAggregator {
                 records: group.records.len() as u32,
             };
             sluice_wire::append(&mut input, &head).map_err(encode_error)?;
-            for record in &group.records {
+            for record in group.records {
                 sluice_wire::append(&mut input, &to_wire_record(record)).map_err(encode_error)?;
             }
         }

@@ -338,6 +338,7 @@ impl PluginInstance {
                             input: index,
                             route,
                             record: Record {
+                                read_fields: None,
                                 key: out.key.map(Bytes::from),
                                 value: Bytes::from(out.value),
                                 headers: out
@@ -523,6 +524,7 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
                     input: input as usize,
                     route,
                     record: Record {
+                        read_fields: None,
                         key: record.key.map(|k| output.slice_ref(k)),
                         value: output.slice_ref(record.value),
                         headers: record

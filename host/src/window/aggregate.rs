@@ -70,12 +70,13 @@ pub trait Aggregator: Send {
 pub struct GroupAdd<'r> {
     /// The window's accumulator: updated in place.
     pub accumulator: Vec<u8>,
-    /// The records to add, in arrival order.
-    pub records: Vec<&'r Record>,
+    /// The records to add, in arrival order (a part of one list for the
+    /// whole batch).
+    pub records: &'r [&'r Record],
     /// Each record's values of [`Aggregator::input_fields`], in that
     /// order, when the window operator read them (one entry per record);
     /// empty otherwise, and the aggregate reads the records itself.
-    pub fields: Vec<&'r [Option<FieldValue>]>,
+    pub fields: &'r [&'r [Option<FieldValue>]],
     /// Set by `add_groups`: the records (by index in `records`) that could
     /// not be added, with the reason.
     pub rejected: Vec<(usize, String)>,
@@ -87,7 +88,7 @@ pub fn add_group_by_group<A: Aggregator + ?Sized>(
     groups: &mut [GroupAdd<'_>],
 ) -> Result<(), AggregateError> {
     for group in groups {
-        group.rejected = aggregator.add(&mut group.accumulator, &group.records)?;
+        group.rejected = aggregator.add(&mut group.accumulator, group.records)?;
     }
     Ok(())
 }
@@ -483,10 +484,10 @@ impl Aggregator for BuiltinAggregate {
     fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
         for group in groups {
             if group.fields.len() != group.records.len() {
-                group.rejected = self.add(&mut group.accumulator, &group.records)?;
+                group.rejected = self.add(&mut group.accumulator, group.records)?;
                 continue;
             }
-            let fields = &group.fields;
+            let fields = group.fields;
             group.rejected = self.add_records(&mut group.accumulator, fields.len(), |index| {
                 Ok(Cow::Borrowed(fields[index]))
             });
@@ -557,10 +558,12 @@ mod tests {
         assert_eq!(aggregate.input_fields(), &[FieldPath::parse("v")]);
         let records = [record(r#"{"v":1}"#), record(r#"{"v":2}"#)];
         let read = [vec![Some(FieldValue::Int(5))], vec![None]];
+        let records: Vec<&Record> = records.iter().collect();
+        let read: Vec<&[Option<FieldValue>]> = read.iter().map(Vec::as_slice).collect();
         let mut groups = [GroupAdd {
             accumulator: aggregate.create().expect("create"),
-            records: records.iter().collect(),
-            fields: read.iter().map(Vec::as_slice).collect(),
+            records: &records,
+            fields: &read,
             rejected: Vec::new(),
         }];
         aggregate.add_groups(&mut groups).expect("add");

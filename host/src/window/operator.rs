@@ -100,11 +100,29 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
                 .map(<[u8]>::to_vec)
                 .unwrap_or_default(),
         )),
-        Some(path) => Ok(extract(&record.value, &[path])?
-            .pop()
-            .flatten()
-            .map(|value| value.typed_key_bytes())),
+        Some(path) => {
+            if let Some(read) = record
+                .read_fields
+                .as_ref()
+                .and_then(|read| read.first_value_of(path))
+            {
+                return Ok(read.as_ref().map(FieldValue::typed_key_bytes));
+            }
+            Ok(extract(&record.value, &[path])?
+                .pop()
+                .flatten()
+                .map(|value| value.typed_key_bytes()))
+        }
     }
+}
+
+/// One key and window of a batch (tumbling and sliding windows): its
+/// records' indices in the batch are `members`, a range of the batch's
+/// grouped order.
+struct Group<'k> {
+    key: &'k [u8],
+    window: Window,
+    members: Range<usize>,
 }
 
 /// Why a record of a batch cannot be added to a window.
@@ -130,7 +148,7 @@ pub struct WindowOperator {
     key_path: Option<FieldPath>,
     /// The fields read from each record in one pass: the key field (if
     /// any), then the aggregate's [`Aggregator::input_fields`].
-    record_fields: Vec<FieldPath>,
+    record_fields: Arc<[FieldPath]>,
     /// The batch's values of `record_fields`, `record_fields.len()` per
     /// record (kept between batches for its allocation).
     field_values: Vec<Option<FieldValue>>,
@@ -235,9 +253,12 @@ impl WindowOperator {
     /// be added.
     /// Reads `record`'s key (appended to `keys`; the range it takes is
     /// returned) and the aggregate's fields (appended to `fields`).
+    ///
+    /// The fields come from the record's [`crate::record::ReadFields`] when its source
+    /// read them (the value is then not parsed again), else from the value.
     fn read_record(
         &self,
-        record: &Record,
+        record: &mut Record,
         fields: &mut Vec<Option<FieldValue>>,
         keys: &mut Vec<u8>,
     ) -> Result<Range<usize>, Unusable> {
@@ -248,7 +269,13 @@ impl WindowOperator {
             unread(fields);
             return Err(Unusable::Invalid(reason));
         }
-        if stride > 0
+        let read_ahead = record
+            .read_fields
+            .take()
+            .and_then(|read| read.into_values_of(&self.record_fields));
+        if let Some(mut values) = read_ahead {
+            fields.append(&mut values);
+        } else if stride > 0
             && let Err(reason) = extract_into(&record.value, &self.record_fields, fields)
         {
             unread(fields);
@@ -382,6 +409,7 @@ impl WindowOperator {
         }
         let value = serde_json::to_vec(&result).unwrap_or_default();
         let record = Record {
+            read_fields: None,
             key: (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key)),
             value: value.into(),
             headers: Vec::new(),
@@ -480,54 +508,66 @@ impl WindowOperator {
     }
 
     /// Adds a batch's records to windows that have not fired yet, all in
-    /// one [`Aggregator::add_groups`] call: `groups` are (key, window,
-    /// indices in `batch` in arrival order); `fields` holds each record's
-    /// values of `record_fields` (see [`Self::process_batch`]).
+    /// one [`Aggregator::add_groups`] call: `groups` are keys and windows
+    /// with their records' indices in `batch` as a range of `order`
+    /// (arrival order); `fields` holds each record's values of
+    /// `record_fields` (see [`Self::process_batch`]).
     fn add_to_waiting_windows(
         &mut self,
         batch: &[Record],
         fields: &[Option<FieldValue>],
-        groups: Vec<(&[u8], Window, Vec<usize>)>,
+        order: &[usize],
+        groups: Vec<Group<'_>>,
         rejected: &mut BTreeMap<usize, String>,
     ) -> Result<(), DataflowError> {
         self.states
-            .prefetch(groups.iter().map(|(key, window, _)| (*key, *window)))
+            .prefetch(groups.iter().map(|group| (group.key, group.window)))
             .map_err(|e| self.state_error(e))?;
         // The aggregate's fields of record `i`: after the key field.
         let stride = self.record_fields.len();
         let first = usize::from(self.key_path.is_some());
         let hand_fields = stride > first;
+        // Every group's records and fields, group after group, in `order`:
+        // each group takes its range of these two lists.
+        let records: Vec<&Record> = order.iter().map(|&i| &batch[i]).collect();
+        let record_fields: Vec<&[Option<FieldValue>]> = if hand_fields {
+            order
+                .iter()
+                .map(|&i| &fields[i * stride + first..(i + 1) * stride])
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut adds = Vec::with_capacity(groups.len());
         let mut created = Vec::with_capacity(groups.len());
         let mut previous_lens = Vec::with_capacity(groups.len());
-        for (key, window, indices) in &groups {
+        for group in &groups {
             let taken = self
                 .states
-                .take_accumulator(key, *window)
+                .take_accumulator(group.key, group.window)
                 .map_err(|e| self.state_error(e))?;
             let (accumulator, new) = match taken {
                 Some(accumulator) => (accumulator, false),
-                None => (self.new_window(key, *window)?, true),
+                None => (self.new_window(group.key, group.window)?, true),
             };
             created.push(new);
             previous_lens.push(accumulator.len());
             adds.push(GroupAdd {
                 accumulator,
-                records: indices.iter().map(|i| &batch[*i]).collect(),
+                records: &records[group.members.clone()],
                 fields: if hand_fields {
-                    indices
-                        .iter()
-                        .map(|i| &fields[i * stride + first..(i + 1) * stride])
-                        .collect()
+                    &record_fields[group.members.clone()]
                 } else {
-                    Vec::new()
+                    &[]
                 },
                 rejected: Vec::new(),
             });
         }
         let result = self.aggregator.add_groups(&mut adds);
         let outcomes = groups.iter().zip(adds).zip(created).zip(previous_lens);
-        for ((((key, window, indices), add), created), previous_len) in outcomes {
+        for (((group, add), created), previous_len) in outcomes {
+            let (key, window) = (group.key, group.window);
+            let indices = &order[group.members.clone()];
             let accepted = add.records.len().saturating_sub(add.rejected.len());
             for (index, reason) in add.rejected {
                 if let Some(&at) = indices.get(index) {
@@ -539,14 +579,14 @@ impl WindowOperator {
                 // content. It has timers and no state; removing a state
                 // it does not have would count one of the key's stored
                 // windows as gone.
-                (true, 0) => self.forget_timers(key, *window),
+                (true, 0) => self.forget_timers(key, window),
                 (true, _) => {
                     self.states
-                        .insert(key, *window, WindowState::new(add.accumulator));
+                        .insert(key, window, WindowState::new(add.accumulator));
                 }
                 (false, _) => {
                     self.states
-                        .put_accumulator(key, *window, add.accumulator, previous_len);
+                        .put_accumulator(key, window, add.accumulator, previous_len);
                 }
             }
         }
@@ -622,6 +662,10 @@ impl Operator for WindowOperator {
         &self.options.name
     }
 
+    fn reads_fields(&self) -> Option<Arc<[FieldPath]>> {
+        Some(self.record_fields.clone())
+    }
+
     fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
         let path = self.key_path.clone();
         Some(Arc::new(move |record: &Record| {
@@ -652,7 +696,8 @@ impl Operator for WindowOperator {
         // fields; `fields` holds `record_fields.len()` values per record.
         let mut fields = std::mem::take(&mut self.field_values);
         fields.clear();
-        for (index, record) in batch.iter().enumerate() {
+        let mut batch = batch;
+        for (index, record) in batch.iter_mut().enumerate() {
             let key = self.read_record(record, &mut fields, &mut key_bytes);
             match key {
                 Ok(key) => keys.push(Some(key)),
@@ -684,7 +729,10 @@ impl Operator for WindowOperator {
             // finds them: a batch touches hundreds of keys, and ordering
             // them all compared keys byte by byte); only re-fired groups,
             // which emit, are put in key and window order.
-            let mut groups: Vec<(&[u8], Window, Vec<usize>)> = Vec::new();
+            let mut groups: Vec<Group<'_>> = Vec::new();
+            // (group, record index) for every window a record is in, in
+            // arrival order.
+            let mut members: Vec<(usize, usize)> = Vec::with_capacity(batch.len());
             let mut group_of: foldhash::HashMap<(&[u8], Window), usize> =
                 foldhash::HashMap::default();
             for (index, record) in batch.iter().enumerate() {
@@ -699,26 +747,53 @@ impl Operator for WindowOperator {
                         let next = groups.len();
                         let group = *group_of.entry((key, window)).or_insert(next);
                         if group == next {
-                            groups.push((key, window, Vec::new()));
+                            groups.push(Group {
+                                key,
+                                window,
+                                members: 0..0,
+                            });
                         }
-                        groups[group].2.push(index);
+                        groups[group].members.end += 1;
+                        members.push((group, index));
                     }
                 }
                 if !on_time {
                     late.insert(index);
                 }
             }
+            // Each group's records as one range of a batch-wide list
+            // (arrival order within a group): no list per group.
+            let mut next = 0;
+            for group in &mut groups {
+                let count = group.members.end;
+                group.members = next..next;
+                next += count;
+            }
+            let mut order = vec![0; members.len()];
+            for &(group, index) in &members {
+                let members = &mut groups[group].members;
+                order[members.end] = index;
+                members.end += 1;
+            }
             let (mut fired, waiting): (Vec<_>, Vec<_>) = groups
                 .into_iter()
-                .partition(|(_, window, _)| window.max_timestamp() <= self.watermark);
+                .partition(|group| group.window.max_timestamp() <= self.watermark);
             // Fired already: re-fired record by record, emitting updates in
             // key and window order (the rare case; only these are sorted).
-            fired.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-            for (key, window, indices) in fired {
+            fired.sort_unstable_by(|a, b| (a.key, a.window).cmp(&(b.key, b.window)));
+            for group in fired {
+                let indices = &order[group.members];
                 let records: Vec<&Record> = indices.iter().map(|i| &batch[*i]).collect();
-                self.add_to_window(key, window, &records, &mut rejected, &indices, out)?;
+                self.add_to_window(
+                    group.key,
+                    group.window,
+                    &records,
+                    &mut rejected,
+                    indices,
+                    out,
+                )?;
             }
-            self.add_to_waiting_windows(&batch, &fields, waiting, &mut rejected)?;
+            self.add_to_waiting_windows(&batch, &fields, &order, waiting, &mut rejected)?;
         }
         self.field_values = fields;
         self.key_bytes = key_bytes;

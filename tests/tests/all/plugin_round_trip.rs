@@ -10,6 +10,7 @@ use sluice_tests::{operator, runtime, state_backend};
 fn sample(n: i64) -> Vec<Record> {
     (0..n)
         .map(|i| Record {
+            read_fields: None,
             key: (i % 3 != 0).then(|| Bytes::from(format!("key-{i}"))),
             value: Bytes::from(vec![b'a' + (i % 26) as u8; 100 + i as usize]),
             headers: vec![

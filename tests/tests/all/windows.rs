@@ -915,3 +915,105 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
     let windows = model.len() as u64;
     assert_eq!(operator.plugin_calls, 1 + 2 * windows + 1, "{operator:?}");
 }
+
+/// The fields a window reads (key and aggregate fields) are read by a file
+/// source in the pass that checks each line, and the window takes them from
+/// the record instead of parsing the value again: results are the same as
+/// when the window parses every value itself, and a record's read fields
+/// are what the window uses.
+#[test]
+fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
+    use sluice_host::connectors::file::{FileSource, FileSourceOptions};
+    use sluice_host::dataflow::Source;
+    use sluice_host::window::fields::{FieldValue, extract};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.jsonl");
+    let mut lines = String::new();
+    for i in 0..200i64 {
+        // Keys with escapes, missing values, nested objects and arrays
+        // around the fields read.
+        let key = if i % 7 == 0 {
+            "k\\\"q".to_string()
+        } else {
+            format!("k{}", i % 5)
+        };
+        let value = if i % 11 == 0 {
+            String::new()
+        } else {
+            format!(",\"v\":{}", i * 3 - 50)
+        };
+        lines.push_str(&format!(
+            "{{\"n\":{{\"v\":[1,2]}},\"k\":\"{key}\"{value},\"ts\":{}}}\n",
+            i * 3
+        ));
+    }
+    lines.push_str("not json\n[1,2]\n{\"ts\":700}\n");
+    std::fs::write(&path, lines).unwrap();
+    let options = FileSourceOptions {
+        timestamp_field: Some("ts".into()),
+        ..FileSourceOptions::default()
+    };
+    let spec = WindowSpec::Tumbling { size: 50 };
+
+    let backend = MemoryStateBackend::default();
+    let mut reading_ahead = window_operator(spec, 0, &backend, usize::MAX);
+    let fields = reading_ahead.reads_fields().expect("a window reads fields");
+    assert_eq!(fields.len(), 2, "the key field and the summed field");
+    let mut source = FileSource::open("file", &path, options.clone()).unwrap();
+    source.read_ahead(fields.clone());
+    let mut records = Vec::new();
+    let mut dead_letters = 0;
+    while let Some(batch) = source.next_batch(64).unwrap() {
+        records.extend(batch.records);
+        dead_letters += batch.dead_letters.len();
+    }
+    assert_eq!(dead_letters, 2, "the line that is not JSON and the array");
+    for record in &records {
+        let read = record.read_fields.as_ref().expect("fields read ahead");
+        assert_eq!(&read.paths[..], &fields[..]);
+        assert_eq!(read.values, extract(&record.value, &fields).unwrap());
+    }
+
+    // The same records with nothing read ahead: the window parses them.
+    let parsing: Vec<Record> = records
+        .iter()
+        .cloned()
+        .map(|mut record| {
+            record.read_fields = None;
+            record
+        })
+        .collect();
+    let run = |operator: &mut WindowOperator, records: Vec<Record>| {
+        let mut out = Collector::default();
+        for batch in records.chunks(16) {
+            operator.process_batch(batch.to_vec(), &mut out).unwrap();
+        }
+        operator.on_watermark(i64::MAX, &mut out).unwrap();
+        out
+    };
+    let ahead = run(&mut reading_ahead, records.clone());
+    let other_backend = MemoryStateBackend::default();
+    let parsed = run(
+        &mut window_operator(spec, 0, &other_backend, usize::MAX),
+        parsing,
+    );
+    assert!(ahead.main.len() > 10, "{}", ahead.main.len());
+    assert_eq!(ahead.main, parsed.main);
+    assert_eq!(ahead.dead_letter.len(), parsed.dead_letter.len());
+    assert!(!ahead.dead_letter.is_empty(), "the record without key");
+
+    // The window uses what was read: a record whose read fields name
+    // another key is counted under that key.
+    let mut record = records[1].clone();
+    if let Some(read) = record.read_fields.as_mut() {
+        read.values[0] = Some(FieldValue::Str("read-ahead".into()));
+    }
+    let third_backend = MemoryStateBackend::default();
+    let out = run(
+        &mut window_operator(spec, 0, &third_backend, usize::MAX),
+        vec![record],
+    );
+    let result: WindowResult = serde_json::from_slice(&out.main[0].value).unwrap();
+    assert_eq!(result.key, json!("read-ahead"));
+}

@@ -6,7 +6,7 @@
 //! the buffer before the next chunk is read behind it.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{Record, SourcePosition, into_dead_letter};
+use crate::record::{ReadFields, Record, SourcePosition, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use crate::window::fields::{FieldPath, FieldValue, extract};
@@ -56,6 +56,13 @@ pub struct FileSource {
     /// The key and timestamp fields as read from a JSON line in one pass
     /// (no document built), in that order; empty without either.
     line_fields: Vec<FieldPath>,
+    /// The fields the operator after this source reads
+    /// ([`Source::read_ahead`]), then `line_fields`: all that one pass over
+    /// a JSON line reads.
+    fields_read: Vec<FieldPath>,
+    /// The first part of `fields_read`, kept on each record
+    /// ([`ReadFields`]); `None` when nothing is read ahead.
+    read_ahead: Option<Arc<[FieldPath]>>,
     input: Input,
     offset: i64,
 }
@@ -177,16 +184,19 @@ impl FileSource {
                 Input::Avro(Box::new(reader))
             }
         };
+        let line_fields: Vec<FieldPath> = [&options.key_field, &options.timestamp_field]
+            .into_iter()
+            .flatten()
+            .map(|field| FieldPath::parse(field))
+            .collect();
         Ok(FileSource {
             topic: Arc::from(path_name(path).as_str()),
             name,
             key_pointer: options.key_field.as_deref().map(json_pointer),
             timestamp_pointer: options.timestamp_field.as_deref().map(json_pointer),
-            line_fields: [&options.key_field, &options.timestamp_field]
-                .into_iter()
-                .flatten()
-                .map(|field| FieldPath::parse(field))
-                .collect(),
+            line_fields: line_fields.clone(),
+            fields_read: line_fields,
+            read_ahead: None,
             options,
             input,
             offset: 0,
@@ -197,13 +207,16 @@ impl FileSource {
     /// cannot be a record. The common case takes one pass over the line
     /// that checks its syntax and keeps only the key and timestamp fields;
     /// a line that pass refuses is parsed whole, for the reason.
+    ///
+    /// The fields read ahead for the next operator are read in the same
+    /// pass and kept on the record.
     fn read_line_fields(&self, record: &mut Record) -> Result<(), String> {
-        if self.line_fields.is_empty() {
+        if self.fields_read.is_empty() {
             serde_json::from_slice::<IgnoredAny>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"))?;
             return Ok(());
         }
-        let Ok(mut found) = extract(&record.value, &self.line_fields) else {
+        let Ok(mut found) = extract(&record.value, &self.fields_read) else {
             let parsed = serde_json::from_slice::<Value>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"));
             return self.read_document_fields(record, parsed);
@@ -235,6 +248,11 @@ impl FileSource {
             Some(FieldValue::Str(text)) => Some(Bytes::from(text)),
             Some(other) => Some(Bytes::from(other.key_bytes())),
         };
+        // What is left of `found` are the fields read ahead.
+        record.read_fields = self.read_ahead.as_ref().map(|paths| ReadFields {
+            paths: paths.clone(),
+            values: found,
+        });
         Ok(())
     }
 
@@ -264,6 +282,16 @@ impl FileSource {
 impl Source for FileSource {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// JSON lines only: a `lines` file without key or timestamp field is
+    /// not parsed, and Avro datums are parsed whole.
+    fn read_ahead(&mut self, fields: Arc<[FieldPath]>) {
+        if fields.is_empty() || !matches!(self.input, Input::Lines(_)) {
+            return;
+        }
+        self.fields_read = fields.iter().chain(&self.line_fields).cloned().collect();
+        self.read_ahead = Some(fields);
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {

@@ -194,6 +194,7 @@ impl Source for GeneratorSource {
             .into_iter()
             .enumerate()
             .map(|(i, (key, value, event_time))| Record {
+                read_fields: None,
                 key,
                 value: match value {
                     GeneratedValue::Own(bytes) => bytes,

@@ -402,6 +402,7 @@ fn to_record(
             .unwrap_or_default();
         let raw = Bytes::copy_from_slice(message.payload().unwrap_or_default());
         let mut record = Record {
+            read_fields: None,
             key: message.key().map(Bytes::copy_from_slice),
             value: raw.clone(),
             headers,
