@@ -29,10 +29,12 @@ impl<const VERSION: u32> Aggregate for CountSum<VERSION> {
     }
 
     fn add(&mut self, totals: &mut Totals, record: &Record<'_>) -> Result<(), String> {
-        let value: serde_json::Value = record.value_json()?;
-        let amount = value
+        // Only the summed field is read: the record is split into its
+        // fields' texts, not deserialised into a document.
+        let amount = record
+            .json_object()?
             .get(&self.field)
-            .and_then(serde_json::Value::as_i64)
+            .and_then(|value| value.as_i64())
             .ok_or_else(|| format!("field `{}` is not an integer", self.field))?;
         totals.count += 1;
         totals.sum = totals
