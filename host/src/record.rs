@@ -51,7 +51,9 @@ pub struct Record {
     pub source: SourcePosition,
     /// Fields of the JSON value read where it was parsed, for the operator
     /// after the source (see [`ReadFields`]); `None` for most records.
-    pub read_fields: Option<ReadFields>,
+    /// Boxed: a pointer in every record, so that records without it (all
+    /// but those on their way into a window) stay small to move.
+    pub read_fields: Option<Box<ReadFields>>,
 }
 
 /// Fields of a record's JSON value, read by the source in the pass that

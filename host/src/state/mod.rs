@@ -74,6 +74,15 @@ pub enum StateWrite {
     Delete(Vec<u8>),
 }
 
+impl StateWrite {
+    /// The key written or removed.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            StateWrite::Put(key, _) | StateWrite::Delete(key) => key,
+        }
+    }
+}
+
 /// The state of one operator: a sorted map of byte keys to byte values.
 pub trait StateStore: Send + Sync {
     /// The value under `key`.

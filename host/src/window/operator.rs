@@ -272,7 +272,7 @@ impl WindowOperator {
         let read_ahead = record
             .read_fields
             .take()
-            .and_then(|read| read.into_values_of(&self.record_fields));
+            .and_then(|read| (*read).into_values_of(&self.record_fields));
         if let Some(mut values) = read_ahead {
             fields.append(&mut values);
         } else if stride > 0

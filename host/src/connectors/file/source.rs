@@ -249,9 +249,11 @@ impl FileSource {
             Some(other) => Some(Bytes::from(other.key_bytes())),
         };
         // What is left of `found` are the fields read ahead.
-        record.read_fields = self.read_ahead.as_ref().map(|paths| ReadFields {
-            paths: paths.clone(),
-            values: found,
+        record.read_fields = self.read_ahead.as_ref().map(|paths| {
+            Box::new(ReadFields {
+                paths: paths.clone(),
+                values: found,
+            })
         });
         Ok(())
     }
