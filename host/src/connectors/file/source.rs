@@ -9,7 +9,7 @@ use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{ReadFields, Record, SourcePosition, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
-use crate::window::fields::{FieldPath, FieldValue, extract};
+use crate::window::fields::{FieldPath, FieldValue, extract_into};
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -63,6 +63,9 @@ pub struct FileSource {
     /// The first part of `fields_read`, kept on each record
     /// ([`ReadFields`]); `None` when nothing is read ahead.
     read_ahead: Option<Arc<[FieldPath]>>,
+    /// The values of `fields_read` for one line, reused from line to line
+    /// when they are not read ahead.
+    found: Vec<Option<FieldValue>>,
     input: Input,
     offset: i64,
 }
@@ -197,6 +200,7 @@ impl FileSource {
             line_fields: line_fields.clone(),
             fields_read: line_fields,
             read_ahead: None,
+            found: Vec::new(),
             options,
             input,
             offset: 0,
@@ -210,13 +214,20 @@ impl FileSource {
     ///
     /// The fields read ahead for the next operator are read in the same
     /// pass and kept on the record.
-    fn read_line_fields(&self, record: &mut Record) -> Result<(), String> {
+    fn read_line_fields(&mut self, record: &mut Record) -> Result<(), String> {
         if self.fields_read.is_empty() {
             serde_json::from_slice::<IgnoredAny>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"))?;
             return Ok(());
         }
-        let Ok(mut found) = extract(&record.value, &self.fields_read) else {
+        // The values go into the record when read ahead for the next
+        // operator; otherwise one list serves every line.
+        let mut found = match self.read_ahead {
+            Some(_) => Vec::with_capacity(self.fields_read.len()),
+            None => std::mem::take(&mut self.found),
+        };
+        found.clear();
+        if extract_into(&record.value, &self.fields_read, &mut found).is_err() {
             let parsed = serde_json::from_slice::<Value>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"));
             return self.read_document_fields(record, parsed);
@@ -249,12 +260,15 @@ impl FileSource {
             Some(other) => Some(Bytes::from(other.key_bytes())),
         };
         // What is left of `found` are the fields read ahead.
-        record.read_fields = self.read_ahead.as_ref().map(|paths| {
-            Box::new(ReadFields {
-                paths: paths.clone(),
-                values: found,
-            })
-        });
+        match &self.read_ahead {
+            Some(paths) => {
+                record.read_fields = Some(Box::new(ReadFields {
+                    paths: paths.clone(),
+                    values: found,
+                }))
+            }
+            None => self.found = found,
+        }
         Ok(())
     }
 
