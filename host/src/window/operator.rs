@@ -734,7 +734,7 @@ impl Operator for WindowOperator {
             // arrival order.
             let mut members: Vec<(usize, usize)> = Vec::with_capacity(batch.len());
             let mut group_of: foldhash::HashMap<(&[u8], Window), usize> =
-                foldhash::HashMap::default();
+                foldhash::HashMap::with_capacity_and_hasher(batch.len(), Default::default());
             for (index, record) in batch.iter().enumerate() {
                 let (Some(key), Some(time)) = (&keys[index], record.event_time) else {
                     continue;
