@@ -25,7 +25,8 @@ mod states;
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd};
 pub use operator::{
-    DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions, WindowResult,
+    DEFAULT_WINDOW_CACHE_BYTES, RECORDS_READ_AHEAD_COUNTER, WindowOperator, WindowOperatorOptions,
+    WindowResult,
 };
 
 /// A window `[start, end)` of event time.

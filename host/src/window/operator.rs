@@ -116,6 +116,11 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
     }
 }
 
+/// The operator counter of records whose key and aggregate fields the
+/// window took from its source's parse ([`crate::record::ReadFields`])
+/// instead of parsing the value.
+pub const RECORDS_READ_AHEAD_COUNTER: &str = "records_read_ahead";
+
 /// One key and window of a batch (tumbling and sliding windows): its
 /// records' indices in the batch are `members`, a range of the batch's
 /// grouped order.
@@ -256,11 +261,13 @@ impl WindowOperator {
     ///
     /// The fields come from the record's [`crate::record::ReadFields`] when its source
     /// read them (the value is then not parsed again), else from the value.
+    /// `read_ahead` counts the records whose fields came from the source.
     fn read_record(
         &self,
         record: &mut Record,
         fields: &mut Vec<Option<FieldValue>>,
         keys: &mut Vec<u8>,
+        read_ahead: &mut u64,
     ) -> Result<Range<usize>, Unusable> {
         let start = fields.len();
         let stride = self.record_fields.len();
@@ -269,11 +276,12 @@ impl WindowOperator {
             unread(fields);
             return Err(Unusable::Invalid(reason));
         }
-        let read_ahead = record
+        let taken = record
             .read_fields
             .take()
             .and_then(|read| (*read).into_values_of(&self.record_fields));
-        if let Some(mut values) = read_ahead {
+        if let Some(mut values) = taken {
+            *read_ahead += 1;
             fields.append(&mut values);
         } else if stride > 0
             && let Err(reason) = extract_into(&record.value, &self.record_fields, fields)
@@ -697,8 +705,9 @@ impl Operator for WindowOperator {
         let mut fields = std::mem::take(&mut self.field_values);
         fields.clear();
         let mut batch = batch;
+        let mut read_ahead = 0;
         for (index, record) in batch.iter_mut().enumerate() {
-            let key = self.read_record(record, &mut fields, &mut key_bytes);
+            let key = self.read_record(record, &mut fields, &mut key_bytes, &mut read_ahead);
             match key {
                 Ok(key) => keys.push(Some(key)),
                 Err(Unusable::Invalid(reason)) => {
@@ -710,6 +719,12 @@ impl Operator for WindowOperator {
                     keys.push(None);
                 }
             }
+        }
+
+        if read_ahead > 0 {
+            // Shown in the run summary: records this window did not parse.
+            self.metrics
+                .add_plugin_counter(RECORDS_READ_AHEAD_COUNTER, read_ahead);
         }
 
         if self.options.spec.is_merging() {

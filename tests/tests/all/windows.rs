@@ -1017,3 +1017,87 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     let result: WindowResult = serde_json::from_slice(&out.main[0].value).unwrap();
     assert_eq!(result.key, json!("read-ahead"));
 }
+
+/// A pipeline hands a window's fields to the file source before it: every
+/// record reaches the window with its fields read (on one worker and on
+/// two, behind the key-by exchange), and with an operator between them,
+/// which makes new records, the window parses each value itself.
+#[test]
+fn a_pipeline_has_its_file_source_read_ahead_for_a_window_right_after_it() {
+    use sluice_host::window::RECORDS_READ_AHEAD_COUNTER;
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines: String = (0..3000)
+        .map(|i| format!("{{\"k\":\"k{}\",\"v\":{i},\"ts\":{}}}\n", i % 13, i * 7))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let identity = sluice_tests::plugin("identity");
+    let run = |workers: usize, between: &str| -> u64 {
+        let text = format!(
+            r#"
+[pipeline]
+name = "read-ahead"
+workers = {workers}
+
+[source.file]
+path = "{input}"
+timestamp_field = "ts"
+{between}
+[[operators]]
+name = "window"
+window = {{ tumbling_ms = 1000 }}
+key_field = "k"
+aggregates = [{{ name = "sum", function = "sum", field = "v" }}]
+
+[sink.file]
+path = "{output}"
+"#,
+            input = input.display(),
+            output = dir
+                .path()
+                .join(format!("out-{workers}-{}.jsonl", between.len()))
+                .display(),
+        );
+        let file = dir.path().join("pipeline.toml");
+        std::fs::write(&file, text).unwrap();
+        let loaded =
+            sluice_host::config::LoadedConfig::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let pipeline = sluice_host::pipeline::Pipeline::open(
+            &loaded,
+            &sluice_tests::runtime(),
+            &sluice_host::pipeline::wasm_files_only,
+            &sluice_host::checkpoint::RestoreFrom::Fresh,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = pipeline.metrics();
+        pipeline
+            .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+                false,
+            )))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = metrics.snapshot();
+        let windows: Vec<_> = snapshot
+            .operators
+            .iter()
+            .filter(|op| op.name == "window" || op.name.starts_with("window#"))
+            .collect();
+        assert_eq!(windows.iter().map(|op| op.records_in).sum::<u64>(), 3000);
+        windows
+            .iter()
+            .map(|op| {
+                op.plugin_counters
+                    .get(RECORDS_READ_AHEAD_COUNTER)
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(run(1, ""), 3000, "one worker");
+    assert_eq!(run(2, ""), 3000, "two workers");
+    let transform = format!(
+        "\n[[operators]]\nname = \"identity\"\nplugin = \"{}\"\n",
+        identity.display()
+    );
+    assert_eq!(run(1, &transform), 0, "an operator in between");
+}
