@@ -171,6 +171,45 @@ pub fn wait_until(what: &str, timeout: std::time::Duration, mut condition: impl 
     }
 }
 
+/// What a [`wait_while_progressing`] probe saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The awaited condition holds.
+    Done,
+    /// Not yet; how far the work has come (a count that only grows while
+    /// the work moves, such as committed input offsets).
+    At(i64),
+}
+
+/// Polls `probe` every `interval` until it reports [`Progress::Done`];
+/// fails the test, naming `what`, when the amount it reports has not grown
+/// for `stall_timeout`. For waits whose length depends on how loaded the
+/// machine is (a debug build draining a topic beside other tests): a slow
+/// run passes, a stuck one fails.
+pub fn wait_while_progressing(
+    what: &str,
+    stall_timeout: std::time::Duration,
+    interval: std::time::Duration,
+    mut probe: impl FnMut() -> Progress,
+) {
+    let mut best = i64::MIN;
+    let mut since = std::time::Instant::now();
+    loop {
+        match probe() {
+            Progress::Done => return,
+            Progress::At(amount) if amount > best => {
+                best = amount;
+                since = std::time::Instant::now();
+            }
+            Progress::At(amount) => assert!(
+                since.elapsed() < stall_timeout,
+                "no progress for {stall_timeout:?} waiting for {what} (stuck at {amount})"
+            ),
+        }
+        std::thread::sleep(interval);
+    }
+}
+
 /// Sends SIGTERM to `child` (a `sluice run`), waits for it, asserts a clean
 /// exit and returns what it printed on stderr.
 pub fn sigterm_and_wait(child: std::process::Child) -> String {

@@ -9,7 +9,9 @@
 //! run in docs/benchmarks.md uses 100).
 
 use sluice_tests::kafka::{committed, create_topic, read_to_end, unique_topic};
-use sluice_tests::{kafka_end_offsets, s3, sigterm_and_wait, wait_until};
+use sluice_tests::{
+    Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until, wait_while_progressing,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -243,20 +245,41 @@ transaction_timeout_ms = 5000
     /// Whether the group committed every input offset (the checkpoint
     /// covering all input completed: offsets are committed after it).
     fn drained(&self) -> bool {
+        self.commit_progress() == Progress::Done
+    }
+
+    /// How many input offsets the group committed, or done when it
+    /// committed all of them.
+    fn commit_progress(&self) -> Progress {
         let ends = kafka_end_offsets(&self.input, PARTITIONS);
-        committed(&self.group, &self.input, PARTITIONS)
+        let committed = committed(&self.group, &self.input, PARTITIONS);
+        if committed
             .iter()
             .zip(&ends)
             .all(|(committed, end)| *committed == Some(*end))
+        {
+            return Progress::Done;
+        }
+        Progress::At(committed.iter().flatten().sum())
+    }
+
+    /// Waits until the group committed every input offset: as long as a
+    /// (debug-build, possibly loaded) run keeps committing, and fails when
+    /// commits stall for [`WAIT`].
+    fn wait_until_drained(&self) {
+        wait_while_progressing(
+            "every input record to be committed",
+            WAIT,
+            Duration::from_millis(250),
+            || self.commit_progress(),
+        );
     }
 }
 
 /// Runs the pipeline until all input is committed, then stops it cleanly.
 fn drain(setup: &Setup) {
     let mut last = KillOnDrop(setup.spawn());
-    wait_until("every input record to be committed", WAIT, || {
-        setup.drained()
-    });
+    setup.wait_until_drained();
     let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
     sigterm_and_wait(last);
 }
@@ -318,9 +341,7 @@ fn chaos(setup: &Setup, kills: usize) {
     }
     let mut last = KillOnDrop(setup.spawn());
     let started = Instant::now();
-    wait_until("every input record to be committed", WAIT, || {
-        setup.drained()
-    });
+    setup.wait_until_drained();
     eprintln!("drained in {:?}", started.elapsed());
     let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
     sigterm_and_wait(last);
