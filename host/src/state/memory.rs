@@ -89,9 +89,27 @@ impl StateStore for MemoryStateStore {
                 StateWrite::Delete(key) => {
                     entries.remove(&key);
                 }
+                StateWrite::Merge(key, operand) => {
+                    let existing = entries.get(&key).map(Vec::as_slice);
+                    let merged = match self.ttl {
+                        None => super::merge::full_merge(existing, [operand.as_slice()]),
+                        Some(_) => None,
+                    };
+                    let Some(merged) = merged else {
+                        return Err(StateError {
+                            operator: "*".into(),
+                            message: "a merge operand does not fold into its key's value".into(),
+                        });
+                    };
+                    entries.insert(key, merged);
+                }
             }
         }
         Ok(())
+    }
+
+    fn supports_merge(&self) -> bool {
+        self.ttl.is_none()
     }
 
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {

@@ -19,6 +19,7 @@
 pub mod directory;
 pub mod key_group;
 mod memory;
+pub mod merge;
 mod rocks;
 pub mod ttl;
 
@@ -72,13 +73,16 @@ pub enum StateWrite {
     Put(Vec<u8>, Vec<u8>),
     /// Remove a key.
     Delete(Vec<u8>),
+    /// Fold an operand ([`merge::operand`]) into the key's value without
+    /// reading it (only where [`StateStore::supports_merge`]).
+    Merge(Vec<u8>, Vec<u8>),
 }
 
 impl StateWrite {
     /// The key written or removed.
     pub fn key(&self) -> &[u8] {
         match self {
-            StateWrite::Put(key, _) | StateWrite::Delete(key) => key,
+            StateWrite::Put(key, _) | StateWrite::Delete(key) | StateWrite::Merge(key, _) => key,
         }
     }
 }
@@ -98,6 +102,11 @@ pub trait StateStore: Send + Sync {
     fn delete(&self, key: &[u8]) -> Result<(), StateError>;
     /// Applies `writes` atomically, in order.
     fn write(&self, writes: Vec<StateWrite>) -> Result<(), StateError>;
+    /// Whether [`StateWrite::Merge`] works here (not in a store with a
+    /// time-to-live: its values carry an expiry stamp that operands do not).
+    fn supports_merge(&self) -> bool {
+        false
+    }
     /// Every live entry with `from <= key < to` (no upper bound if `to` is
     /// `None`), in key order.
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError>;

@@ -42,6 +42,17 @@ const COLUMN_FAMILY_WRITE_BUFFER_BYTES: usize = 2 << 20;
 fn column_family_options(slot: &TtlSlot) -> Options {
     let mut options = Options::default();
     options.set_write_buffer_size(COLUMN_FAMILY_WRITE_BUFFER_BYTES);
+    // Host-defined folds only (see `super::merge`): RocksDB may run them
+    // in any flush or compaction, before any operator has opened its state.
+    options.set_merge_operator(
+        "sluice-merge",
+        |_key: &[u8], existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
+            super::merge::full_merge(existing, operands.iter())
+        },
+        |_key: &[u8], _existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
+            super::merge::partial_merge(operands.iter())
+        },
+    );
     let slot = slot.clone();
     options.set_compaction_filter("sluice-ttl", move |_level, _key, value| {
         let ttl = slot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -298,11 +309,16 @@ impl StateStore for RocksStateStore {
             match write {
                 StateWrite::Put(key, value) => batch.put_cf(&cf, key, self.stamp(&value)),
                 StateWrite::Delete(key) => batch.delete_cf(&cf, key),
+                StateWrite::Merge(key, operand) => batch.merge_cf(&cf, key, operand),
             }
         }
         self.db
             .write_opt(batch, &self.write_options)
             .map_err(|e| self.error(e))
+    }
+
+    fn supports_merge(&self) -> bool {
+        self.ttl.is_none()
     }
 
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {

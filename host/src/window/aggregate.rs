@@ -11,6 +11,7 @@
 
 use super::fields::{FieldPath, FieldValue, extract};
 use crate::record::Record;
+use crate::state::merge::MergeKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -62,6 +63,15 @@ pub trait Aggregator: Send {
     /// is parsed once.
     fn input_fields(&self) -> &[FieldPath] {
         &[]
+    }
+
+    /// How the state store can fold this aggregate's accumulators itself
+    /// (built-in aggregates: host code; see [`crate::state::merge`]), so
+    /// that a window kept only in the store takes a batch's partial
+    /// accumulator without being read back. `None` (plugins): the window
+    /// is read, added to and written again.
+    fn store_merge(&self) -> Option<MergeKind> {
+        None
     }
 }
 
@@ -291,6 +301,34 @@ impl Accumulator {
     }
 }
 
+/// Folds encoded built-in accumulators, in order, into one (a list of
+/// them per column when `list`, as [`BuiltinAggregate`] stores several
+/// columns). `None`: one of them is not an accumulator, or there is none.
+/// The fold of [`MergeKind::WindowAccumulator`] and
+/// [`MergeKind::WindowAccumulatorList`] operands.
+pub(crate) fn fold_accumulators(list: bool, encoded: &[&[u8]]) -> Option<Vec<u8>> {
+    let (first, rest) = encoded.split_first()?;
+    if list {
+        let mut folded: Vec<Accumulator> = postcard::from_bytes(first).ok()?;
+        for bytes in rest {
+            let next: Vec<Accumulator> = postcard::from_bytes(bytes).ok()?;
+            if next.len() > folded.len() {
+                folded.resize_with(next.len(), Accumulator::default);
+            }
+            for (acc, other) in folded.iter_mut().zip(&next) {
+                *acc = acc.merge(other);
+            }
+        }
+        postcard::to_allocvec(&folded).ok()
+    } else {
+        let mut folded: Accumulator = postcard::from_bytes(first).ok()?;
+        for bytes in rest {
+            folded = folded.merge(&postcard::from_bytes(bytes).ok()?);
+        }
+        postcard::to_allocvec(&folded).ok()
+    }
+}
+
 impl BuiltinAggregate {
     /// `function` over `field` (`count` needs none): the window's result
     /// is the function's value.
@@ -497,6 +535,14 @@ impl Aggregator for BuiltinAggregate {
 
     fn input_fields(&self) -> &[FieldPath] {
         &self.paths
+    }
+
+    fn store_merge(&self) -> Option<MergeKind> {
+        Some(if self.named {
+            MergeKind::WindowAccumulatorList
+        } else {
+            MergeKind::WindowAccumulator
+        })
     }
 
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {

@@ -22,6 +22,9 @@ pub mod fields;
 mod operator;
 mod states;
 
+pub(crate) use aggregate::fold_accumulators;
+pub(crate) use states::fold_window_state;
+
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd};
 pub use operator::{

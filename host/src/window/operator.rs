@@ -121,6 +121,19 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
 /// instead of parsing the value.
 pub const RECORDS_READ_AHEAD_COUNTER: &str = "records_read_ahead";
 
+/// Where a batch's records for one window are added.
+#[derive(Debug, Clone, Copy)]
+enum AddTarget {
+    /// To the window's accumulator in memory.
+    Cached,
+    /// To a new window's accumulator, put in memory.
+    NewInMemory,
+    /// To a partial accumulator folded into the window's state in the
+    /// store (a merge operand): the window is not in memory; `new`: it has
+    /// no state yet.
+    Store { new: bool },
+}
+
 /// One key and window of a batch (tumbling and sliding windows): its
 /// records' indices in the batch are `members`, a range of the batch's
 /// grouped order.
@@ -187,6 +200,7 @@ impl WindowOperator {
             metrics.clone(),
             options.max_parallelism,
             options.cache_bytes,
+            aggregator.store_merge(),
         );
         let key_path = options.key_field.as_deref().map(FieldPath::parse);
         let record_fields = key_path
@@ -347,17 +361,33 @@ impl WindowOperator {
     /// Sets the timers of `key`'s new `window` and returns its empty
     /// accumulator (the caller puts the state in).
     fn new_window(&mut self, key: &[u8], window: Window) -> Result<Vec<u8>, DataflowError> {
-        // A window already behind the watermark is fired by its records as
-        // they come (see `add_to_window`), not by a timer.
-        if window.max_timestamp() > self.watermark {
-            self.fire_timers
-                .insert((window.max_timestamp(), key.to_vec(), window));
-        }
-        self.cleanup_timers
-            .insert((self.cleanup_time(&window), key.to_vec(), window));
+        self.set_timers(key, window);
         self.aggregator
             .create()
             .map_err(|e| self.aggregate_error(e))
+    }
+
+    /// Whether `key`'s `window` has state (in memory or in the store): it
+    /// has a cleanup timer.
+    fn has_window(&self, key: &[u8], window: Window) -> bool {
+        self.cleanup_timers
+            .contains(&(self.cleanup_time(&window), key.to_vec(), window))
+    }
+
+    /// Sets the timers of `key`'s `window` unless it has them; whether it
+    /// did, i.e. whether the window is new (every window with state has a
+    /// cleanup timer, also those only in the store: [`Self::restore`]).
+    fn set_timers(&mut self, key: &[u8], window: Window) -> bool {
+        let new = self
+            .cleanup_timers
+            .insert((self.cleanup_time(&window), key.to_vec(), window));
+        // A window already behind the watermark is fired by its records as
+        // they come (see `add_to_window`), not by a timer.
+        if new && window.max_timestamp() > self.watermark {
+            self.fire_timers
+                .insert((window.max_timestamp(), key.to_vec(), window));
+        }
+        new
     }
 
     /// Removes the timers of `key`'s `window`.
@@ -528,9 +558,16 @@ impl WindowOperator {
         groups: Vec<Group<'_>>,
         rejected: &mut BTreeMap<usize, String>,
     ) -> Result<(), DataflowError> {
-        self.states
-            .prefetch(groups.iter().map(|group| (group.key, group.window)))
-            .map_err(|e| self.state_error(e))?;
+        // Windows kept only in the store take the batch's records as a
+        // partial accumulator folded in by the store, where it can (built-in
+        // aggregates): no read. Otherwise they are read back first, all
+        // with one lookup.
+        let merges = self.states.merges();
+        if !merges {
+            self.states
+                .prefetch(groups.iter().map(|group| (group.key, group.window)))
+                .map_err(|e| self.state_error(e))?;
+        }
         // The aggregate's fields of record `i`: after the key field.
         let stride = self.record_fields.len();
         let first = usize::from(self.key_path.is_some());
@@ -547,18 +584,36 @@ impl WindowOperator {
             Vec::new()
         };
         let mut adds = Vec::with_capacity(groups.len());
-        let mut created = Vec::with_capacity(groups.len());
+        let mut targets = Vec::with_capacity(groups.len());
         let mut previous_lens = Vec::with_capacity(groups.len());
         for group in &groups {
-            let taken = self
-                .states
-                .take_accumulator(group.key, group.window)
-                .map_err(|e| self.state_error(e))?;
-            let (accumulator, new) = match taken {
-                Some(accumulator) => (accumulator, false),
-                None => (self.new_window(group.key, group.window)?, true),
+            // A window not in memory that already has state, or a new one
+            // when memory is full, takes a partial accumulator folded in
+            // by the store; the others are added to in memory.
+            let to_store = merges
+                && !self.states.is_cached(group.key, group.window)
+                && (!self.states.has_room() || self.has_window(group.key, group.window));
+            let (accumulator, target) = if to_store {
+                let new = self.set_timers(group.key, group.window);
+                let partial = self
+                    .aggregator
+                    .create()
+                    .map_err(|e| self.aggregate_error(e))?;
+                (partial, AddTarget::Store { new })
+            } else {
+                let taken = self
+                    .states
+                    .take_accumulator(group.key, group.window)
+                    .map_err(|e| self.state_error(e))?;
+                match taken {
+                    Some(accumulator) => (accumulator, AddTarget::Cached),
+                    None => (
+                        self.new_window(group.key, group.window)?,
+                        AddTarget::NewInMemory,
+                    ),
+                }
             };
-            created.push(new);
+            targets.push(target);
             previous_lens.push(accumulator.len());
             adds.push(GroupAdd {
                 accumulator,
@@ -572,8 +627,8 @@ impl WindowOperator {
             });
         }
         let result = self.aggregator.add_groups(&mut adds);
-        let outcomes = groups.iter().zip(adds).zip(created).zip(previous_lens);
-        for (((group, add), created), previous_len) in outcomes {
+        let outcomes = groups.iter().zip(adds).zip(targets).zip(previous_lens);
+        for (((group, add), target), previous_len) in outcomes {
             let (key, window) = (group.key, group.window);
             let indices = &order[group.members.clone()];
             let accepted = add.records.len().saturating_sub(add.rejected.len());
@@ -582,22 +637,32 @@ impl WindowOperator {
                     rejected.entry(at).or_insert(reason);
                 }
             }
-            match (created, accepted) {
-                // Every record was rejected: the window never had any
+            match (target, accepted) {
+                // Every record was rejected: a new window never had any
                 // content. It has timers and no state; removing a state
                 // it does not have would count one of the key's stored
                 // windows as gone.
-                (true, 0) => self.forget_timers(key, window),
-                (true, _) => {
+                (AddTarget::NewInMemory | AddTarget::Store { new: true }, 0) => {
+                    self.forget_timers(key, window)
+                }
+                (AddTarget::Store { new: false }, 0) => {}
+                (AddTarget::Store { new }, _) => {
+                    self.states
+                        .merge_into_store(key, window, &add.accumulator, new);
+                }
+                (AddTarget::NewInMemory, _) => {
                     self.states
                         .insert(key, window, WindowState::new(add.accumulator));
                 }
-                (false, _) => {
+                (AddTarget::Cached, _) => {
                     self.states
                         .put_accumulator(key, window, add.accumulator, previous_len);
                 }
             }
         }
+        self.states
+            .write_merges()
+            .map_err(|e| self.state_error(e))?;
         result.map_err(|e| self.aggregate_error(e))
     }
 

@@ -11,10 +11,19 @@
 //! sessions, which merge with any window of their key) reads all of a
 //! key's windows with one prefix scan. A window only in the store is
 //! removed with a blind delete.
+//!
+//! With a built-in aggregate (and a store without a TTL), a window that is
+//! only in the store is not read back to add a batch's records: the batch
+//! becomes a partial accumulator written as a merge operand
+//! ([`WindowStates::merge_into_store`], [`crate::state::merge`]), and the
+//! store folds it into the window's state when the window is read (it
+//! fires), flushed or compacted. New windows go to memory while the budget
+//! has room, to the store as operands otherwise.
 
 use super::Window;
 use crate::metrics::OperatorMetrics;
 use crate::state::key_group::{self, KeyGroupRange};
+use crate::state::merge::{self, MergeKind};
 use crate::state::{StateError, StateStore, StateUsage, StateWrite};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
@@ -98,6 +107,33 @@ fn decode_state(value: &[u8]) -> Option<WindowState> {
     })
 }
 
+/// The stored window state `existing` (`None`: none yet) with the partial
+/// accumulators `partials` of a built-in aggregate folded in, in order (a
+/// list of them per column when `list`): the fold of window merge operands
+/// (see [`crate::state::merge`]). Results emitted so far stay as they were.
+/// `None`: something is not a window state or accumulator.
+pub(crate) fn fold_window_state(
+    list: bool,
+    existing: Option<&[u8]>,
+    partials: &[&[u8]],
+) -> Option<Vec<u8>> {
+    let mut accumulators: Vec<&[u8]> = Vec::with_capacity(1 + partials.len());
+    let emitted = match existing {
+        Some(value) => {
+            let emitted = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+            accumulators.push(&value[8..]);
+            emitted
+        }
+        None => 0,
+    };
+    accumulators.extend_from_slice(partials);
+    let folded = super::aggregate::fold_accumulators(list, &accumulators)?;
+    let mut value = Vec::with_capacity(8 + folded.len());
+    value.extend_from_slice(&emitted.to_le_bytes());
+    value.extend_from_slice(&folded);
+    Some(value)
+}
+
 /// Approximate memory of one window's state, for the cache's budget.
 fn window_bytes(key: &[u8], state: &WindowState) -> usize {
     const OVERHEAD: usize = 96;
@@ -140,18 +176,29 @@ pub(super) struct WindowStates {
     /// Per key, how many of its windows are only in the store (evicted, or
     /// found there at start-up).
     stored_only: HashMap<Vec<u8>, usize>,
+    /// How the store folds partial accumulators into a window's state, if
+    /// it can for this aggregate (see [`Self::merge_into_store`]).
+    merge: Option<MergeKind>,
+    /// Merge operands not written to the store yet.
+    pending_merges: Vec<StateWrite>,
 }
 
 impl WindowStates {
     /// Window states in `store`, keyed under `max_parallelism` key groups,
-    /// caching up to `budget` bytes in memory.
+    /// caching up to `budget` bytes in memory; `merge`: how the aggregate's
+    /// partial accumulators fold in the store, if they can (used only when
+    /// the store supports merges).
     pub(super) fn new(
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
         max_parallelism: u16,
         budget: usize,
+        merge: Option<MergeKind>,
     ) -> Self {
+        let merge = merge.filter(|_| store.supports_merge());
         WindowStates {
+            merge,
+            pending_merges: Vec::new(),
             store,
             metrics,
             max_parallelism,
@@ -297,6 +344,66 @@ impl WindowStates {
             .map(|state| std::mem::take(&mut state.accumulator)))
     }
 
+    /// Whether a partial accumulator can be folded into a window kept only
+    /// in the store without reading it ([`Self::merge_into_store`]).
+    pub(super) fn merges(&self) -> bool {
+        self.merge.is_some()
+    }
+
+    /// Whether the memory budget has room for another window (a new window
+    /// goes into memory then, and to the store as a merge operand
+    /// otherwise).
+    pub(super) fn has_room(&self) -> bool {
+        self.cached_bytes < self.budget
+    }
+
+    /// Whether `key`'s `window` is in memory.
+    pub(super) fn is_cached(&self, key: &[u8], window: Window) -> bool {
+        self.cache
+            .get(key)
+            .is_some_and(|cached| cached.windows.contains_key(&window))
+    }
+
+    /// Folds `partial`, an accumulator of records added to `key`'s
+    /// `window`, into the window's state in the store, without reading it
+    /// (a merge operand, written by [`Self::write_merges`]); `new`: the
+    /// window has no state yet (it is then only in the store). Only for
+    /// windows not in memory, and where [`Self::merges`].
+    pub(super) fn merge_into_store(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        partial: &[u8],
+        new: bool,
+    ) {
+        let Some(kind) = self.merge else {
+            return;
+        };
+        self.pending_merges.push(StateWrite::Merge(
+            store_key(self.max_parallelism, key, &window),
+            merge::operand(kind, partial),
+        ));
+        if new {
+            *self.stored_only.entry(key.to_vec()).or_default() += 1;
+        }
+        if let Some(cached) = self.cache.get_mut(key) {
+            cached.last_used = self.clock;
+        }
+    }
+
+    /// Writes the merge operands of [`Self::merge_into_store`] to the store
+    /// (one write batch).
+    pub(super) fn write_merges(&mut self) -> Result<(), StateError> {
+        if self.pending_merges.is_empty() {
+            return Ok(());
+        }
+        let merges = std::mem::take(&mut self.pending_merges);
+        let written = merges.len() as u64;
+        self.store.write(merges)?;
+        self.metrics.add_plugin_counter("state_merges", written);
+        Ok(())
+    }
+
     /// Every window of `key` (all read into memory).
     pub(super) fn windows_of(&mut self, key: &[u8]) -> Result<Vec<Window>, StateError> {
         if self.stored_only.remove(key).is_some() {
@@ -414,6 +521,7 @@ impl WindowStates {
     /// Evicts the least recently used keys, writing their changed windows to
     /// the store, until the cache is down to 80 % of its budget.
     pub(super) fn evict_over_budget(&mut self) -> Result<(), StateError> {
+        self.write_merges()?;
         if self.cached_bytes <= self.budget {
             return Ok(());
         }
@@ -464,6 +572,7 @@ impl WindowStates {
     /// Writes every changed window to the store, flushes it to disk and
     /// measures it (at a checkpoint barrier and at the end).
     pub(super) fn write_back(&mut self) -> Result<StateUsage, StateError> {
+        self.write_merges()?;
         let mut writes = Vec::new();
         let changed = self
             .cache

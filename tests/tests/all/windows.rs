@@ -1101,3 +1101,192 @@ path = "{output}"
     );
     assert_eq!(run(1, &transform), 0, "an operator in between");
 }
+
+/// Windows kept only in RocksDB (`state_cache_mb = 0`) with built-in
+/// aggregates take each batch as a merge operand (no read): RocksDB folds
+/// the operands when a window fires, and in its flushes and compactions,
+/// also after a restart on the same directory. Results equal a model, for
+/// one built-in function and for several (`aggregates = [..]`), with
+/// negative and float values; with a little memory, windows created in
+/// memory and evicted take operands on top of their stored state; a TTL
+/// store, which cannot merge, gives the same results by reading windows
+/// back.
+#[test]
+fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_restart() {
+    const KEYS: u64 = 40;
+    const BATCHES: u64 = 600;
+    const PER_BATCH: u64 = 100;
+    let scope = OperatorScope::new("t", "p", "window");
+    // Record `i`: key, event time (1 ms apart, so each 1 s window takes
+    // ten batches), value; every third value is a float.
+    let value_of = |i: u64| -> serde_json::Value {
+        let v = (i * 7919 % 201) as i64 - 100;
+        if i.is_multiple_of(3) {
+            json!(v as f64 + 0.5)
+        } else {
+            json!(v)
+        }
+    };
+    let batch = |b: u64| -> Vec<Record> {
+        (b * PER_BATCH..(b + 1) * PER_BATCH)
+            .map(|i| {
+                let value = json!({ "k": i % KEYS, "v": value_of(i) }).to_string();
+                let mut record = Record::from_value(
+                    value,
+                    SourcePosition {
+                        topic: "events".into(),
+                        partition: 0,
+                        offset: i as i64,
+                    },
+                );
+                record.event_time = Some(i as i64);
+                record
+            })
+            .collect()
+    };
+    // (key, window start) -> (count, sum, min, max)
+    let mut model: BTreeMap<(u64, i64), (u64, f64, f64, f64)> = BTreeMap::new();
+    for i in 0..BATCHES * PER_BATCH {
+        let v = value_of(i).as_f64().unwrap();
+        let entry =
+            model
+                .entry((i % KEYS, i as i64 / 1000 * 1000))
+                .or_insert((0, 0.0, f64::MAX, f64::MIN));
+        entry.0 += 1;
+        entry.1 += v;
+        entry.2 = entry.2.min(v);
+        entry.3 = entry.3.max(v);
+    }
+    let aggregates = || {
+        [
+            BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap(),
+            BuiltinAggregate::columns(&[
+                ("n", BuiltinFunction::Count, None),
+                ("sum", BuiltinFunction::Sum, Some("v")),
+                ("min", BuiltinFunction::Min, Some("v")),
+                ("max", BuiltinFunction::Max, Some("v")),
+            ])
+            .unwrap(),
+        ]
+    };
+    for (columns, ttl, cache_bytes) in [
+        (false, false, 0),
+        (true, false, 0),
+        (true, false, 2_000),
+        (true, true, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let operator = |backend: &RocksStateBackend| {
+            let ttl = ttl.then(|| sluice_host::state::StateTtl {
+                ttl: std::time::Duration::from_secs(3600),
+                clock: sluice_host::state::ttl::system_clock(),
+            });
+            let store = backend.open(&scope, ttl).unwrap();
+            let mut options =
+                WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 1000 });
+            options.key_field = Some("k".into());
+            options.cache_bytes = cache_bytes;
+            let [single, several] = aggregates();
+            let aggregate = if columns { several } else { single };
+            WindowOperator::new(
+                options,
+                Box::new(aggregate),
+                store,
+                OperatorMetrics::new("window"),
+            )
+            .unwrap()
+        };
+        let mut out = Collector::default();
+        let mut merges = 0;
+        let restart_after = BATCHES / 2;
+        {
+            let backend = RocksStateBackend::open(dir.path()).unwrap();
+            let mut first = operator(&backend);
+            for b in 0..restart_after {
+                first.process_batch(batch(b), &mut out).unwrap();
+                // The watermark trails by 300 ms.
+                first
+                    .on_watermark((b * PER_BATCH) as i64 - 300, &mut out)
+                    .unwrap();
+                if b == restart_after / 2 {
+                    // Operands of open windows folded by a compaction.
+                    backend.open(&scope, None).unwrap().compact().unwrap();
+                }
+            }
+            first
+                .on_barrier(
+                    &CheckpointBarrier {
+                        id: 1,
+                        timestamp_ms: 0,
+                    },
+                    &mut out,
+                )
+                .unwrap();
+            merges += first
+                .metrics()
+                .plugin_counters
+                .lock()
+                .unwrap()
+                .get("state_merges")
+                .copied()
+                .unwrap_or(0);
+        }
+        let backend = RocksStateBackend::open(dir.path()).unwrap();
+        let mut second = operator(&backend);
+        for b in restart_after..BATCHES {
+            second.process_batch(batch(b), &mut out).unwrap();
+            second
+                .on_watermark((b * PER_BATCH) as i64 - 300, &mut out)
+                .unwrap();
+        }
+        second.on_watermark(i64::MAX, &mut out).unwrap();
+        let counters = second.metrics().plugin_counters.lock().unwrap().clone();
+        assert!(counters["windows_restored"] > 0, "{counters:?}");
+        merges += counters.get("state_merges").copied().unwrap_or(0);
+        if ttl {
+            assert_eq!(merges, 0, "a store with a TTL cannot merge");
+        } else {
+            // Most windows a batch touches are one operand (40 keys).
+            assert!(
+                merges >= BATCHES * KEYS / 4,
+                "{merges} merge operands (columns {columns}, cache {cache_bytes})"
+            );
+        }
+        let mut got: BTreeMap<(u64, i64), (u64, f64, f64, f64)> = BTreeMap::new();
+        for record in &out.main {
+            let result: WindowResult = serde_json::from_slice(&record.value).unwrap();
+            assert!(!result.update, "{result:?}");
+            let key = (result.key.as_u64().unwrap(), result.window_start);
+            let r = &result.result;
+            let row = if columns {
+                (
+                    r["n"].as_u64().unwrap(),
+                    r["sum"].as_f64().unwrap(),
+                    r["min"].as_f64().unwrap(),
+                    r["max"].as_f64().unwrap(),
+                )
+            } else {
+                let expected = model[&key];
+                (expected.0, r.as_f64().unwrap(), expected.2, expected.3)
+            };
+            assert!(got.insert(key, row).is_none(), "{key:?} fired twice");
+        }
+        assert_eq!(
+            got.len(),
+            model.len(),
+            "columns {columns}, ttl {ttl}, cache {cache_bytes}"
+        );
+        for (key, expected) in &model {
+            let row = got[key];
+            assert_eq!(
+                (row.0, row.2, row.3),
+                (expected.0, expected.2, expected.3),
+                "{key:?}"
+            );
+            assert!(
+                (row.1 - expected.1).abs() < 1e-6,
+                "{key:?}: {row:?} vs {expected:?}"
+            );
+        }
+    }
+}
