@@ -367,6 +367,14 @@ impl WindowOperator {
             .map_err(|e| self.aggregate_error(e))
     }
 
+    /// An empty accumulator for records to be folded into a window's state
+    /// in the store.
+    fn partial_accumulator(&mut self) -> Result<Vec<u8>, DataflowError> {
+        self.aggregator
+            .create()
+            .map_err(|e| self.aggregate_error(e))
+    }
+
     /// Whether `key`'s `window` has state (in memory or in the store): it
     /// has a cleanup timer.
     fn has_window(&self, key: &[u8], window: Window) -> bool {
@@ -587,19 +595,25 @@ impl WindowOperator {
         let mut targets = Vec::with_capacity(groups.len());
         let mut previous_lens = Vec::with_capacity(groups.len());
         for group in &groups {
-            // A window not in memory that already has state, or a new one
-            // when memory is full, takes a partial accumulator folded in
-            // by the store; the others are added to in memory.
-            let to_store = merges
-                && !self.states.is_cached(group.key, group.window)
-                && (!self.states.has_room() || self.has_window(group.key, group.window));
-            let (accumulator, target) = if to_store {
-                let new = self.set_timers(group.key, group.window);
-                let partial = self
-                    .aggregator
-                    .create()
-                    .map_err(|e| self.aggregate_error(e))?;
-                (partial, AddTarget::Store { new })
+            let (accumulator, target) = if merges {
+                // A window not in memory that already has state, or a new
+                // one when memory is full, takes a partial accumulator
+                // folded in by the store; the others are added to in
+                // memory.
+                match self.states.take_cached_accumulator(group.key, group.window) {
+                    Some(accumulator) => (accumulator, AddTarget::Cached),
+                    None if self.has_window(group.key, group.window) => {
+                        (self.partial_accumulator()?, AddTarget::Store { new: false })
+                    }
+                    None if !self.states.has_room() => {
+                        self.set_timers(group.key, group.window);
+                        (self.partial_accumulator()?, AddTarget::Store { new: true })
+                    }
+                    None => (
+                        self.new_window(group.key, group.window)?,
+                        AddTarget::NewInMemory,
+                    ),
+                }
             } else {
                 let taken = self
                     .states

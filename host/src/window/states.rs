@@ -332,12 +332,8 @@ impl WindowStates {
         key: &[u8],
         window: Window,
     ) -> Result<Option<Vec<u8>>, StateError> {
-        if let Some(cached) = self.cache.get_mut(key) {
-            cached.last_used = self.clock;
-            if let Some(state) = cached.windows.get_mut(&window) {
-                state.dirty = true;
-                return Ok(Some(std::mem::take(&mut state.accumulator)));
-            }
+        if let Some(accumulator) = self.take_cached_accumulator(key, window) {
+            return Ok(Some(accumulator));
         }
         Ok(self
             .get_mut(key, window)?
@@ -355,13 +351,6 @@ impl WindowStates {
     /// otherwise).
     pub(super) fn has_room(&self) -> bool {
         self.cached_bytes < self.budget
-    }
-
-    /// Whether `key`'s `window` is in memory.
-    pub(super) fn is_cached(&self, key: &[u8], window: Window) -> bool {
-        self.cache
-            .get(key)
-            .is_some_and(|cached| cached.windows.contains_key(&window))
     }
 
     /// Folds `partial`, an accumulator of records added to `key`'s
@@ -402,6 +391,20 @@ impl WindowStates {
         self.store.write(merges)?;
         self.metrics.add_plugin_counter("state_merges", written);
         Ok(())
+    }
+
+    /// [`Self::take_accumulator`] for a window in memory; `None`: it is
+    /// not in memory (it may be in the store).
+    pub(super) fn take_cached_accumulator(
+        &mut self,
+        key: &[u8],
+        window: Window,
+    ) -> Option<Vec<u8>> {
+        let cached = self.cache.get_mut(key)?;
+        cached.last_used = self.clock;
+        let state = cached.windows.get_mut(&window)?;
+        state.dirty = true;
+        Some(std::mem::take(&mut state.accumulator))
     }
 
     /// Every window of `key` (all read into memory).
