@@ -126,6 +126,15 @@ fn feed(
     }
 }
 
+/// Passes checkpoint barrier 1 to `operator` (it writes its windows back).
+fn checkpoint(operator: &mut WindowOperator, out: &mut Collector) {
+    let barrier = CheckpointBarrier {
+        id: 1,
+        timestamp_ms: 0,
+    };
+    operator.on_barrier(&barrier, out).unwrap();
+}
+
 /// [`run_operator`] with at most `cache_bytes` of window state in memory.
 fn run_operator_with_cache(
     events: &[Event],
@@ -355,7 +364,7 @@ proptest! {
         {
             let mut first = window_operator(spec, 0, &backend, cache_bytes);
             feed(&mut first, &events[..split], 0, bound, &mut max_seen, &mut first_out);
-            first.on_barrier(&CheckpointBarrier { id: 1, timestamp_ms: 0 }, &mut first_out).unwrap();
+            checkpoint(&mut first, &mut first_out);
         }
         let mut workers: Vec<WindowOperator> = (0..workers_after)
             .map(|worker| window_operator_for(spec, 0, &backend, cache_bytes, worker, workers_after))
@@ -408,15 +417,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
             &mut max_seen,
             &mut out,
         );
-        first
-            .on_barrier(
-                &CheckpointBarrier {
-                    id: 1,
-                    timestamp_ms: 0,
-                },
-                &mut out,
-            )
-            .unwrap();
+        checkpoint(&mut first, &mut out);
     }
     assert!(out.main.is_empty(), "nothing fired before the restart");
     let backend = RocksStateBackend::open(dir.path()).unwrap();
@@ -1213,15 +1214,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
                     backend.open(&scope, None).unwrap().compact().unwrap();
                 }
             }
-            first
-                .on_barrier(
-                    &CheckpointBarrier {
-                        id: 1,
-                        timestamp_ms: 0,
-                    },
-                    &mut out,
-                )
-                .unwrap();
+            checkpoint(&mut first, &mut out);
             merges += first
                 .metrics()
                 .plugin_counters
