@@ -98,6 +98,15 @@ fn window_operator_for(
     options.cache_bytes = cache_bytes;
     options.key_groups = KeyGroupRange::for_worker(worker, workers, options.max_parallelism);
     let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
+    new_operator(options, aggregate, store)
+}
+
+/// A window operator named `window` computing `aggregate` over `store`.
+fn new_operator(
+    options: WindowOperatorOptions,
+    aggregate: BuiltinAggregate,
+    store: std::sync::Arc<dyn sluice_host::state::StateStore>,
+) -> WindowOperator {
     WindowOperator::new(
         options,
         Box::new(aggregate),
@@ -612,13 +621,7 @@ fn run_keyed_by_k_in_batches(
     let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
     options.key_field = Some("k".into());
     options.cache_bytes = cache_bytes;
-    let mut operator = WindowOperator::new(
-        options,
-        Box::new(aggregate),
-        store,
-        OperatorMetrics::new("window"),
-    )
-    .unwrap();
+    let mut operator = new_operator(options, aggregate, store);
     let position = SourcePosition {
         topic: "events".into(),
         partition: 0,
@@ -1158,17 +1161,18 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         entry.2 = entry.2.min(v);
         entry.3 = entry.3.max(v);
     }
-    let aggregates = || {
-        [
-            BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap(),
+    let aggregate = |columns: bool| {
+        if columns {
             BuiltinAggregate::columns(&[
                 ("n", BuiltinFunction::Count, None),
                 ("sum", BuiltinFunction::Sum, Some("v")),
                 ("min", BuiltinFunction::Min, Some("v")),
                 ("max", BuiltinFunction::Max, Some("v")),
             ])
-            .unwrap(),
-        ]
+            .unwrap()
+        } else {
+            BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap()
+        }
     };
     for (columns, ttl, cache_bytes) in [
         (false, false, 0),
@@ -1187,15 +1191,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
                 WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 1000 });
             options.key_field = Some("k".into());
             options.cache_bytes = cache_bytes;
-            let [single, several] = aggregates();
-            let aggregate = if columns { several } else { single };
-            WindowOperator::new(
-                options,
-                Box::new(aggregate),
-                store,
-                OperatorMetrics::new("window"),
-            )
-            .unwrap()
+            new_operator(options, aggregate(columns), store)
         };
         let mut out = Collector::default();
         let mut merges = 0;
