@@ -362,14 +362,12 @@ impl WindowOperator {
     /// accumulator (the caller puts the state in).
     fn new_window(&mut self, key: &[u8], window: Window) -> Result<Vec<u8>, DataflowError> {
         self.set_timers(key, window);
-        self.aggregator
-            .create()
-            .map_err(|e| self.aggregate_error(e))
+        self.empty_accumulator()
     }
 
-    /// An empty accumulator for records to be folded into a window's state
-    /// in the store.
-    fn partial_accumulator(&mut self) -> Result<Vec<u8>, DataflowError> {
+    /// An empty accumulator (a new window's, or a partial one for records
+    /// to be folded into a window's state in the store).
+    fn empty_accumulator(&mut self) -> Result<Vec<u8>, DataflowError> {
         self.aggregator
             .create()
             .map_err(|e| self.aggregate_error(e))
@@ -382,20 +380,17 @@ impl WindowOperator {
             .contains(&(self.cleanup_time(&window), key.to_vec(), window))
     }
 
-    /// Sets the timers of `key`'s `window` unless it has them; whether it
-    /// did, i.e. whether the window is new (every window with state has a
-    /// cleanup timer, also those only in the store: [`Self::restore`]).
-    fn set_timers(&mut self, key: &[u8], window: Window) -> bool {
-        let new = self
-            .cleanup_timers
-            .insert((self.cleanup_time(&window), key.to_vec(), window));
+    /// Sets the timers of `key`'s new `window` (every window with state
+    /// has a cleanup timer, also those only in the store: [`Self::restore`]).
+    fn set_timers(&mut self, key: &[u8], window: Window) {
         // A window already behind the watermark is fired by its records as
         // they come (see `add_to_window`), not by a timer.
-        if new && window.max_timestamp() > self.watermark {
+        if window.max_timestamp() > self.watermark {
             self.fire_timers
                 .insert((window.max_timestamp(), key.to_vec(), window));
         }
-        new
+        self.cleanup_timers
+            .insert((self.cleanup_time(&window), key.to_vec(), window));
     }
 
     /// Removes the timers of `key`'s `window`.
@@ -603,11 +598,11 @@ impl WindowOperator {
                 match self.states.take_cached_accumulator(group.key, group.window) {
                     Some(accumulator) => (accumulator, AddTarget::Cached),
                     None if self.has_window(group.key, group.window) => {
-                        (self.partial_accumulator()?, AddTarget::Store { new: false })
+                        (self.empty_accumulator()?, AddTarget::Store { new: false })
                     }
                     None if !self.states.has_room() => {
                         self.set_timers(group.key, group.window);
-                        (self.partial_accumulator()?, AddTarget::Store { new: true })
+                        (self.empty_accumulator()?, AddTarget::Store { new: true })
                     }
                     None => (
                         self.new_window(group.key, group.window)?,
