@@ -70,7 +70,7 @@ fn the_bronze_to_silver_example_runs_to_the_end_and_its_tables_hold_what_they_mu
     assert!(text.contains(&totals), "{text}");
     let pipeline = dir.path().join("pipeline.toml");
     std::fs::write(&pipeline, &text).unwrap();
-    sluice_cli::run::run_pipeline(
+    let report = sluice_cli::run::run_pipeline(
         &pipeline,
         false,
         &sluice_host::checkpoint::RestoreFrom::Latest,
@@ -114,7 +114,24 @@ fn the_bronze_to_silver_example_runs_to_the_end_and_its_tables_hold_what_they_mu
     let windows = expected["windows"].as_u64().unwrap() as usize;
     let (results, complete) = read_to_end(&totals, 1, true);
     assert!(complete, "{totals} not read to its end");
-    assert_eq!(results.len(), windows);
+    if results.len() != windows {
+        // What was written, committed or not, and what the run reported:
+        // tells a transaction that was aborted from results never written.
+        let (written, _) = read_to_end(&totals, 1, false);
+        panic!(
+            "{} window results committed, {windows} expected; {} written (committed or not), last offsets {:?} / {:?}; run: {:?} in {:?}, {} records out, {} barriers, watermark {:?}, checkpoints {:?}",
+            results.len(),
+            written.len(),
+            results.last().map(|r| r.offset),
+            written.last().map(|r| r.offset),
+            report.outcome,
+            report.elapsed,
+            report.snapshot.records_out,
+            report.snapshot.barriers,
+            report.snapshot.watermark,
+            report.snapshot.checkpoints,
+        );
+    }
     let sum: f64 = results
         .iter()
         .map(|r| {
