@@ -240,6 +240,12 @@ logger.kafka.name = kafka.server.KafkaRaftServer
 logger.kafka.level = INFO
 logger.broker.name = kafka.server.BrokerServer
 logger.broker.level = INFO
+# Transactions begun, ended, fenced or timed out: what a test that finds
+# records missing from a read_committed read needs to tell why.
+logger.txn.name = kafka.coordinator.transaction
+logger.txn.level = INFO
+logger.txnstate.name = org.apache.kafka.coordinator.transaction
+logger.txnstate.level = INFO
 PROPS
   cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid | tail -n 1)
   java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$DATA/server.properties" >"$DATA/format.log" 2>&1 \

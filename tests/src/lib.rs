@@ -245,6 +245,23 @@ pub mod kafka {
         std::env::var("SLUICE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
     }
 
+    /// The lines of the dev broker's log (`scripts/dev-services.sh`) that
+    /// contain `text` (e.g. a transactional id): its transaction
+    /// coordinator logs every transaction it initialises, fences or times
+    /// out. Empty when the log is elsewhere.
+    pub fn broker_log_lines(text: &str) -> Vec<String> {
+        let data =
+            std::env::var("SLUICE_KAFKA_DATA").unwrap_or_else(|_| "/tmp/sluice-kafka".to_string());
+        std::fs::read_to_string(std::path::Path::new(&data).join("broker.log"))
+            .map(|log| {
+                log.lines()
+                    .filter(|line| line.contains(text))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A topic name no other test (or earlier run) uses.
     pub fn unique_topic(prefix: &str) -> String {
         let nanos = std::time::SystemTime::now()

@@ -25,7 +25,7 @@ const DEBIAN_WASM_LD: &str = "/usr/lib/llvm-19/bin/wasm-ld";
 /// Code generation flags for plugin crates: WebAssembly SIMD (`simd128`),
 /// which Sluice's runtime always enables, so that `memchr`, copies and
 /// byte loops (JSON scans, ASCII case changes) work 16 bytes at a time
-/// (-5 % to -10 % CPU on the record-path benchmark's plugins, ADR 0015).
+/// (a few per cent on the record-path benchmark's filter plugin, ADR 0015).
 /// A `RUSTFLAGS` of the user's own wins over this.
 const GUEST_RUSTFLAGS: &str = "-C target-feature=+simd128";
 

@@ -4,7 +4,7 @@
 //! example pipeline runs to the end of the topic, and pyiceberg and a Kafka
 //! consumer find what the producer says a correct pipeline makes of them.
 
-use sluice_tests::kafka::{bootstrap, read_to_end, unique_topic};
+use sluice_tests::kafka::{bootstrap, broker_log_lines, read_to_end, unique_topic};
 use sluice_tests::{repo_root, tools_python};
 
 /// Runs the example's `produce.py` into `topic`; its account of the events.
@@ -119,7 +119,7 @@ fn the_bronze_to_silver_example_runs_to_the_end_and_its_tables_hold_what_they_mu
         // tells a transaction that was aborted from results never written.
         let (written, _) = read_to_end(&totals, 1, false);
         panic!(
-            "{} window results committed, {windows} expected; {} written (committed or not), last offsets {:?} / {:?}; run: {:?} in {:?}, {} records out, {} barriers, watermark {:?}, checkpoints {:?}",
+            "{} window results committed, {windows} expected; {} written (committed or not), last offsets {:?} / {:?}; run: {:?} in {:?}, {} records out, {} barriers, watermark {:?}, checkpoints {:?}; the broker on its transactions:\n{}",
             results.len(),
             written.len(),
             results.last().map(|r| r.offset),
@@ -130,6 +130,7 @@ fn the_bronze_to_silver_example_runs_to_the_end_and_its_tables_hold_what_they_mu
             report.snapshot.barriers,
             report.snapshot.watermark,
             report.snapshot.checkpoints,
+            broker_log_lines("sluice.default.bronze-to-silver").join("\n"),
         );
     }
     let sum: f64 = results
