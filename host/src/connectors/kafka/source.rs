@@ -10,10 +10,12 @@ use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaResult;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,6 +78,9 @@ struct SourceContext {
     started: Mutex<HashSet<(String, i32)>>,
     /// Offsets of the checkpoint restored: they win over `start`.
     restored: Mutex<HashMap<(String, i32), i64>>,
+    /// Offset commits sent and not yet answered (see
+    /// [`KafkaSource::on_checkpoint_complete`]).
+    commits_in_flight: AtomicUsize,
 }
 
 impl SourceContext {
@@ -158,6 +163,19 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    /// The answer to an asynchronous offset commit: a refusal (e.g. during
+    /// a rebalance) is reported and otherwise harmless, as the records are
+    /// read again by whoever owns the partitions next (at-least-once).
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        // Saturating: librdkafka also answers commits it makes itself.
+        let _ = self
+            .commits_in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Err(error) = result {
+            tracing::warn!(%error, offsets = ?offsets.to_topic_map(), "offset commit refused");
+        }
+    }
+
     /// Assigns and revokes like librdkafka's default (incrementally, as the
     /// group uses the cooperative protocol), setting start offsets in the
     /// assignment itself so that fetching begins exactly there.
@@ -290,6 +308,7 @@ impl KafkaSource {
                 start: options.start,
                 started: Mutex::new(HashSet::new()),
                 restored: Mutex::new(HashMap::new()),
+                commits_in_flight: AtomicUsize::new(0),
             })
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
@@ -616,10 +635,22 @@ impl Source for KafkaSource {
                 .add_partition_offset(topic, *partition, Offset::Offset(*offset))
                 .map_err(|e| self.error(format!("cannot commit {topic}/{partition}: {e}")))?;
         }
-        match self.consumer.commit(&commit, CommitMode::Sync) {
-            Ok(()) => Ok(()),
-            // During a rebalance the group may refuse the commit; the records
-            // will be read again by whoever owns the partitions (at-least-once).
+        // Asynchronous: a synchronous commit blocks the source thread (and
+        // with it every barrier) until the group coordinator answers, and
+        // librdkafka can leave it waiting for good when the coordinator's
+        // broker restarts (seen in CI: a broker restart mid-stream stopped
+        // the source for minutes). The answer arrives in `poll`
+        // (`commit_callback`); the offsets are only informational for a
+        // restore from a checkpoint, and a lost commit replays records
+        // (at-least-once), never skips them.
+        match self.consumer.commit(&commit, CommitMode::Async) {
+            Ok(()) => {
+                self.consumer
+                    .context()
+                    .commits_in_flight
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
             Err(error) => {
                 tracing::warn!(source = %self.name, %error, checkpoint = checkpoint_id, "offset commit refused");
                 Ok(())
@@ -627,3 +658,31 @@ impl Source for KafkaSource {
         }
     }
 }
+
+impl Drop for KafkaSource {
+    /// Waits (at most [`FINAL_COMMIT_WAIT`]) for the answers to the offset
+    /// commits still in flight, so that a run that ends or stops cleanly
+    /// leaves its last completed checkpoint's offsets committed.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + FINAL_COMMIT_WAIT;
+        while self
+            .consumer
+            .context()
+            .commits_in_flight
+            .load(Ordering::Relaxed)
+            > 0
+        {
+            if Instant::now() >= deadline {
+                tracing::warn!(source = %self.name, "offset commits not answered in time; a restart without a checkpoint reads their records again");
+                return;
+            }
+            // Serves the commit answers; a record polled now is not this
+            // run's any more (its offset is not committed).
+            let _ = self.consumer.poll(Duration::from_millis(50));
+        }
+    }
+}
+
+/// How long a Kafka source waits for its last offset commits when it is
+/// dropped.
+const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(10);
