@@ -9,16 +9,21 @@
 //! parses only that field, and [`JsonObject::write_replacing`] copies the
 //! unchanged parts of the record as they are.
 //!
-//! ```ignore
+//! ```
+//! # use sluice_sdk::{Emitter, Record};
+//! # fn process(record: &Record<'_>, out: &mut Emitter<'_>, buffer: &mut Vec<u8>) -> Result<(), String> {
 //! let object = record.json_object()?;
 //! let key = object.get("key").and_then(|v| v.as_i64()).ok_or("no integer `key`")?;
 //! if key % 10 == 0 {
 //!     return Ok(()); // filtered out
 //! }
 //! let text = object.get("text").and_then(|v| v.as_str()).ok_or("no string `text`")?;
-//! self.buffer.clear();
-//! object.write_replacing(&mut self.buffer, "text", &sluice_sdk::json::quote(&text.to_uppercase()));
-//! out.emit_value(&self.buffer);
+//! buffer.clear();
+//! let upper = sluice_sdk::json::quote(&text.to_uppercase());
+//! object.write_replacing(buffer, "text", upper.as_bytes());
+//! out.emit_value(buffer);
+//! # Ok(())
+//! # }
 //! ```
 
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
