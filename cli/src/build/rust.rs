@@ -26,7 +26,9 @@ const DEBIAN_WASM_LD: &str = "/usr/lib/llvm-19/bin/wasm-ld";
 /// which Sluice's runtime always enables, so that `memchr`, copies and
 /// byte loops (JSON scans, ASCII case changes) work 16 bytes at a time
 /// (a few per cent on the record-path benchmark's filter plugin, ADR 0015).
-/// A `RUSTFLAGS` of the user's own wins over this.
+/// A user's `RUSTFLAGS` (or `CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS`) wins
+/// over this; `rustflags` set in a `.cargo/config.toml` are replaced by it
+/// on the `wasip2` route.
 const GUEST_RUSTFLAGS: &str = "-C target-feature=+simd128";
 
 /// How a plugin crate is compiled.

@@ -637,9 +637,9 @@ impl Source for KafkaSource {
         }
         // Asynchronous: a synchronous commit blocks the source thread (and
         // with it every barrier) until the group coordinator answers, and
-        // librdkafka can leave it waiting for good when the coordinator's
-        // broker restarts (seen in CI: a broker restart mid-stream stopped
-        // the source for minutes). The answer arrives in `poll`
+        // librdkafka can leave such a request waiting when the coordinator's
+        // broker goes away (the likely cause of a two-minute source stall
+        // after a broker restart in CI, ADR 0008). The answer arrives in `poll`
         // (`commit_callback`); the offsets are only informational for a
         // restore from a checkpoint, and a lost commit replays records
         // (at-least-once), never skips them.
