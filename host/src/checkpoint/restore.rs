@@ -172,6 +172,15 @@ impl CheckpointStore {
     /// Only files of database opens named by a listed manifest are
     /// considered, for the same reason; the fences of opens whose files
     /// are collected go last. Returns the number of objects deleted.
+    ///
+    /// A process paused after the first check (a zombie) may go on
+    /// deleting once a newer process has taken over. That is safe as long
+    /// as its view of the manifests is whole: the newer process restored
+    /// this process's newest checkpoint or its parent, both kept in that
+    /// view, so every file of this process's open the newer one uses is
+    /// referenced. A manifest that vanished while the view was read means
+    /// a newer process is collecting too: the view is partial, and the
+    /// collection stops without deleting anything.
     pub fn collect_garbage(
         &self,
         published: u64,
@@ -185,8 +194,19 @@ impl CheckpointStore {
         for id in &ids {
             match self.read(*id) {
                 Ok(manifest) => manifests.push(manifest),
-                // Deleted since the listing (by an earlier collection).
-                Err(CheckpointError::Storage(error)) if error.not_found => {}
+                // Deleted since the listing. This process collects on one
+                // thread, so another process's collector did it: a newer
+                // process, which has fenced this one off. The view read so
+                // far is partial (it may lack the checkpoint the newer
+                // process restored), and files it calls unreferenced may
+                // be the newer process's restored state: delete nothing.
+                Err(CheckpointError::Storage(error)) if error.not_found => {
+                    tracing::debug!(
+                        checkpoint = id,
+                        "a newer process collects this pipeline's checkpoints; this one stops collecting"
+                    );
+                    return Ok(0);
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -297,5 +317,144 @@ impl CheckpointStore {
                 Ok(Some(latest))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::manifest::{CheckpointStats, MANIFEST_FORMAT, StateFile};
+    use crate::checkpoint::storage::LocalStorage;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    /// A local storage that runs `before_read` (once) just before the
+    /// manifest `trigger` is read: another process acting in the middle of
+    /// this one's collection.
+    struct Interleaved {
+        inner: LocalStorage,
+        trigger: String,
+        before_read: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    }
+
+    impl CheckpointStorage for Interleaved {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+            self.inner.put(key, bytes)
+        }
+        fn put_file(&self, key: &str, path: &Path) -> Result<u64, StorageError> {
+            self.inner.put_file(key, path)
+        }
+        fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StorageError> {
+            self.inner.put_if_absent(key, bytes)
+        }
+        fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
+            if key == self.trigger {
+                let hook = self.before_read.lock().expect("hook").take();
+                if let Some(hook) = hook {
+                    hook();
+                }
+            }
+            self.inner.get(key)
+        }
+        fn get_to_file(&self, key: &str, path: &Path) -> Result<(), StorageError> {
+            self.inner.get_to_file(key, path)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, key: &str) -> Result<(), StorageError> {
+            self.inner.delete(key)
+        }
+        fn abort_incomplete_uploads(&self) -> Result<usize, StorageError> {
+            self.inner.abort_incomplete_uploads()
+        }
+    }
+
+    fn object(open: &str, name: &str) -> String {
+        format!("{SHARED_DIR}{open}/{name}")
+    }
+
+    /// Publishes a completed checkpoint of `open` referencing `files`
+    /// (the objects written too).
+    fn publish_completed(
+        store: &CheckpointStore,
+        id: u64,
+        open: &str,
+        parent: Option<u64>,
+        files: &[&str],
+    ) {
+        let mut state = Vec::new();
+        for file in files {
+            let (owner, name) = file.split_once('/').expect("open/name");
+            let key = object(owner, name);
+            store.storage().put(&key, b"sst").expect("put state file");
+            state.push(StateFile {
+                name: name.to_string(),
+                object: key,
+                bytes: 3,
+            });
+        }
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            id,
+            kind: ManifestKind::Completed,
+            tenant: "t".into(),
+            pipeline: "p".into(),
+            open_id: open.into(),
+            parent,
+            timestamp_ms: 0,
+            max_parallelism: 128,
+            workers: 1,
+            source: serde_json::Value::Null,
+            state,
+            sinks: Default::default(),
+            stats: CheckpointStats::default(),
+        };
+        store.publish(&manifest).expect("publish");
+    }
+
+    /// Process A (a zombie) is paused in its collection after checkpoint 3
+    /// while reading its manifests; process B restores 3, checkpoints
+    /// twice and collects A's manifests. A must not then delete the file
+    /// of 3 that B's checkpoints still reference.
+    #[test]
+    fn a_zombie_with_a_partial_view_deletes_nothing() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let local = LocalStorage::new(dir.path());
+        let setup = CheckpointStore::new(Arc::new(local.clone()));
+        assert_eq!(setup.fence("t", "p", "a").expect("fence"), 1);
+        publish_completed(&setup, 2, "a", None, &["a/1.sst"]);
+        publish_completed(&setup, 3, "a", Some(2), &["a/1.sst", "a/2.sst"]);
+
+        let newer = setup.clone();
+        let process_b = move || {
+            assert_eq!(newer.fence("t", "p", "b").expect("fence"), 4);
+            // Restored 3; compaction dropped a/1.sst, kept a/2.sst.
+            publish_completed(&newer, 5, "b", Some(3), &["a/2.sst", "b/3.sst"]);
+            publish_completed(&newer, 6, "b", Some(5), &["a/2.sst", "b/3.sst"]);
+            newer.collect_garbage(6, 1).expect("B collects");
+        };
+        let zombie = CheckpointStore::new(Arc::new(Interleaved {
+            inner: local.clone(),
+            trigger: manifest_key(3),
+            before_read: Mutex::new(Some(Box::new(process_b))),
+        }));
+        assert_eq!(zombie.collect_garbage(3, 1).expect("A collects"), 0);
+
+        let mut referenced: BTreeSet<String> = BTreeSet::new();
+        for id in setup.ids().expect("ids") {
+            referenced.insert(manifest_key(id));
+            let manifest = setup.read(id).expect("manifest");
+            referenced.extend(manifest.state.into_iter().map(|f| f.object));
+        }
+        let stored: BTreeSet<String> = local.list("").expect("list").into_iter().collect();
+        assert_eq!(
+            stored, referenced,
+            "B's collection left exactly what 5 and 6 need"
+        );
+        assert!(stored.contains(&object("a", "2.sst")));
     }
 }
