@@ -1,7 +1,7 @@
 //! `sluice plugin inspect`: what a component is and what it needs.
 
 use anyhow::Result;
-use sluice_host::runtime::{PluginRuntime, PluginWorld, RuntimeConfig};
+use sluice_host::runtime::{PluginRuntime, RuntimeConfig};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -10,14 +10,7 @@ pub fn describe(path: &Path) -> Result<String> {
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
     let component = runtime.load(path)?;
     let mut text = String::new();
-    let world = match component.world {
-        PluginWorld::Transform => "sluice:plugin/transform",
-        PluginWorld::FastTransform => "sluice:plugin/fast-transform",
-        PluginWorld::TextTransform => "sluice:plugin/text-transform",
-        PluginWorld::Aggregate => "sluice:plugin/aggregate",
-        PluginWorld::FastAggregate => "sluice:plugin/fast-aggregate",
-        PluginWorld::TextAggregate => "sluice:plugin/text-aggregate",
-    };
+    let world = format!("sluice:plugin/{}", component.world);
     writeln!(text, "plugin:      {}", component.name)?;
     writeln!(text, "file:        {}", component.path.display())?;
     writeln!(text, "size:        {} bytes", component.size_bytes)?;

@@ -42,6 +42,7 @@ keys in input order, the same string escapes.
 import json
 import json.decoder
 import re
+import struct
 import sys
 from json.encoder import encode_basestring as _encode_string
 
@@ -281,11 +282,7 @@ def dumps(value):
     """Compact JSON as UTF-8 bytes, byte-identical to the Rust SDK's
     ``serde_json`` output for the same value (parsed numbers keep their
     text)."""
-    if _c_encodable(value):
-        return _C_ENCODE(value).encode("utf-8")
-    parts = []
-    _write(value, parts)
-    return "".join(parts).encode("utf-8")
+    return _json_text(value).encode("utf-8")
 
 
 # ---------------------------------------------------------------- records
@@ -362,6 +359,148 @@ class Record:
         """The value parsed as JSON (see ``loads``)."""
         return loads(self._input.value)
 
+    def field(self, name, default=None):
+        """The top-level field ``name`` of the JSON object value, parsed (see
+        ``loads``), or ``default`` if the object has no such field (of a
+        name given twice, the last). RecordError if the value is not a JSON
+        object.
+
+        Fields the plugin lists in ``json_fields`` are found by the host
+        while it packs the batch: only that field's text is parsed here.
+        Others parse the whole record."""
+        value = self.json()
+        if type(value) is not dict:
+            raise RecordError(_NOT_AN_OBJECT_REASON)
+        return value.get(name, default)
+
+
+_NOT_AN_OBJECT_REASON = "invalid JSON value: a record must be a JSON object"
+
+# The projected batch format (`sluice-wire`'s `projected` module): a header
+# of four u32, then per record (4 + fields) (start, end) u32 slots — value,
+# key, topic, headers, then the fields — then three i64 per record — event
+# time, partition, offset — then the bytes the slots point into.
+_PROJECTED_FORMAT_VERSION = 1
+_PROJECTED_HEADER = struct.Struct("<4I")
+_ABSENT = 0xFFFFFFFF
+_NOT_AN_OBJECT = 1
+_NO_EVENT_TIME = -(1 << 63)
+_U32 = struct.Struct("<I")
+
+
+class _ProjectedBatch:
+    """One projected batch: the buffer and its tables, shared by its
+    records."""
+
+    __slots__ = ("data", "slots", "numbers", "stride", "field_slot")
+
+    def __init__(self, data, records, fields, names):
+        self.data = data
+        self.stride = 2 * (4 + fields)
+        slots_end = 16 + records * self.stride * 4
+        view = memoryview(data)
+        self.slots = view[16:slots_end].cast("I")
+        self.numbers = view[slots_end:slots_end + records * 24].cast("q")
+        # Name -> index of its slot's start within a record's slots.
+        self.field_slot = {name: 8 + 2 * i for i, name in enumerate(names)}
+
+
+class _ProjectedRecord(Record):
+    """A record of a projected batch: everything is read from the batch's
+    buffer when asked, nothing is built before."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch, index):
+        self._batch = batch
+        self._index = index
+
+    def _slot(self, slot):
+        batch = self._batch
+        at = self._index * batch.stride + slot
+        start = batch.slots[at]
+        if start == _ABSENT:
+            return None
+        return batch.data[start:batch.slots[at + 1]]
+
+    @property
+    def key(self):
+        return self._slot(2)
+
+    @property
+    def value(self):
+        return self._slot(0)
+
+    @property
+    def headers(self):
+        raw = self._slot(6)
+        if raw is None:
+            return []
+        (count,) = _U32.unpack_from(raw, 0)
+        at, headers = 4, []
+        for _ in range(count):
+            (length,) = _U32.unpack_from(raw, at)
+            name = raw[at + 4:at + 4 + length].decode("utf-8")
+            at += 4 + length
+            (length,) = _U32.unpack_from(raw, at)
+            headers.append((name, raw[at + 4:at + 4 + length]))
+            at += 4 + length
+        return headers
+
+    def _has_headers(self):
+        batch = self._batch
+        return batch.slots[self._index * batch.stride + 6] != _ABSENT
+
+    @property
+    def event_time(self):
+        time = self._batch.numbers[3 * self._index]
+        return None if time == _NO_EVENT_TIME else time
+
+    @property
+    def source(self):
+        numbers, at = self._batch.numbers, 3 * self._index
+        return (self._slot(4).decode("utf-8"), numbers[at + 1], numbers[at + 2])
+
+    def text(self):
+        try:
+            return self.value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RecordError(f"value is not UTF-8: {error}") from None
+
+    def json(self):
+        return loads(self.value)
+
+    def field(self, name, default=None):
+        batch = self._batch
+        slot = batch.field_slot.get(name)
+        if slot is None:
+            return Record.field(self, name, default)
+        slots = batch.slots
+        at = self._index * batch.stride + slot
+        start = slots[at]
+        if start == _ABSENT:
+            if slots[at + 1] == _NOT_AN_OBJECT:
+                return Record.field(self, name, default)
+            return default
+        text = batch.data[start:slots[at + 1]]
+        # The host checked the whole value (well-formed JSON, UTF-8), so a
+        # string without escapes is its inner bytes, and digits alone are
+        # an integer (fewer than 19 fit i64, as `_parse_integer` decides).
+        if text[0] == 34 and 92 not in text:  # '"', no '\\'
+            return text[1:-1].decode("utf-8")
+        if len(text) < 19 and text.isdigit():
+            return JsonInt(text)
+        return loads(text)
+
+    def _is_object(self):
+        """Whether the host found the value to be a JSON object (a batch
+        with no fields says nothing: parse to know)."""
+        batch = self._batch
+        if not batch.field_slot:
+            return type(self.json()) is dict
+        at = self._index * batch.stride + 8
+        return not (batch.slots[at] == _ABSENT and batch.slots[at + 1] == _NOT_AN_OBJECT)
+
 
 class Emitter:
     """Collects what ``process`` emits for one input record."""
@@ -395,6 +534,20 @@ class Emitter:
         """Emits ``value`` encoded with ``sluice.dumps``."""
         self.emit(dumps(value), key=key)
 
+    def emit_replacing(self, field, value):
+        """Emits the input record to the main output with the value of its
+        top-level JSON field ``field`` replaced by ``value`` (any value
+        ``dumps`` encodes), or the field added at the end if it has none.
+        In a projected batch the host splices the new value into the
+        record: every other byte stays as it came, nothing is encoded but
+        ``value``. Otherwise the record is parsed, changed and written with
+        ``dumps``. RecordError if the value is not a JSON object."""
+        event = loads(self._record.value)
+        if type(event) is not dict:
+            raise RecordError(_NOT_AN_OBJECT_REASON)
+        event[field] = value
+        self.emit(dumps(event))
+
     def side(self, name, value):
         """Emits ``value`` (bytes) to the side output ``name``."""
         self._emit((_SIDE, name), value, _SAME, _SAME, None)
@@ -404,10 +557,33 @@ class Emitter:
         self._emit((_DEAD_LETTER, reason), self._record.value, _SAME, _SAME, None)
 
 
+class _ProjectedEmitter(Emitter):
+    """The emitter of a projected batch: ``emit_replacing`` leaves the
+    splice to the host."""
+
+    __slots__ = ()
+
+    def emit_replacing(self, field, value):
+        if not self._record._is_object():
+            raise RecordError(_NOT_AN_OBJECT_REASON)
+        text = _encode_string(value) if type(value) is str else _json_text(value)
+        self._emits.append((_REPLACING, field, text.encode("utf-8"), None, None))
+
+
+def _json_text(value):
+    if _c_encodable(value):
+        return _C_ENCODE(value)
+    parts = []
+    _write(value, parts)
+    return "".join(parts)
+
+
 _SAME = object()
 # Routes, numbered as the variants of sluice-wire's `Route`.
 _MAIN_ROUTE, _SIDE, _DEAD_LETTER = 0, 1, 2
 _MAIN = (_MAIN_ROUTE, None)
+# The route of an `emit_replacing` emit (its own output item).
+_REPLACING = (3, None)
 
 
 def _typed_emit(input_record, emit):
@@ -478,21 +654,24 @@ def _packed_emit(out, index, input_record, emit):
         _packed_bytes(out, key)
     _packed_bytes(out, value)
     if headers is _SAME:
-        headers = input_record.headers
-        _varint(out, len(headers))
-        for header in headers:
-            _packed_str(out, header.key)
-            _packed_bytes(out, header.value)
-    else:
-        _varint(out, len(headers))
-        for name, header_value in headers:
-            _packed_str(out, name)
-            _packed_bytes(out, header_value)
+        headers = (input_record.headers if isinstance(input_record, Record)
+                   else [(h.key, h.value) for h in input_record.headers])
+    _varint(out, len(headers))
+    for name, header_value in headers:
+        _packed_str(out, name)
+        _packed_bytes(out, header_value)
     if event_time is None:
         out.append(0)
     else:
         out.append(1)
         _varint(out, (event_time << 1) ^ (event_time >> 63))  # zigzag
+
+
+def _packed_replacing(out, index, field, json_text):
+    out.append(2)  # OutputItem::EmitReplacing
+    _varint(out, index)
+    _packed_str(out, field)
+    _packed_bytes(out, json_text)
 
 
 def _packed_failed(out, index, reason):
@@ -521,7 +700,16 @@ def counter_add(name, delta=1):
 
 class Transform:
     """Base class of a plugin (optional: any class with ``__init__(config)``
-    and ``process(record, out)`` works)."""
+    and ``process(record, out)`` works).
+
+    ``json_fields``: the top-level fields of JSON object records that
+    ``process`` reads with ``record.field`` (a class attribute, or set in
+    ``__init__`` from the config). The host finds them while it packs each
+    batch, so a read parses only that field's text, and
+    ``out.emit_replacing`` is spliced by the host: a plugin that reads and
+    rewrites a few fields does little JSON work in Python."""
+
+    json_fields = ()
 
     def __init__(self, config):
         pass
@@ -610,8 +798,70 @@ def export(plugin_class):
                         _packed_emit(out, index, input_record, emit)
             return out.decode("latin-1")
 
+    class ProjectedTransformer:
+        def projected_fields(self):
+            plugin = Transformer.plugin
+            if plugin is None:
+                raise RuntimeError("projected-fields called before init")
+            fields = getattr(plugin, "json_fields", ())
+            if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+                raise TypeError("json_fields must be a sequence of field names (strings)")
+            return list(fields)
+
+        def process_projected(self, data):
+            plugin = Transformer.plugin
+            if plugin is None:
+                raise RuntimeError("process-projected called before init")
+            version, count, fields, _ = _PROJECTED_HEADER.unpack_from(data, 0)
+            names = tuple(plugin.json_fields)
+            if version != _PROJECTED_FORMAT_VERSION or fields != len(names):
+                return ""  # the host sends the batch the text-packed way
+            batch = _ProjectedBatch(data, count, fields, names)
+            out = bytearray()
+            varints = _SMALL_VARINTS
+            # One emitter for the batch, pointed at each record in turn.
+            emitter = _ProjectedEmitter(None)
+            for index in range(count):
+                record = _ProjectedRecord(batch, index)
+                emitter._record = record
+                emitter._emits = []
+                try:
+                    plugin.process(record, emitter)
+                except RecordError as error:
+                    _packed_failed(out, index, str(error))
+                    continue
+                except Exception as error:  # noqa: BLE001 - the record is dead-lettered
+                    _packed_failed(out, index, f"{type(error).__name__}: {error}")
+                    continue
+                for emit in emitter._emits:
+                    route, value, key, headers, event_time = emit
+                    if route is _REPLACING:
+                        # value: the field's name; key: its new JSON text.
+                        if index < 4096 and len(key) < 4096 and len(value) < 128 and value.isascii():
+                            out += b"\x02"
+                            out += varints[index]
+                            out += varints[len(value)]
+                            out += value.encode("ascii")
+                            out += varints[len(key)]
+                            out += key
+                        else:
+                            _packed_replacing(out, index, value, key)
+                    elif (route is _MAIN and key is None and event_time is None
+                            and headers is _SAME and not record._has_headers()
+                            and index < 4096 and len(value) < 4096):
+                        out += b"\x00"
+                        out += varints[index]
+                        out += b"\x00\x00"
+                        out += varints[len(value)]
+                        out += value
+                        out += b"\x00\x00"
+                    else:
+                        _packed_emit(out, index, record, emit)
+            return out.decode("latin-1")
+
     # componentize-py finds each export by name in the app module.
     sys._getframe(1).f_globals.setdefault("TextPackedTransformer", TextPackedTransformer)
+    sys._getframe(1).f_globals.setdefault("ProjectedTransformer", ProjectedTransformer)
     return Transformer
 
 

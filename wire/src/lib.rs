@@ -30,9 +30,16 @@
 //!
 //! A plugin that does not know the batch's version returns an empty buffer;
 //! the host then adds group by group through the typed `add`.
+//!
+//! # The projected batch format (`sluice:plugin/projected-transformer`)
+//!
+//! Fixed-width tables a Python plugin reads without decoding, with the JSON
+//! fields it asked for already found by the host: see [`projected`].
 
 #![no_std]
 extern crate alloc;
+
+pub mod projected;
 
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
@@ -121,6 +128,23 @@ pub enum OutputItem<'a> {
         input: u32,
         /// Why it failed.
         reason: &'a str,
+    },
+    /// Input record `input` emitted again on the main output with the
+    /// value of its top-level JSON field `field` replaced by the JSON text
+    /// `json` (added at the end of the object if it has no such field);
+    /// every other byte of the value, the key, headers and event time are
+    /// the input record's. The host does the splice, so a plugin need not
+    /// serialise the record again (the projected path's emit; any packed
+    /// output may use it). The input's value must be a JSON object and
+    /// `json` one JSON value, or the output breaks the contract.
+    EmitReplacing {
+        /// Index of the input record in the batch.
+        input: u32,
+        /// The top-level field replaced.
+        field: &'a str,
+        /// Its new value, as JSON text.
+        #[serde(borrow)]
+        json: &'a Bytes,
     },
 }
 

@@ -35,9 +35,10 @@ pub(super) fn build(
     // `export_aggregate` bind their second export, which returns results as
     // strings. componentize-py never frees the byte lists an export returns,
     // so the byte-list functions alone would grow the plugin's memory by
-    // every value or accumulator it returns.
+    // every value or accumulator it returns. Transforms also get the
+    // projected path (`projected-transform` includes `text-transform`).
     let world_name = match world {
-        sdk::World::Transform => "text-transform",
+        sdk::World::Transform => "projected-transform",
         sdk::World::Aggregate => "text-aggregate",
     };
     progress.step("componentize-py");

@@ -453,6 +453,8 @@ mod tests {
         assert!(PluginRole::Transform.accepts(PluginWorld::Transform));
         assert!(PluginRole::Transform.accepts(PluginWorld::TextTransform));
         assert!(!PluginRole::Aggregate.accepts(PluginWorld::TextTransform));
+        assert!(PluginRole::Transform.accepts(PluginWorld::ProjectedTransform));
+        assert!(!PluginRole::Aggregate.accepts(PluginWorld::ProjectedTransform));
         assert!(!PluginRole::Transform.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::FastAggregate));

@@ -1,9 +1,10 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Six worlds: `transform` (typed, any language), `fast-transform` (adds
+//! Seven worlds: `transform` (typed, any language), `fast-transform` (adds
 //! the packed batch export, offered by the Rust SDK), `text-transform` (adds
-//! the typed batch with packed outcomes in a string, offered by the Python
-//! SDK), `aggregate` (window
+//! the typed batch with packed outcomes in a string), `projected-transform`
+//! (adds batches with the JSON fields the plugin reads found by the host;
+//! the Python SDK exports it), `aggregate` (window
 //! aggregates), `fast-aggregate` (adds the packed `add`, offered by the
 //! Rust SDK) and `text-aggregate` (results as strings, offered by the
 //! Python SDK). They share import traits with `typed`.
@@ -44,6 +45,21 @@ pub mod text {
             "sluice:plugin/host": super::typed::sluice::plugin::host,
             "sluice:plugin/state": super::typed::sluice::plugin::state,
             "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+        },
+    });
+}
+
+/// Bindings for the `projected-transform` world.
+pub mod projected {
+    wasmtime::component::bindgen!({
+        world: "projected-transform",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/state": super::typed::sluice::plugin::state,
+            "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+            "sluice:plugin/text-packed-transformer": super::text::exports::sluice::plugin::text_packed_transformer,
         },
     });
 }

@@ -1,7 +1,7 @@
 //! A loaded plugin: compiled, version-checked and linked, ready to
 //! instantiate any number of times.
 
-use super::bindings::{aggregate, fast, fast_aggregate, text, text_aggregate, typed};
+use super::bindings::{aggregate, fast, fast_aggregate, projected, text, text_aggregate, typed};
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
 use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
@@ -20,6 +20,10 @@ pub enum PluginWorld {
     /// `sluice:plugin/text-transform`: typed batches, outcomes packed in a
     /// string (Python plugins).
     TextTransform,
+    /// `sluice:plugin/projected-transform`: `text-transform` plus batches
+    /// with the JSON fields the plugin reads found by the host (Python
+    /// plugins).
+    ProjectedTransform,
     /// `sluice:plugin/aggregate`: a window aggregate.
     Aggregate,
     /// `sluice:plugin/fast-aggregate`: a window aggregate with the packed
@@ -47,6 +51,7 @@ impl std::fmt::Display for PluginWorld {
             PluginWorld::Transform => "transform",
             PluginWorld::FastTransform => "fast-transform",
             PluginWorld::TextTransform => "text-transform",
+            PluginWorld::ProjectedTransform => "projected-transform",
             PluginWorld::Aggregate => "aggregate",
             PluginWorld::FastAggregate => "fast-aggregate",
             PluginWorld::TextAggregate => "text-aggregate",
@@ -61,8 +66,10 @@ pub(crate) struct Pre {
     pub(crate) transformer: Option<typed::TransformIndices>,
     /// Present for `fast-transform` plugins.
     pub(crate) packed: Option<fast::FastTransformIndices>,
-    /// Present for `text-transform` plugins.
+    /// Present for `text-transform` and `projected-transform` plugins.
     pub(crate) text_packed: Option<text::TextTransformIndices>,
+    /// Present for `projected-transform` plugins.
+    pub(crate) projected: Option<projected::ProjectedTransformIndices>,
     /// Present for aggregate plugins.
     pub(crate) aggregator: Option<aggregate::AggregateIndices>,
     /// Present for `fast-aggregate` plugins.
@@ -145,6 +152,11 @@ pub(crate) fn load(
     };
     let world = if has_export("transformer") && has_export("packed-transformer") {
         PluginWorld::FastTransform
+    } else if has_export("transformer")
+        && has_export("text-packed-transformer")
+        && has_export("projected-transformer")
+    {
+        PluginWorld::ProjectedTransform
     } else if has_export("transformer") && has_export("text-packed-transformer") {
         PluginWorld::TextTransform
     } else if has_export("transformer") {
@@ -175,13 +187,17 @@ pub(crate) fn load(
         transformer: None,
         packed: None,
         text_packed: None,
+        projected: None,
         aggregator: None,
         packed_aggregator: None,
         text_aggregator: None,
         instance_pre,
     };
     match world {
-        PluginWorld::Transform | PluginWorld::FastTransform | PluginWorld::TextTransform => {
+        PluginWorld::Transform
+        | PluginWorld::FastTransform
+        | PluginWorld::TextTransform
+        | PluginWorld::ProjectedTransform => {
             pre.transformer =
                 Some(typed::TransformIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
@@ -193,9 +209,16 @@ pub(crate) fn load(
     if world == PluginWorld::FastTransform {
         pre.packed = Some(fast::FastTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
     }
-    if world == PluginWorld::TextTransform {
+    if matches!(
+        world,
+        PluginWorld::TextTransform | PluginWorld::ProjectedTransform
+    ) {
         pre.text_packed =
             Some(text::TextTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::ProjectedTransform {
+        pre.projected =
+            Some(projected::ProjectedTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
     }
     if world == PluginWorld::TextAggregate {
         pre.text_aggregator =

@@ -1,6 +1,6 @@
 //! One plugin instance: a `Store` with its limits, and batch calls into it.
 
-use super::bindings::{fast, text, typed};
+use super::bindings::{fast, projected, text, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
@@ -41,6 +41,10 @@ pub enum CallPath {
     /// `text-packed-transformer.process-batch-text`: typed records in, the
     /// packed result out as ISO-8859-1 text.
     TextPacked,
+    /// `projected-transformer.process-projected`: a projected batch (the
+    /// fields the plugin reads found by the host) in, the packed result out
+    /// as ISO-8859-1 text; `TextPacked` when the plugin names no fields.
+    Projected,
 }
 
 /// Where an emitted record goes.
@@ -114,6 +118,7 @@ pub(crate) struct Bindings {
     typed: typed::Transform,
     fast: Option<fast::FastTransform>,
     text: Option<text::TextTransform>,
+    projected: Option<projected::ProjectedTransform>,
 }
 
 /// The transform world: `sluice:plugin/transformer`, plus the packed
@@ -148,7 +153,16 @@ impl HostedWorld for TransformWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
-        Ok(Bindings { typed, fast, text })
+        let projected = match &pre.projected {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
+        Ok(Bindings {
+            typed,
+            fast,
+            text,
+            projected,
+        })
     }
 
     fn init(
@@ -167,6 +181,8 @@ impl HostedWorld for TransformWorld {
 fn choose_path(component: &PluginComponent, mode: CallMode) -> Result<CallPath, RuntimeError> {
     let offered = if component.pre.packed.is_some() {
         CallPath::Packed
+    } else if component.pre.projected.is_some() {
+        CallPath::Projected
     } else if component.pre.text_packed.is_some() {
         CallPath::TextPacked
     } else {
@@ -187,6 +203,10 @@ pub struct PluginInstance {
     host: PluginHost<TransformWorld>,
     path: CallPath,
     packed_input: Vec<u8>,
+    /// The fields a `Projected` plugin reads (asked on its first batch).
+    projected_fields: Option<Vec<String>>,
+    /// One record's field slots (reused).
+    field_slots: Vec<sluice_wire::projected::FieldSlot>,
 }
 
 impl PluginInstance {
@@ -213,6 +233,8 @@ impl PluginInstance {
             host: PluginHost::new(component, scope, state, metrics, limits, config)?,
             path,
             packed_input: Vec::new(),
+            projected_fields: None,
+            field_slots: Vec::new(),
         })
     }
 
@@ -221,7 +243,8 @@ impl PluginInstance {
         &self.host.component
     }
 
-    /// The export batches go through.
+    /// The export batches go through (a `Projected` plugin that names no
+    /// fields shows `TextPacked` once its first batch has asked).
     pub fn call_path(&self) -> CallPath {
         self.path
     }
@@ -239,6 +262,7 @@ impl PluginInstance {
         let result = match self.path {
             CallPath::Packed => self.call_packed(records),
             CallPath::TextPacked => self.call_text_packed(records),
+            CallPath::Projected => self.call_projected(records),
             CallPath::Typed => self.call_typed(records),
         };
         end_call(&mut self.host.store);
@@ -302,6 +326,52 @@ impl PluginInstance {
             .sluice_plugin_text_packed_transformer()
             .call_process_batch_text(&mut self.host.store, &batch)
             .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+        let output = latin1_bytes(output).map_err(bad_output)?;
+        decode_packed_output(Bytes::from(output), records)
+    }
+
+    fn call_projected(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        use sluice_wire::projected::ProjectedBatchWriter;
+        let Some(bindings) = &self.host.exports.projected else {
+            return Err(bad_output(
+                "projected call on a plugin without the projected export".into(),
+            ));
+        };
+        let fields = match &self.projected_fields {
+            Some(fields) => fields,
+            None => {
+                let fields = bindings
+                    .sluice_plugin_projected_transformer()
+                    .call_projected_fields(&mut self.host.store)
+                    .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+                self.projected_fields.insert(fields)
+            }
+        };
+        if fields.is_empty() {
+            // The plugin reads no fields: the text-packed path from now on.
+            self.path = CallPath::TextPacked;
+            return self.call_text_packed(records);
+        }
+        if records.is_empty() {
+            return self.call_text_packed(records);
+        }
+        let mut writer =
+            ProjectedBatchWriter::begin(&mut self.packed_input, records.len(), fields.len())
+                .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
+        for record in records {
+            super::projection::project(&record.value, fields, &mut self.field_slots);
+            writer
+                .push(&to_wire_record(record), &self.field_slots)
+                .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
+        }
+        let output = bindings
+            .sluice_plugin_projected_transformer()
+            .call_process_projected(&mut self.host.store, &self.packed_input)
+            .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+        if output.is_empty() {
+            // A plugin that does not read this format version.
+            return self.call_text_packed(records);
+        }
         let output = latin1_bytes(output).map_err(bad_output)?;
         decode_packed_output(Bytes::from(output), records)
     }
@@ -503,6 +573,24 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
             })
         };
         match item {
+            OutputItem::EmitReplacing { input, field, json } => {
+                let source = input_of(input)?;
+                contract.emitted(input)?;
+                let value = super::projection::replace_field(&source.value, field, json)
+                    .map_err(|reason| bad_output(format!("input record {input}: {reason}")))?;
+                result.emitted.push(Emitted {
+                    input: input as usize,
+                    route: EmitRoute::Main,
+                    record: Record {
+                        read_fields: None,
+                        key: source.key.clone(),
+                        value: Bytes::from(value),
+                        headers: source.headers.clone(),
+                        event_time: source.event_time,
+                        source: source.source.clone(),
+                    },
+                });
+            }
             OutputItem::Failed { input, reason } => {
                 input_of(input)?;
                 contract.failed(input)?;
@@ -656,6 +744,7 @@ impl SwappablePlugin for PluginInstance {
         let path = choose_path(&component, self.host.limits.call_mode)?;
         let previous = self.host.swap(component)?;
         self.path = path;
+        self.projected_fields = None;
         Ok(previous)
     }
 }

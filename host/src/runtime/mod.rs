@@ -18,6 +18,7 @@ mod instance;
 mod limits;
 mod plugin_host;
 mod plugin_output;
+mod projection;
 
 pub use aggregate::PluginAggregator;
 pub use cache::{CacheOutcome, ComponentCache};

@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 use sluice_host::dataflow::{Collector, Operator};
-use sluice_host::runtime::{CallMode, PluginLimits};
+use sluice_host::metrics::OperatorMetrics;
+use sluice_host::runtime::{CallMode, CallPath, EmitRoute, PluginInstance, PluginLimits};
+use sluice_host::state::OperatorScope;
 use sluice_host::{Header, Record, SourcePosition};
 use sluice_tests::{operator, runtime, state_backend};
 
@@ -224,4 +226,174 @@ fn a_python_plugin_forwarding_every_record_keeps_its_memory_flat() {
         "plugin memory grew to {} bytes",
         operator.plugin_memory_bytes
     );
+}
+
+/// A record of the field-probe test: JSON `value`, and for the first a key,
+/// a header and an event time.
+fn probe_record(value: &str, index: i64) -> Record {
+    let first = index == 0;
+    Record {
+        read_fields: None,
+        key: first.then(|| Bytes::from_static(b"k\x00")),
+        value: Bytes::from(value.to_string()),
+        headers: match first {
+            true => vec![Header::new("h", vec![1u8, 2])],
+            false => vec![],
+        },
+        event_time: first.then_some(1_700_000_000_000),
+        source: SourcePosition {
+            topic: "in".into(),
+            partition: 1,
+            offset: 10 + index,
+        },
+    }
+}
+
+/// What one input record led to: its index and an emitted value or a
+/// failure's reason.
+type ByInput = Vec<(usize, String)>;
+
+/// Runs the Python field-probe plugin on `values` under `mode` and
+/// `config`; returns the path it took, each emitted value (by input) and
+/// each failure.
+fn run_field_probe(
+    values: &[&str],
+    mode: CallMode,
+    config: &[(&str, &str)],
+) -> (CallPath, ByInput, ByInput) {
+    let runtime = runtime();
+    let component = runtime
+        .load(sluice_tests::plugin("python/field-probe"))
+        .expect("load field-probe");
+    let scope = OperatorScope::new("t", "test", "field-probe");
+    let store = state_backend().open(&scope, None).expect("state");
+    let limits = PluginLimits {
+        call_mode: mode,
+        ..PluginLimits::default()
+    };
+    let config = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut instance = PluginInstance::new(
+        component,
+        scope,
+        store,
+        OperatorMetrics::new("field-probe"),
+        limits,
+        config,
+    )
+    .expect("instantiate");
+    let records: Vec<Record> = (0..)
+        .zip(values)
+        .map(|(i, value)| probe_record(value, i))
+        .collect();
+    let result = instance.call_batch(&records).expect("batch");
+    for emitted in &result.emitted {
+        let input = &records[emitted.input];
+        assert_eq!(emitted.route, EmitRoute::Main);
+        assert_eq!(emitted.record.key, input.key);
+        assert_eq!(emitted.record.headers, input.headers);
+        assert_eq!(emitted.record.event_time, input.event_time);
+        assert_eq!(emitted.record.source, input.source);
+    }
+    let emitted = result
+        .emitted
+        .iter()
+        .map(|e| {
+            let value = String::from_utf8(e.record.value.to_vec()).expect("UTF-8 output");
+            (e.input, value)
+        })
+        .collect();
+    (instance.call_path(), emitted, result.failed)
+}
+
+/// The Python SDK's field API reads the same values and writes the same
+/// records whether the host found the fields (projected path) or the
+/// plugin parsed the records itself (text-packed and typed paths).
+#[test]
+fn python_field_reads_and_replacing_emits_agree_on_every_path() {
+    let values = [
+        r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2]}"#,
+        r#"{"a":{"nested":true},"s":"caf\u00e9","n":12345678901234567890}"#,
+        "[1,2]",
+        r#"{"a":1"#,
+        "{}",
+        r#"{"s":"plain","n":0}"#,
+    ];
+    let (path, projected, failed) = run_field_probe(&values, CallMode::Auto, &[]);
+    assert_eq!(path, CallPath::Projected);
+    let first = values[0];
+    assert_eq!(
+        projected[..3],
+        [
+            (
+                0,
+                format!(
+                    r#"{{"a":1,"s":"x\"y","n":-5,"missing":"default","undeclared":[1,2],"key":"6b00","headers":[["h","0102"]],"event_time":1700000000000,"source":["in",1,10],"value_length":{}}}"#,
+                    first.len()
+                )
+            ),
+            (0, r#"{"a":1,"s":"X\"Y","n":-5,"u":[1,2]}"#.to_string()),
+            (
+                0,
+                r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2],"added":[1,{"x":null},"té\"xt"]}"#
+                    .to_string()
+            ),
+        ]
+    );
+    // A number beyond 64 bits keeps its text; an escaped string is decoded.
+    assert!(
+        projected.contains(&(
+            1,
+            r#"{"a":{"nested":true},"s":"CAFÉ","n":12345678901234567890}"#.to_string()
+        )),
+        "{projected:#?}"
+    );
+    // An empty object gets the added field.
+    assert!(projected.contains(&(4, r#"{"added":[1,{"x":null},"té\"xt"]}"#.to_string())));
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(
+        failed[0],
+        (
+            2,
+            "invalid JSON value: a record must be a JSON object".to_string()
+        )
+    );
+    assert_eq!(failed[1].0, 3);
+    assert!(failed[1].1.starts_with("invalid JSON value"), "{failed:?}");
+
+    for (mode, config) in [
+        (CallMode::Auto, [("project", "no")]),
+        (CallMode::Typed, [("project", "yes")]),
+    ] {
+        let (path, emitted, failed_here) = run_field_probe(&values, mode, &config);
+        assert_ne!(path, CallPath::Projected);
+        assert_eq!(emitted.len(), projected.len(), "{mode:?} {config:?}");
+        for (here, there) in emitted.iter().zip(&projected) {
+            if here == there {
+                continue;
+            }
+            // Without the host's splice the record is encoded again, so an
+            // escape elsewhere in it (record 1's `caf\u00e9`) is written
+            // as the character: the same JSON, other bytes.
+            assert_eq!(here.0, 1, "{mode:?} {config:?}: {here:?} vs {there:?}");
+            let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+            assert_eq!(json(&here.1), json(&there.1), "{mode:?} {config:?}");
+        }
+        assert_eq!(failed_here, failed, "{mode:?} {config:?}");
+    }
+
+    // Projected only: the splice keeps every other byte as it came
+    // (spaces, a repeated name: the last is the field, as when parsed).
+    let (_, spliced, _) = run_field_probe(
+        &[r#"{ "s" : "one", "s":"two" , "n":1 }"#],
+        CallMode::Auto,
+        &[],
+    );
+    assert_eq!(
+        spliced[1].1, r#"{ "s" : "one", "s":"TWO" , "n":1 }"#,
+        "{spliced:#?}"
+    );
+    assert!(spliced[0].1.contains(r#""s":"two""#), "{spliced:#?}");
 }

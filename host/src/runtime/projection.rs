@@ -1,0 +1,202 @@
+//! Top-level fields of JSON object records, found natively for plugins
+//! that read them through the projected batch format
+//! ([`sluice_wire::projected`]), and the splice behind
+//! [`sluice_wire::OutputItem::EmitReplacing`].
+//!
+//! serde_json does the parsing (strict: the whole value is checked, as a
+//! plugin's own parse would); a field's value is kept as its source text
+//! (`RawValue`), located by its place in the record.
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use sluice_wire::projected::FieldSlot;
+use std::borrow::Cow;
+
+/// The top-level fields of one JSON object value.
+struct ObjectFields {
+    /// Per name asked for: where its (last) value is in the record.
+    found: Vec<Option<(usize, usize)>>,
+    /// How many fields the object has.
+    entries: usize,
+}
+
+/// Finds `names` in the JSON object `value`: one [`FieldSlot`] per name,
+/// written to `slots` (cleared first). A value that is not a well-formed
+/// JSON object in UTF-8 gives [`FieldSlot::NotAnObject`] for every name.
+pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>) {
+    slots.clear();
+    match scan_object(value, names) {
+        Some(fields) => slots.extend(fields.found.into_iter().map(|found| match found {
+            Some((start, end)) => FieldSlot::At { start, end },
+            None => FieldSlot::Missing,
+        })),
+        None => slots.extend(names.iter().map(|_| FieldSlot::NotAnObject)),
+    }
+}
+
+/// `value` (a JSON object) with the value of its top-level field `field`
+/// replaced by the JSON text `json`, or the field added at the end if the
+/// object has none; every other byte as it was.
+pub(crate) fn replace_field(value: &[u8], field: &str, json: &[u8]) -> Result<Vec<u8>, String> {
+    if serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err() {
+        return Err(format!(
+            "the new value of field `{field}` is not one JSON value"
+        ));
+    }
+    let names = [field.to_string()];
+    let fields = scan_object(value, &names)
+        .ok_or_else(|| "a field was replaced in a record that is not a JSON object".to_string())?;
+    let mut out = Vec::with_capacity(value.len() + json.len() + field.len() + 4);
+    match fields.found[0] {
+        Some((start, end)) => {
+            out.extend_from_slice(&value[..start]);
+            out.extend_from_slice(json);
+            out.extend_from_slice(&value[end..]);
+        }
+        None => {
+            // The object is well-formed, so its last non-space byte is `}`.
+            let close = value
+                .iter()
+                .rposition(|byte| *byte == b'}')
+                .ok_or_else(|| "a JSON object without its closing brace".to_string())?;
+            out.extend_from_slice(&value[..close]);
+            if fields.entries > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, field).map_err(|e| e.to_string())?;
+            out.push(b':');
+            out.extend_from_slice(json);
+            out.extend_from_slice(&value[close..]);
+        }
+    }
+    Ok(out)
+}
+
+/// The fields `names` of the JSON object `value`, or `None` if `value` is
+/// not one well-formed JSON object in UTF-8.
+fn scan_object(value: &[u8], names: &[String]) -> Option<ObjectFields> {
+    std::str::from_utf8(value).ok()?;
+    let mut deserializer = serde_json::Deserializer::from_slice(value);
+    let fields = deserializer
+        .deserialize_map(ObjectVisitor {
+            record: value,
+            names,
+        })
+        .ok()?;
+    deserializer.end().ok()?;
+    Some(fields)
+}
+
+struct ObjectVisitor<'r, 'n> {
+    record: &'r [u8],
+    names: &'n [String],
+}
+
+impl<'de, 'r, 'n> Visitor<'de> for ObjectVisitor<'r, 'n> {
+    type Value = ObjectFields;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields, A::Error> {
+        let mut fields = ObjectFields {
+            found: vec![None; self.names.len()],
+            entries: 0,
+        };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            fields.entries += 1;
+            let raw = map.next_value_seed(RawSeed)?;
+            if let Some(index) = self.names.iter().position(|name| *name == key) {
+                let start = raw.get().as_ptr() as usize - self.record.as_ptr() as usize;
+                fields.found[index] = Some((start, start + raw.get().len()));
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// Reads a value as its borrowed source text.
+struct RawSeed;
+
+impl<'de> DeserializeSeed<'de> for RawSeed {
+    type Value = &'de RawValue;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<&'de RawValue, D::Error> {
+        serde::Deserialize::deserialize(deserializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| name.to_string()).collect()
+    }
+
+    fn projected<'v>(value: &'v [u8], asked: &[&str]) -> Vec<Result<&'v [u8], FieldSlot>> {
+        let mut slots = Vec::new();
+        project(value, &names(asked), &mut slots);
+        slots
+            .into_iter()
+            .map(|slot| match slot {
+                FieldSlot::At { start, end } => Ok(&value[start..end]),
+                other => Err(other),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fields_are_found_as_their_source_text() {
+        let value = br#" {"id": 1, "text" : "a \"b\"", "o":{"id":2}, "n":1.50, "id":3 } "#;
+        assert_eq!(
+            projected(value, &["text", "id", "n", "o", "none"]),
+            vec![
+                Ok(&br#""a \"b\"""#[..]),
+                // The last occurrence, as in a parsed object.
+                Ok(&b"3"[..]),
+                Ok(&b"1.50"[..]),
+                Ok(&br#"{"id":2}"#[..]),
+                Err(FieldSlot::Missing),
+            ]
+        );
+        // A key written with an escape is the same key.
+        assert_eq!(projected(br#"{"\u0069d":5}"#, &["id"]), vec![Ok(&b"5"[..])]);
+    }
+
+    #[test]
+    fn anything_but_one_json_object_is_not_an_object() {
+        for value in [
+            &b"[1,2]"[..],
+            b"{\"a\":1",
+            b"{\"a\":1} x",
+            b"{\"a\":\"\xff\"}",
+            b"",
+            b"7",
+        ] {
+            assert_eq!(
+                projected(value, &["a"]),
+                vec![Err(FieldSlot::NotAnObject)],
+                "{}",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+
+    #[test]
+    fn a_field_is_replaced_in_place_or_added_at_the_end() {
+        let value = br#"{"id":1,"text":"abc", "ts":2}"#;
+        assert_eq!(
+            replace_field(value, "text", br#""ABC""#).unwrap(),
+            br#"{"id":1,"text":"ABC", "ts":2}"#
+        );
+        assert_eq!(
+            replace_field(value, "new \"one\"", b"[1]").unwrap(),
+            br#"{"id":1,"text":"abc", "ts":2,"new \"one\"":[1]}"#
+        );
+        assert_eq!(replace_field(b"{ }", "a", b"1").unwrap(), br#"{ "a":1}"#);
+        assert!(replace_field(b"[1]", "a", b"1").is_err());
+        assert!(replace_field(value, "text", b"ABC").is_err());
+    }
+}
