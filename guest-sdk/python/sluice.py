@@ -409,15 +409,16 @@ class _ProjectedRecord(Record):
     """A record of a projected batch: everything is read from the batch's
     buffer when asked, nothing is built before."""
 
-    __slots__ = ("_batch", "_index")
+    # `_base`: the index of the record's first slot.
+    __slots__ = ("_batch", "_base")
 
-    def __init__(self, batch, index):
+    def __init__(self, batch, base):
         self._batch = batch
-        self._index = index
+        self._base = base
 
     def _slot(self, slot):
         batch = self._batch
-        at = self._index * batch.stride + slot
+        at = self._base + slot
         start = batch.slots[at]
         if start == _ABSENT:
             return None
@@ -447,18 +448,16 @@ class _ProjectedRecord(Record):
             at += 4 + length
         return headers
 
-    def _has_headers(self):
-        batch = self._batch
-        return batch.slots[self._index * batch.stride + 6] != _ABSENT
-
     @property
     def event_time(self):
-        time = self._batch.numbers[3 * self._index]
+        batch = self._batch
+        time = batch.numbers[3 * (self._base // batch.stride)]
         return None if time == _NO_EVENT_TIME else time
 
     @property
     def source(self):
-        numbers, at = self._batch.numbers, 3 * self._index
+        batch = self._batch
+        numbers, at = batch.numbers, 3 * (self._base // batch.stride)
         return (self._slot(4).decode("utf-8"), numbers[at + 1], numbers[at + 2])
 
     def text(self):
@@ -476,7 +475,7 @@ class _ProjectedRecord(Record):
         if slot is None:
             return Record.field(self, name, default)
         slots = batch.slots
-        at = self._index * batch.stride + slot
+        at = self._base + slot
         start = slots[at]
         if start == _ABSENT:
             if slots[at + 1] == _NOT_AN_OBJECT:
@@ -498,7 +497,7 @@ class _ProjectedRecord(Record):
         batch = self._batch
         if not batch.field_slot:
             return type(self.json()) is dict
-        at = self._index * batch.stride + 8
+        at = self._base + 8
         return not (batch.slots[at] == _ABSENT and batch.slots[at + 1] == _NOT_AN_OBJECT)
 
 
@@ -821,8 +820,10 @@ def export(plugin_class):
             varints = _SMALL_VARINTS
             # One emitter for the batch, pointed at each record in turn.
             emitter = _ProjectedEmitter(None)
+            slots, stride = batch.slots, batch.stride
             for index in range(count):
-                record = _ProjectedRecord(batch, index)
+                base = index * stride
+                record = _ProjectedRecord(batch, base)
                 emitter._record = record
                 emitter._emits = []
                 try:
@@ -847,7 +848,7 @@ def export(plugin_class):
                         else:
                             _packed_replacing(out, index, value, key)
                     elif (route is _MAIN and key is None and event_time is None
-                            and headers is _SAME and not record._has_headers()
+                            and headers is _SAME and slots[base + 6] == _ABSENT
                             and index < 4096 and len(value) < 4096):
                         out += b"\x00"
                         out += varints[index]
