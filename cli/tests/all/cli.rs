@@ -210,7 +210,7 @@ fn rust_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
 
 #[test]
 fn python_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
-    plugin_dev_loop("python", "sluice:plugin/text-transform");
+    plugin_dev_loop("python", "sluice:plugin/projected-transform");
 }
 
 #[test]
