@@ -31,6 +31,11 @@ Errors: raising ``sluice.RecordError("why")`` (or any exception) in
 message as the reason; the rest of the batch is unaffected. Raising in
 ``__init__`` stops the pipeline at start-up with the message.
 
+Reading a few fields: list them in ``json_fields`` and read them with
+``record.field(name)``; ``out.emit_replacing(field, value)`` emits the record
+with one field changed. The host then finds the fields and splices the new
+value natively (the projected path): no whole-record parse or encode here.
+
 JSON: ``record.json()`` parses like the Rust SDK (strict RFC 8259) and keeps
 every number's text, so ``sluice.dumps`` writes numbers back as they came
 (``1.50`` stays ``1.50``; only an exponent is normalised, ``1E3`` to ``1e+3``,
