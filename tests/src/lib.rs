@@ -182,29 +182,33 @@ pub enum Progress {
 }
 
 /// Polls `probe` every `interval` until it reports [`Progress::Done`];
-/// fails the test, naming `what`, when the amount it reports has not grown
+/// returns an error naming `what` when the amount it reports has not grown
 /// for `stall_timeout`. For waits whose length depends on how loaded the
 /// machine is (a debug build draining a topic beside other tests): a slow
-/// run passes, a stuck one fails.
+/// run passes, a stuck one fails (the caller adds what explains it, such
+/// as the run's log).
 pub fn wait_while_progressing(
     what: &str,
     stall_timeout: std::time::Duration,
     interval: std::time::Duration,
     mut probe: impl FnMut() -> Progress,
-) {
+) -> Result<(), String> {
     let mut best = i64::MIN;
     let mut since = std::time::Instant::now();
     loop {
         match probe() {
-            Progress::Done => return,
+            Progress::Done => return Ok(()),
             Progress::At(amount) if amount > best => {
                 best = amount;
                 since = std::time::Instant::now();
             }
-            Progress::At(amount) => assert!(
-                since.elapsed() < stall_timeout,
-                "no progress for {stall_timeout:?} waiting for {what} (stuck at {amount})"
-            ),
+            Progress::At(amount) => {
+                if since.elapsed() >= stall_timeout {
+                    return Err(format!(
+                        "no progress for {stall_timeout:?} waiting for {what} (stuck at {amount})"
+                    ));
+                }
+            }
         }
         std::thread::sleep(interval);
     }

@@ -263,23 +263,36 @@ transaction_timeout_ms = 5000
         Progress::At(committed.iter().flatten().sum())
     }
 
-    /// Waits until the group committed every input offset: as long as a
-    /// (debug-build, possibly loaded) run keeps committing, and fails when
-    /// commits stall for [`WAIT`].
-    fn wait_until_drained(&self) {
+    /// Waits until the group committed every input offset: as long as
+    /// `run` (a debug build, possibly on a loaded machine) keeps
+    /// committing. Fails when commits stall for [`WAIT`], or at once, with
+    /// its log, when `run` ends before the input is committed.
+    fn wait_until_drained(&self, run: &mut Child) {
         wait_while_progressing(
             "every input record to be committed",
             WAIT,
             Duration::from_millis(250),
-            || self.commit_progress(),
-        );
+            || {
+                let progress = self.commit_progress();
+                if progress != Progress::Done
+                    && let Ok(Some(status)) = run.try_wait()
+                {
+                    panic!(
+                        "the run ended ({status}) before every input record was committed ({progress:?}): {}",
+                        self.last_log()
+                    );
+                }
+                progress
+            },
+        )
+        .unwrap_or_else(|stalled| panic!("{stalled}: {}", self.last_log()));
     }
 }
 
 /// Runs the pipeline until all input is committed, then stops it cleanly.
 fn drain(setup: &Setup) {
     let mut last = KillOnDrop(setup.spawn());
-    setup.wait_until_drained();
+    setup.wait_until_drained(&mut last.0);
     let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
     sigterm_and_wait(last);
 }
@@ -341,7 +354,7 @@ fn chaos(setup: &Setup, kills: usize) {
     }
     let mut last = KillOnDrop(setup.spawn());
     let started = Instant::now();
-    setup.wait_until_drained();
+    setup.wait_until_drained(&mut last.0);
     eprintln!("drained in {:?}", started.elapsed());
     let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
     sigterm_and_wait(last);

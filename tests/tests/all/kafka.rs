@@ -556,3 +556,110 @@ fn transaction_commits_records_and_consumer_offsets_together() {
     assert_eq!(committed(&group, &topic, 1), vec![Some(42)]);
     assert_eq!(read(&topic, 1, 1, WAIT).len(), 1);
 }
+
+/// The transactions of an exactly-once pipeline `name` sharing the
+/// progress topic `progress`.
+fn transactions(
+    name: &str,
+    progress: &str,
+    open_id: &str,
+) -> std::sync::Arc<sluice_host::connectors::kafka::KafkaTransactions> {
+    use sluice_host::connectors::kafka::{KafkaTransactionOptions, KafkaTransactions};
+    KafkaTransactions::new(
+        KafkaTransactionOptions {
+            bootstrap_servers: bootstrap(),
+            properties: Default::default(),
+            tenant: "default".into(),
+            pipeline: name.into(),
+            progress_topic: progress.into(),
+            transaction_timeout: Duration::from_secs(60),
+            operation_timeout: Duration::from_secs(30),
+            open_id: open_id.into(),
+        },
+        Default::default(),
+    )
+    .unwrap_or_else(|e| panic!("transactions of {name}: {e}"))
+}
+
+/// Writes one record into the current transaction of `sink` and
+/// pre-commits checkpoint `checkpoint`: the transaction, with its progress
+/// record, is then open until committed.
+fn pre_commit_one(
+    sink: &mut sluice_host::connectors::kafka::ExactlyOnceKafkaSink,
+    checkpoint: u64,
+) -> sluice_host::checkpoint::Committable {
+    use sluice_host::dataflow::Sink;
+    use sluice_host::record::{Record, SourcePosition};
+    let record = Record::from_value(
+        &b"{}"[..],
+        SourcePosition {
+            topic: "test".into(),
+            partition: 0,
+            offset: checkpoint as i64,
+        },
+    );
+    sink.write(&[record]).expect("write");
+    sink.pre_commit(checkpoint)
+        .expect("pre-commit")
+        .expect("a committable")
+}
+
+/// A restore must find its pipeline's committed progress record even
+/// while another pipeline sharing the progress topic has a transaction
+/// open before it: a `read_committed` reader reports the end of the
+/// partition at that transaction (the last stable offset), and stopping
+/// there took a committed checkpoint for an uncommitted one (its epoch
+/// replayed: output written twice).
+#[test]
+fn a_committed_checkpoint_is_found_behind_another_pipelines_open_transaction() {
+    use sluice_host::connectors::kafka::ExactlyOnceKafkaSink;
+    let progress = unique_topic("progress");
+    let output = unique_topic("eo-out");
+    create_topic(&output, 1);
+    let (mine, other) = (unique_topic("mine"), unique_topic("other"));
+
+    // The other pipeline opens a transaction with its progress record and
+    // leaves it open.
+    let other_transactions = transactions(&other, &progress, "other-open");
+    let mut other_sink =
+        ExactlyOnceKafkaSink::new("out", &output, None, other_transactions.clone());
+    let other_committable = pre_commit_one(&mut other_sink, 1);
+
+    // This one commits checkpoint 1 after it.
+    let my_transactions = transactions(&mine, &progress, "my-open");
+    let mut my_sink = ExactlyOnceKafkaSink::new("out", &output, None, my_transactions.clone());
+    let committable = pre_commit_one(&mut my_sink, 1);
+    let committer = sluice_host::dataflow::Sink::committer(&my_sink).expect("a committer");
+    committer.commit(1, &committable).expect("commit");
+
+    // Restarted, it asks whether checkpoint 1 committed; the other
+    // pipeline's transaction ends a moment later.
+    let restarted = transactions(&mine, &progress, "my-restarted-open");
+    let restarted_sink = ExactlyOnceKafkaSink::new("out", &output, None, restarted);
+    let ender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let other_committer =
+            sluice_host::dataflow::Sink::committer(&other_sink).expect("a committer");
+        other_committer
+            .commit(1, &other_committable)
+            .expect("the other pipeline commits");
+    });
+    let restarted_committer =
+        sluice_host::dataflow::Sink::committer(&restarted_sink).expect("a committer");
+    let started = std::time::Instant::now();
+    let found = restarted_committer
+        .was_committed(1, &committable)
+        .expect("progress read");
+    ender.join().expect("the other pipeline");
+    assert!(
+        found,
+        "checkpoint 1 committed, but the progress read (after {:?}) did not find it",
+        started.elapsed()
+    );
+    // And a checkpoint that never committed is not found.
+    assert!(
+        !restarted_committer
+            .was_committed(2, &committable)
+            .expect("progress read")
+    );
+}

@@ -281,24 +281,47 @@ impl KafkaTransactions {
     }
 
     /// Whether the transaction of `checkpoint`, written by `open_id`,
-    /// committed: its progress record is in the progress topic
-    /// (`read_committed`, read to its end).
+    /// committed: its progress record is in the progress topic, read
+    /// `read_committed` up to the end the topic had when the read began.
+    ///
+    /// Every transaction of the pipeline was aborted or committed before
+    /// (creating the producers fenced them), but other pipelines share the
+    /// topic: while one of their transactions is open, a `read_committed`
+    /// reader stops at its first record (the last stable offset) and
+    /// reports the end of the partition there. Records of this pipeline
+    /// after it would then look missing, and a committed checkpoint would
+    /// be taken for one that was not (its epoch replayed, its output
+    /// written twice). So the read goes on until it has passed the end
+    /// taken at its start, waiting for such transactions to end (commit,
+    /// abort or the broker's timeout).
     fn progress_committed(&self, checkpoint: u64, open_id: &str) -> Result<bool, String> {
-        let consumer: BaseConsumer = client_config(
-            &self.options.bootstrap_servers,
-            &[
-                ("group.id", "sluice-progress-reader"),
-                ("isolation.level", "read_committed"),
-                ("enable.auto.commit", "false"),
-                ("enable.partition.eof", "true"),
-            ],
-            &BTreeMap::new(),
-        )
-        .create()
-        .map_err(|e| format!("cannot create the progress reader: {e}"))?;
+        let topic = self.options.progress_topic.as_str();
+        let reader = |isolation: &str| -> Result<BaseConsumer, String> {
+            client_config(
+                &self.options.bootstrap_servers,
+                &[
+                    ("group.id", "sluice-progress-reader"),
+                    ("isolation.level", isolation),
+                    ("enable.auto.commit", "false"),
+                    ("enable.partition.eof", "true"),
+                ],
+                &BTreeMap::new(),
+            )
+            .create()
+            .map_err(|e| format!("cannot create the progress reader: {e}"))
+        };
+        // The end of the partition, committed or not (a `read_committed`
+        // client may be told the last stable offset instead).
+        let (_, end) = reader("read_uncommitted")?
+            .fetch_watermarks(topic, 0, self.options.operation_timeout)
+            .map_err(|e| format!("cannot read the end of the progress topic {topic}: {e}"))?;
+        if end <= 0 {
+            return Ok(false);
+        }
+        let consumer = reader("read_committed")?;
         let mut assignment = TopicPartitionList::new();
         assignment
-            .add_partition_offset(&self.options.progress_topic, 0, Offset::Beginning)
+            .add_partition_offset(topic, 0, Offset::Beginning)
             .map_err(|e| e.to_string())?;
         consumer.assign(&assignment).map_err(|e| e.to_string())?;
         let key = progress_key(&self.options);
@@ -307,24 +330,36 @@ impl KafkaTransactions {
         loop {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the progress topic {} was not read to its end in time (an open transaction?)",
-                    self.options.progress_topic
+                    "the progress topic {topic} was not read to offset {end} within {:?}: a transaction stayed open",
+                    self.options.operation_timeout
                 ));
             }
             match consumer.poll(Duration::from_millis(200)) {
                 None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(committed),
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    // The end reported may be the last stable offset: done
+                    // only once the read position has passed `end` (past
+                    // the transaction markers, which are not delivered).
+                    let position = consumer.position().ok().and_then(|list| {
+                        list.find_partition(topic, 0)
+                            .and_then(|partition| partition.offset().to_raw())
+                    });
+                    if position.is_some_and(|position| position >= end) {
+                        return Ok(committed);
+                    }
+                }
                 Some(Err(error)) => return Err(format!("reading progress: {error}")),
                 Some(Ok(message)) => {
-                    if message.key() != Some(key.as_bytes()) {
-                        continue;
-                    }
-                    if let Some(progress) = message
-                        .payload()
-                        .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
+                    if message.key() == Some(key.as_bytes())
+                        && let Some(progress) = message
+                            .payload()
+                            .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
                     {
                         committed |=
                             progress.checkpoint == checkpoint && progress.open_id == open_id;
+                    }
+                    if message.offset() + 1 >= end {
+                        return Ok(committed);
                     }
                 }
             }
