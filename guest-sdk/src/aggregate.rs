@@ -139,7 +139,7 @@ pub fn add_packed<A: Aggregate>(batch: &[u8]) -> Vec<u8> {
                     output.clear();
                     return;
                 };
-                let record = Record { inner };
+                let record = Record::new(inner, None);
                 let before = acc.clone();
                 if let Err(reason) = aggregate.add(&mut acc, &record) {
                     acc = before;

@@ -43,6 +43,12 @@ impl<'b> Output<'b> {
     }
 }
 
+thread_local! {
+    /// The new value of a replacing emit, or the whole new value off the
+    /// projected path (reused: a component instance is single-threaded).
+    static REPLACING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where emitted records are collected: the packed buffer or the typed list.
 pub(crate) enum Target<'o> {
     Packed(&'o mut Vec<u8>),
@@ -80,6 +86,50 @@ impl<'o> Emitter<'o> {
             &mut record.headers(),
             None,
         );
+    }
+
+    /// Emits the input record with the value of its top-level JSON field
+    /// `field` replaced by the JSON text `json` (the field added at the
+    /// end if the object has none), keeping its key, headers and event
+    /// time; every other byte of the value as it came. `json` must be one
+    /// JSON value (e.g. from [`crate::json::quote`]; on the projected path
+    /// the host refuses anything else as broken output). On the projected
+    /// path ([`crate::Transform::json_fields`]) the host splices the value
+    /// and the plugin copies nothing; otherwise the value is split here.
+    /// An error (ready to be a dead-letter reason) if the value is not a
+    /// JSON object.
+    pub fn emit_replacing(&mut self, field: &str, json: &[u8]) -> Result<(), String> {
+        self.emit_replacing_with(field, |out| out.extend_from_slice(json))
+    }
+
+    /// Like [`Emitter::emit_replacing`], with the new value's JSON text
+    /// written by `write_value` into a buffer the SDK reuses.
+    pub fn emit_replacing_with(
+        &mut self,
+        field: &str,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), String> {
+        REPLACING.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            scratch.clear();
+            if self.input.is_projected_object()
+                && let Target::Packed(buffer) = &mut self.target
+            {
+                write_value(&mut scratch);
+                let item = OutputItem::EmitReplacing {
+                    input: self.input_index,
+                    field,
+                    json: Bytes::new(&scratch),
+                };
+                // Encoding into a Vec cannot fail (no size limit, no I/O).
+                let _ = sluice_wire::append(buffer, &item);
+                return Ok(());
+            }
+            let object = self.input.json_object()?;
+            object.write_replacing_with(&mut scratch, field, write_value);
+            self.emit_value(&scratch);
+            Ok(())
+        })
     }
 
     /// Serializes `value` as JSON and emits it like [`Emitter::emit_value`].

@@ -35,10 +35,11 @@ use std::fmt;
 /// A JSON object's top-level fields, each as its raw source text.
 ///
 /// Fields keep their order and duplicates (as in the source); [`get`]
-/// returns the first with a name.
+/// returns the last with a name, as a parsed document
+/// (`serde_json::Value`) and the host's projection do.
 ///
 /// [`get`]: JsonObject::get
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct JsonObject<'a> {
     source: &'a str,
     fields: Vec<(Cow<'a, str>, &'a RawValue)>,
@@ -57,19 +58,20 @@ impl<'a> JsonObject<'a> {
         Ok(JsonObject { source, fields })
     }
 
-    /// The value of the first field called `name`.
+    /// The value of the (last) field called `name`.
     pub fn get(&self, name: &str) -> Option<JsonField<'a>> {
         self.fields
             .iter()
+            .rev()
             .find(|(field, _)| field == name)
-            .map(|(_, value)| JsonField { raw: value })
+            .map(|(_, value)| JsonField { raw: value.get() })
     }
 
     /// The fields in source order.
     pub fn fields(&self) -> impl Iterator<Item = (&str, JsonField<'a>)> + '_ {
         self.fields
             .iter()
-            .map(|(name, value)| (name.as_ref(), JsonField { raw: value }))
+            .map(|(name, value)| (name.as_ref(), JsonField { raw: value.get() }))
     }
 
     /// The object's source text.
@@ -122,13 +124,19 @@ impl<'a> JsonObject<'a> {
 /// One field's value, as its JSON source text.
 #[derive(Debug, Clone, Copy)]
 pub struct JsonField<'a> {
-    raw: &'a RawValue,
+    raw: &'a str,
 }
 
 impl<'a> JsonField<'a> {
+    /// A field whose JSON text the host found (the projected path): one
+    /// well-formed JSON value, checked by the host's parser.
+    pub(crate) fn from_host(raw: &'a str) -> Self {
+        JsonField { raw }
+    }
+
     /// The value's JSON text, exactly as in the record.
     pub fn raw(&self) -> &'a str {
-        self.raw.get()
+        self.raw
     }
 
     /// The value as a signed integer, if it is one that fits.

@@ -3,8 +3,10 @@
 //! A Sluice plugin is a WebAssembly component that transforms records. You
 //! implement [`Transform`] for a type and export it with
 //! [`export_transform!`]; the SDK implements both the typed
-//! `sluice:plugin/transformer` interface and the packed fast path
-//! (`packed-transformer`) on top of your code.
+//! `sluice:plugin/transformer` interface, the packed fast path
+//! (`packed-transformer`) and the projected one
+//! (`projected-packed-transformer`, for transforms that name the JSON
+//! fields they read in [`Transform::json_fields`]) on top of your code.
 //!
 //! ```no_run
 //! use sluice_sdk::{export_transform, Config, Emitter, Record, Transform};
@@ -42,8 +44,11 @@
 //!
 //! * Read the value with [`Record::value_json`] (serde), [`Record::value_json_value`]
 //!   or [`Record::value_avro`] (apache-avro); read a few fields without a
-//!   document with [`Record::json_object`] and write the record back with one
-//!   field changed with [`json::JsonObject::write_replacing`].
+//!   document with [`Record::field`] (found by the host when named in
+//!   [`Transform::json_fields`]) or [`Record::json_object`], and emit the
+//!   record with one field changed with [`Emitter::emit_replacing`] (spliced
+//!   by the host on the projected path) or
+//!   [`json::JsonObject::write_replacing`].
 //! * Emit with [`Emitter::forward`], [`Emitter::emit_value`], [`Emitter::emit_json`],
 //!   [`Emitter::emit`]; route to side outputs with [`Emitter::side`]; send the
 //!   record to the dead-letter output with [`Emitter::dead_letter`] or by
@@ -80,7 +85,7 @@ pub use serde_json;
 #[cfg(not(feature = "aggregate"))]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "fast-transform",
+        world: "fast-projected-transform",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_world",
@@ -120,6 +125,16 @@ pub trait Transform: Sized + 'static {
     /// `Err(reason)` sends this record (alone) to the dead-letter output and
     /// discards anything emitted for it.
     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String>;
+
+    /// The top-level fields of a JSON object value this transform reads
+    /// with [`Record::field`] (asked once, after [`Transform::init`]). When
+    /// it names some, the host finds them natively while it packs each
+    /// batch (the projected path): the plugin parses nothing to read them,
+    /// and [`Emitter::emit_replacing`] is spliced by the host. The default,
+    /// none, keeps the packed path.
+    fn json_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 #[cfg(not(feature = "aggregate"))]
@@ -146,6 +161,16 @@ macro_rules! export_transform {
         impl $crate::bindings::exports::sluice::plugin::packed_transformer::Guest for SluiceExports {
             fn process_packed(batch: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
                 $crate::glue::process_packed::<$transform>(&batch)
+            }
+        }
+
+        impl $crate::bindings::exports::sluice::plugin::projected_packed_transformer::Guest for SluiceExports {
+            fn projected_fields() -> ::std::vec::Vec<::std::string::String> {
+                $crate::glue::projected_fields::<$transform>()
+            }
+
+            fn process_projected_packed(batch: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::glue::process_projected_packed::<$transform>(&batch)
             }
         }
 

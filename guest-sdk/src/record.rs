@@ -1,6 +1,8 @@
 //! The input record view handed to [`crate::Transform::process`].
 
+use crate::json::{JsonField, JsonObject};
 use serde::Deserialize;
+use sluice_wire::projected::{ProjectedField, ProjectedFields};
 use sluice_wire::{Bytes, InputRecord};
 
 /// One input record. Fields borrow from the batch the host sent: reading
@@ -8,15 +10,64 @@ use sluice_wire::{Bytes, InputRecord};
 #[derive(Debug, Clone)]
 pub struct Record<'a> {
     pub(crate) inner: InputRecord<'a>,
+    /// The fields the host found in the value (the projected path) and
+    /// their names, in the order [`crate::Transform::json_fields`] gave.
+    pub(crate) projected: Option<(&'a [String], ProjectedFields<'a>)>,
 }
 
 impl<'a> Record<'a> {
+    /// A record the host sent packed, with the fields it found, if any.
+    pub(crate) fn new(
+        inner: InputRecord<'a>,
+        projected: Option<(&'a [String], ProjectedFields<'a>)>,
+    ) -> Self {
+        Record { inner, projected }
+    }
+
+    /// Whether the host found this record's fields (the projected path)
+    /// in a value that is a JSON object: a replacing emit is then spliced
+    /// by the host.
+    #[cfg(not(feature = "aggregate"))]
+    pub(crate) fn is_projected_object(&self) -> bool {
+        self.projected.as_ref().is_some_and(|(_, fields)| {
+            matches!(
+                fields.get(0),
+                Some(Ok(ProjectedField::At(_) | ProjectedField::Missing))
+            )
+        })
+    }
+
+    /// The top-level field `name` of the JSON object value: `Ok(None)` if
+    /// the object has no such field, an error (ready to be a dead-letter
+    /// reason) if the value is not a JSON object. A field named in
+    /// [`crate::Transform::json_fields`] was found by the host (nothing is
+    /// parsed here); for any other, or off the projected path, the value
+    /// is parsed on each call (to read several such fields, split it once
+    /// with [`Record::json_object`]). Of duplicate names, the last.
+    pub fn field(&self, name: &str) -> Result<Option<JsonField<'a>>, String> {
+        if let Some((names, fields)) = &self.projected
+            && let Some(index) = names.iter().position(|known| known == name)
+        {
+            match fields.get(index) {
+                Some(Ok(ProjectedField::At(text))) => {
+                    let text = std::str::from_utf8(text)
+                        .map_err(|e| format!("invalid JSON value: {e}"))?;
+                    return Ok(Some(JsonField::from_host(text)));
+                }
+                Some(Ok(ProjectedField::Missing)) => return Ok(None),
+                // Not an object: the parse below says why.
+                Some(Ok(ProjectedField::NotAnObject)) | Some(Err(_)) | None => {}
+            }
+        }
+        Ok(self.json_object()?.get(name))
+    }
+
     /// A view of a record the host sent through a typed interface.
     pub(crate) fn from_typed(
         typed: &'a crate::bindings::sluice::plugin::types::InputRecord,
     ) -> Self {
-        Record {
-            inner: InputRecord {
+        Record::new(
+            InputRecord {
                 key: typed.key.as_deref().map(Bytes::new),
                 value: Bytes::new(&typed.value),
                 headers: typed
@@ -32,7 +83,8 @@ impl<'a> Record<'a> {
                 partition: typed.source.partition,
                 offset: typed.source.offset,
             },
-        }
+            None,
+        )
     }
 
     /// The record key, if any.
@@ -60,8 +112,8 @@ impl<'a> Record<'a> {
     /// The JSON value's top-level fields, each kept as its source text: read
     /// a few fields without deserialising the record, and write it back with
     /// one field replaced (see [`crate::json`]).
-    pub fn json_object(&self) -> Result<crate::json::JsonObject<'a>, String> {
-        crate::json::JsonObject::parse(self.value())
+    pub fn json_object(&self) -> Result<JsonObject<'a>, String> {
+        JsonObject::parse(self.value())
     }
 
     /// Parses the JSON value into a [`serde_json::Value`].

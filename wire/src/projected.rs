@@ -221,6 +221,202 @@ impl<'b> ProjectedBatchWriter<'b> {
     }
 }
 
+/// A projected batch read in place (the guest side of
+/// [`ProjectedBatchWriter`]): [`ProjectedBatch::parse`] checks the header
+/// and table sizes, [`ProjectedBatch::record`] gives one record and its
+/// fields, checking every range it follows.
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectedBatch<'b> {
+    buffer: &'b [u8],
+    records: usize,
+    fields: usize,
+}
+
+/// One record of a [`ProjectedBatch`]: its parts and its projected fields.
+#[derive(Debug, Clone)]
+pub struct ProjectedRecord<'b> {
+    /// The record, its parts borrowed from the batch.
+    pub record: InputRecord<'b>,
+    /// Its projected fields.
+    pub fields: ProjectedFields<'b>,
+}
+
+/// The projected fields of one record, in the order the plugin named them.
+#[derive(Debug, Clone, Copy)]
+pub struct ProjectedFields<'b> {
+    slots: &'b [u8],
+    buffer: &'b [u8],
+}
+
+/// A projected field of one record, as the host found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProjectedField<'b> {
+    /// The field's value as JSON text.
+    At(&'b [u8]),
+    /// The object has no such field.
+    Missing,
+    /// The value is not a well-formed JSON object.
+    NotAnObject,
+}
+
+impl<'b> ProjectedBatch<'b> {
+    /// Reads the header of `buffer`: `Ok(None)` for a format version this
+    /// crate does not read, an error for a buffer too short for its tables.
+    pub fn parse(buffer: &'b [u8]) -> Result<Option<Self>, ProjectedError> {
+        let word = |at: usize| -> Result<u32, ProjectedError> {
+            let bytes = buffer.get(at..at + 4).ok_or(ProjectedError::Shape)?;
+            let mut word = [0u8; 4];
+            word.copy_from_slice(bytes);
+            Ok(u32::from_le_bytes(word))
+        };
+        if word(0)? != PROJECTED_FORMAT_VERSION {
+            return Ok(None);
+        }
+        let records = word(4)? as usize;
+        let fields = word(8)? as usize;
+        let tables = records
+            .checked_mul(FIXED_SLOTS + fields)
+            .and_then(|slots| slots.checked_mul(8))
+            .and_then(|slots| slots.checked_add(records.checked_mul(24)?))
+            .and_then(|tables| tables.checked_add(HEADER_BYTES))
+            .ok_or(ProjectedError::Shape)?;
+        if tables > buffer.len() {
+            return Err(ProjectedError::Shape);
+        }
+        Ok(Some(ProjectedBatch {
+            buffer,
+            records,
+            fields,
+        }))
+    }
+
+    /// How many records the batch holds.
+    pub fn len(&self) -> usize {
+        self.records
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// How many fields each record has.
+    pub fn fields(&self) -> usize {
+        self.fields
+    }
+
+    /// Record `index`; an error if a slot points outside the batch.
+    pub fn record(&self, index: usize) -> Result<ProjectedRecord<'b>, ProjectedError> {
+        if index >= self.records {
+            return Err(ProjectedError::Shape);
+        }
+        let width = (FIXED_SLOTS + self.fields) * 8;
+        let slots_at = HEADER_BYTES + index * width;
+        let slots = &self.buffer[slots_at..slots_at + width];
+        let numbers_at = HEADER_BYTES + self.records * width + index * 24;
+        let number = |i: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&self.buffer[numbers_at + i * 8..numbers_at + i * 8 + 8]);
+            i64::from_le_bytes(word)
+        };
+        let value = slot_bytes(self.buffer, slots, 0)?.unwrap_or_default();
+        let key = slot_bytes(self.buffer, slots, 1)?;
+        let topic = slot_bytes(self.buffer, slots, 2)?.unwrap_or_default();
+        let headers = match slot_bytes(self.buffer, slots, 3)? {
+            Some(bytes) => read_headers(bytes)?,
+            None => Vec::new(),
+        };
+        let event_time = number(0);
+        Ok(ProjectedRecord {
+            record: InputRecord {
+                key: key.map(crate::Bytes::new),
+                value: crate::Bytes::new(value),
+                headers,
+                event_time: (event_time != i64::MIN).then_some(event_time),
+                topic: crate::Bytes::new(topic),
+                partition: i32::try_from(number(1)).map_err(|_| ProjectedError::Shape)?,
+                offset: number(2),
+            },
+            fields: ProjectedFields {
+                slots: &slots[FIXED_SLOTS * 8..],
+                buffer: self.buffer,
+            },
+        })
+    }
+}
+
+impl<'b> ProjectedFields<'b> {
+    /// The projected field `index` (in the order the plugin named them);
+    /// `None` past the last field.
+    pub fn get(&self, index: usize) -> Option<Result<ProjectedField<'b>, ProjectedError>> {
+        if index * 8 >= self.slots.len() {
+            return None;
+        }
+        let (start, end) = slot_range(self.slots, index);
+        Some(match (start, end) {
+            (ABSENT, NOT_AN_OBJECT) => Ok(ProjectedField::NotAnObject),
+            (ABSENT, _) => Ok(ProjectedField::Missing),
+            _ => self
+                .buffer
+                .get(start as usize..end as usize)
+                .map(ProjectedField::At)
+                .ok_or(ProjectedError::Shape),
+        })
+    }
+}
+
+fn slot_range(slots: &[u8], index: usize) -> (u32, u32) {
+    let at = index * 8;
+    let mut start = [0u8; 4];
+    let mut end = [0u8; 4];
+    start.copy_from_slice(&slots[at..at + 4]);
+    end.copy_from_slice(&slots[at + 4..at + 8]);
+    (u32::from_le_bytes(start), u32::from_le_bytes(end))
+}
+
+fn slot_bytes<'b>(
+    buffer: &'b [u8],
+    slots: &[u8],
+    index: usize,
+) -> Result<Option<&'b [u8]>, ProjectedError> {
+    match slot_range(slots, index) {
+        (ABSENT, _) => Ok(None),
+        (start, end) => buffer
+            .get(start as usize..end as usize)
+            .map(Some)
+            .ok_or(ProjectedError::Shape),
+    }
+}
+
+fn read_headers(mut bytes: &[u8]) -> Result<Vec<crate::Header<'_>>, ProjectedError> {
+    fn take<'h>(bytes: &mut &'h [u8], n: usize) -> Result<&'h [u8], ProjectedError> {
+        if bytes.len() < n {
+            return Err(ProjectedError::Shape);
+        }
+        let (taken, rest) = bytes.split_at(n);
+        *bytes = rest;
+        Ok(taken)
+    }
+    fn sized<'h>(bytes: &mut &'h [u8]) -> Result<&'h [u8], ProjectedError> {
+        let mut length = [0u8; 4];
+        length.copy_from_slice(take(bytes, 4)?);
+        take(bytes, u32::from_le_bytes(length) as usize)
+    }
+    let mut count = [0u8; 4];
+    count.copy_from_slice(take(&mut bytes, 4)?);
+    let count = u32::from_le_bytes(count) as usize;
+    let mut headers = Vec::with_capacity(count.min(bytes.len() / 8));
+    for _ in 0..count {
+        let key = core::str::from_utf8(sized(&mut bytes)?).map_err(|_| ProjectedError::Shape)?;
+        let value = sized(&mut bytes)?;
+        headers.push(crate::Header {
+            key,
+            value: crate::Bytes::new(value),
+        });
+    }
+    Ok(headers)
+}
+
 /// Where the data of a batch of `records` records with `fields` fields
 /// starts.
 fn data_offset(records: usize, fields: usize) -> usize {
@@ -322,6 +518,63 @@ mod tests {
         assert_eq!(
             [0, 1, 2, 3, 4, 5].map(|i| i64_at(&buffer, numbers + i * 8)),
             [7, 3, 42, i64::MIN, 0, -1]
+        );
+    }
+
+    #[test]
+    fn the_reader_gives_back_what_the_writer_wrote() {
+        let value = br#"{"a":1,"b":"x"}"#;
+        let record = InputRecord {
+            key: Some(Bytes::new(b"k")),
+            value: Bytes::new(value),
+            headers: vec![
+                Header {
+                    key: "h",
+                    value: Bytes::new(b"hv"),
+                },
+                Header {
+                    key: "empty",
+                    value: Bytes::new(b""),
+                },
+            ],
+            event_time: None,
+            topic: Bytes::new(b"topic"),
+            partition: -1,
+            offset: 42,
+        };
+        let mut buffer = Vec::new();
+        let mut writer = ProjectedBatchWriter::begin(&mut buffer, 1, 3).unwrap();
+        let slots = [
+            FieldSlot::At { start: 11, end: 14 },
+            FieldSlot::Missing,
+            FieldSlot::NotAnObject,
+        ];
+        writer.push(&record, &slots).unwrap();
+        let batch = ProjectedBatch::parse(&buffer).unwrap().unwrap();
+        assert_eq!((batch.len(), batch.fields()), (1, 3));
+        let read = batch.record(0).unwrap();
+        assert_eq!(read.record, record);
+        assert_eq!(read.fields.get(0), Some(Ok(ProjectedField::At(b"\"x\""))));
+        assert_eq!(read.fields.get(1), Some(Ok(ProjectedField::Missing)));
+        assert_eq!(read.fields.get(2), Some(Ok(ProjectedField::NotAnObject)));
+        assert_eq!(read.fields.get(3), None);
+        assert!(batch.record(1).is_err());
+
+        // Another version is not read; a short buffer or a range outside
+        // the batch is an error, not a panic.
+        let mut other = buffer.clone();
+        other[0] = 9;
+        assert!(ProjectedBatch::parse(&other).unwrap().is_none());
+        assert!(ProjectedBatch::parse(&buffer[..40]).is_err());
+        let mut outside = buffer.clone();
+        outside[HEADER_BYTES + 4..HEADER_BYTES + 8].copy_from_slice(&u32::MAX.to_le_bytes()[..]);
+        outside[HEADER_BYTES + 4] = 0xfe;
+        assert!(
+            ProjectedBatch::parse(&outside)
+                .unwrap()
+                .unwrap()
+                .record(0)
+                .is_err()
         );
     }
 

@@ -205,7 +205,7 @@ fn plugin_dev_loop(lang: &str, expected_world: &str) {
 
 #[test]
 fn rust_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
-    plugin_dev_loop("rust", "sluice:plugin/fast-transform");
+    plugin_dev_loop("rust", "sluice:plugin/fast-projected-transform");
 }
 
 #[test]

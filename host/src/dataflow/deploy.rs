@@ -450,6 +450,8 @@ mod tests {
     #[test]
     fn roles_accept_only_their_worlds() {
         assert!(PluginRole::Transform.accepts(PluginWorld::FastTransform));
+        assert!(PluginRole::Transform.accepts(PluginWorld::FastProjectedTransform));
+        assert!(!PluginRole::Aggregate.accepts(PluginWorld::FastProjectedTransform));
         assert!(PluginRole::Transform.accepts(PluginWorld::Transform));
         assert!(PluginRole::Transform.accepts(PluginWorld::TextTransform));
         assert!(!PluginRole::Aggregate.accepts(PluginWorld::TextTransform));

@@ -1,7 +1,9 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Seven worlds: `transform` (typed, any language), `fast-transform` (adds
-//! the packed batch export, offered by the Rust SDK), `text-transform` (adds
+//! Eight worlds: `transform` (typed, any language), `fast-transform` (adds
+//! the packed batch export), `fast-projected-transform` (adds the
+//! projected batch with packed output; the Rust SDK exports it),
+//! `text-transform` (adds
 //! the typed batch with packed outcomes in a string), `projected-transform`
 //! (adds batches with the JSON fields the plugin reads found by the host;
 //! the Python SDK exports it), `aggregate` (window
@@ -60,6 +62,21 @@ pub mod projected {
             "sluice:plugin/state": super::typed::sluice::plugin::state,
             "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
             "sluice:plugin/text-packed-transformer": super::text::exports::sluice::plugin::text_packed_transformer,
+        },
+    });
+}
+
+/// Bindings for the `fast-projected-transform` world.
+pub mod fast_projected {
+    wasmtime::component::bindgen!({
+        world: "fast-projected-transform",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/state": super::typed::sluice::plugin::state,
+            "sluice:plugin/transformer": super::typed::exports::sluice::plugin::transformer,
+            "sluice:plugin/packed-transformer": super::fast::exports::sluice::plugin::packed_transformer,
         },
     });
 }

@@ -1,7 +1,9 @@
 //! A loaded plugin: compiled, version-checked and linked, ready to
 //! instantiate any number of times.
 
-use super::bindings::{aggregate, fast, fast_aggregate, projected, text, text_aggregate, typed};
+use super::bindings::{
+    aggregate, fast, fast_aggregate, fast_projected, projected, text, text_aggregate, typed,
+};
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
 use super::{PluginRuntime, RuntimeError, WIT_PACKAGE_VERSION};
@@ -17,6 +19,9 @@ pub enum PluginWorld {
     Transform,
     /// `sluice:plugin/fast-transform`: typed and packed batches.
     FastTransform,
+    /// `sluice:plugin/fast-projected-transform`: `fast-transform` plus
+    /// projected batches with packed output (Rust plugins).
+    FastProjectedTransform,
     /// `sluice:plugin/text-transform`: typed batches, outcomes packed in a
     /// string (Python plugins).
     TextTransform,
@@ -50,6 +55,7 @@ impl std::fmt::Display for PluginWorld {
         f.write_str(match self {
             PluginWorld::Transform => "transform",
             PluginWorld::FastTransform => "fast-transform",
+            PluginWorld::FastProjectedTransform => "fast-projected-transform",
             PluginWorld::TextTransform => "text-transform",
             PluginWorld::ProjectedTransform => "projected-transform",
             PluginWorld::Aggregate => "aggregate",
@@ -64,8 +70,10 @@ pub(crate) struct Pre {
     pub(crate) instance_pre: InstancePre<PluginState>,
     /// Present for transform plugins.
     pub(crate) transformer: Option<typed::TransformIndices>,
-    /// Present for `fast-transform` plugins.
+    /// Present for `fast-transform` and `fast-projected-transform` plugins.
     pub(crate) packed: Option<fast::FastTransformIndices>,
+    /// Present for `fast-projected-transform` plugins.
+    pub(crate) projected_packed: Option<fast_projected::FastProjectedTransformIndices>,
     /// Present for `text-transform` and `projected-transform` plugins.
     pub(crate) text_packed: Option<text::TextTransformIndices>,
     /// Present for `projected-transform` plugins.
@@ -150,7 +158,12 @@ pub(crate) fn load(
         let wanted = format!("sluice:plugin/{interface}@{WIT_PACKAGE_VERSION}");
         exports.contains(&wanted)
     };
-    let world = if has_export("transformer") && has_export("packed-transformer") {
+    let world = if has_export("transformer")
+        && has_export("packed-transformer")
+        && has_export("projected-packed-transformer")
+    {
+        PluginWorld::FastProjectedTransform
+    } else if has_export("transformer") && has_export("packed-transformer") {
         PluginWorld::FastTransform
     } else if has_export("transformer")
         && has_export("text-packed-transformer")
@@ -186,6 +199,7 @@ pub(crate) fn load(
     let mut pre = Pre {
         transformer: None,
         packed: None,
+        projected_packed: None,
         text_packed: None,
         projected: None,
         aggregator: None,
@@ -196,6 +210,7 @@ pub(crate) fn load(
     match world {
         PluginWorld::Transform
         | PluginWorld::FastTransform
+        | PluginWorld::FastProjectedTransform
         | PluginWorld::TextTransform
         | PluginWorld::ProjectedTransform => {
             pre.transformer =
@@ -206,8 +221,17 @@ pub(crate) fn load(
                 Some(aggregate::AggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
     }
-    if world == PluginWorld::FastTransform {
+    if matches!(
+        world,
+        PluginWorld::FastTransform | PluginWorld::FastProjectedTransform
+    ) {
         pre.packed = Some(fast::FastTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::FastProjectedTransform {
+        pre.projected_packed = Some(
+            fast_projected::FastProjectedTransformIndices::new(&pre.instance_pre)
+                .map_err(link_error)?,
+        );
     }
     if matches!(
         world,

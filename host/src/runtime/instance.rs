@@ -1,6 +1,6 @@
 //! One plugin instance: a `Store` with its limits, and batch calls into it.
 
-use super::bindings::{fast, projected, text, typed};
+use super::bindings::{fast, fast_projected, projected, text, typed};
 use super::component::PluginComponent;
 use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
@@ -45,6 +45,23 @@ pub enum CallPath {
     /// fields the plugin reads found by the host) in, the packed result out
     /// as ISO-8859-1 text; `TextPacked` when the plugin names no fields.
     Projected,
+    /// `projected-packed-transformer.process-projected-packed`: a projected
+    /// batch in, the packed result out as bytes; `Packed` when the plugin
+    /// names no fields.
+    ProjectedPacked,
+}
+
+impl CallPath {
+    /// The path a projected path falls back to for a plugin that names no
+    /// fields or does not read a batch's format version (itself for the
+    /// others).
+    fn without_projection(self) -> CallPath {
+        match self {
+            CallPath::Projected => CallPath::TextPacked,
+            CallPath::ProjectedPacked => CallPath::Packed,
+            other => other,
+        }
+    }
 }
 
 /// Where an emitted record goes.
@@ -113,12 +130,14 @@ impl std::fmt::Display for PluginFault {
 
 /// The exports of one instance: the typed transformer always, the packed
 /// one for `fast-transform` plugins, the text-packed one for
-/// `text-transform` plugins.
+/// `text-transform` plugins, the projected ones for `projected-transform`
+/// and `fast-projected-transform` plugins.
 pub(crate) struct Bindings {
     typed: typed::Transform,
     fast: Option<fast::FastTransform>,
     text: Option<text::TextTransform>,
     projected: Option<projected::ProjectedTransform>,
+    projected_packed: Option<fast_projected::FastProjectedTransform>,
 }
 
 /// The transform world: `sluice:plugin/transformer`, plus the packed
@@ -157,11 +176,16 @@ impl HostedWorld for TransformWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
+        let projected_packed = match &pre.projected_packed {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
         Ok(Bindings {
             typed,
             fast,
             text,
             projected,
+            projected_packed,
         })
     }
 
@@ -179,7 +203,9 @@ impl HostedWorld for TransformWorld {
 
 /// The path `component` is called through under `mode`.
 fn choose_path(component: &PluginComponent, mode: CallMode) -> Result<CallPath, RuntimeError> {
-    let offered = if component.pre.packed.is_some() {
+    let offered = if component.pre.projected_packed.is_some() {
+        CallPath::ProjectedPacked
+    } else if component.pre.packed.is_some() {
         CallPath::Packed
     } else if component.pre.projected.is_some() {
         CallPath::Projected
@@ -203,10 +229,14 @@ pub struct PluginInstance {
     host: PluginHost<TransformWorld>,
     path: CallPath,
     packed_input: Vec<u8>,
-    /// The fields a `Projected` plugin reads (asked on its first batch).
+    /// The fields a projected-path plugin reads (asked on its first
+    /// batch).
     projected_fields: Option<Vec<String>>,
     /// One record's field slots (reused).
     field_slots: Vec<sluice_wire::projected::FieldSlot>,
+    /// The field slots of the batch being called, record after record
+    /// (reused): where the host's splice finds a replaced field.
+    batch_slots: Vec<sluice_wire::projected::FieldSlot>,
 }
 
 impl PluginInstance {
@@ -235,6 +265,7 @@ impl PluginInstance {
             packed_input: Vec::new(),
             projected_fields: None,
             field_slots: Vec::new(),
+            batch_slots: Vec::new(),
         })
     }
 
@@ -243,8 +274,9 @@ impl PluginInstance {
         &self.host.component
     }
 
-    /// The export batches go through (a `Projected` plugin that names no
-    /// fields shows `TextPacked` once its first batch has asked).
+    /// The export batches go through (a projected-path plugin that names
+    /// no fields shows `TextPacked` or `Packed` once its first batch has
+    /// asked).
     pub fn call_path(&self) -> CallPath {
         self.path
     }
@@ -262,7 +294,7 @@ impl PluginInstance {
         let result = match self.path {
             CallPath::Packed => self.call_packed(records),
             CallPath::TextPacked => self.call_text_packed(records),
-            CallPath::Projected => self.call_projected(records),
+            CallPath::Projected | CallPath::ProjectedPacked => self.call_projected(records),
             CallPath::Typed => self.call_typed(records),
         };
         end_call(&mut self.host.store);
@@ -330,50 +362,92 @@ impl PluginInstance {
         decode_packed_output(Bytes::from(output), records)
     }
 
+    /// The path taken when the projected path is not (the plugin names no
+    /// fields, or does not read the batch's format version).
+    fn call_without_projection(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
+        match self.path.without_projection() {
+            CallPath::Packed => self.call_packed(records),
+            _ => self.call_text_packed(records),
+        }
+    }
+
+    /// The fields the plugin reads, asked through its projected export on
+    /// the first batch.
+    fn projected_fields(&mut self) -> Result<&[String], PluginFault> {
+        if self.projected_fields.is_none() {
+            let exports = &self.host.exports;
+            let store = &mut self.host.store;
+            let asked = match (&exports.projected_packed, &exports.projected) {
+                (Some(bindings), _) => bindings
+                    .sluice_plugin_projected_packed_transformer()
+                    .call_projected_fields(&mut *store),
+                (None, Some(bindings)) => bindings
+                    .sluice_plugin_projected_transformer()
+                    .call_projected_fields(&mut *store),
+                (None, None) => {
+                    return Err(bad_output(
+                        "projected call on a plugin without a projected export".into(),
+                    ));
+                }
+            };
+            let fields = asked.map_err(|error| classify(error, store, &self.host.limits))?;
+            self.projected_fields = Some(fields);
+        }
+        Ok(self.projected_fields.as_deref().unwrap_or_default())
+    }
+
     fn call_projected(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         use sluice_wire::projected::ProjectedBatchWriter;
-        let Some(bindings) = &self.host.exports.projected else {
-            return Err(bad_output(
-                "projected call on a plugin without the projected export".into(),
-            ));
-        };
-        let fields = match &self.projected_fields {
-            Some(fields) => fields,
-            None => {
-                let fields = bindings
-                    .sluice_plugin_projected_transformer()
-                    .call_projected_fields(&mut self.host.store)
-                    .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
-                self.projected_fields.insert(fields)
-            }
-        };
-        if fields.is_empty() {
-            // The plugin reads no fields: the text-packed path from now on.
-            self.path = CallPath::TextPacked;
-            return self.call_text_packed(records);
+        if self.projected_fields()?.is_empty() {
+            // The plugin reads no fields: the path without projection from
+            // now on.
+            self.path = self.path.without_projection();
+            return self.call_without_projection(records);
         }
         if records.is_empty() {
-            return self.call_text_packed(records);
+            return self.call_without_projection(records);
         }
+        let fields = self.projected_fields.as_deref().unwrap_or_default();
         let mut writer =
             ProjectedBatchWriter::begin(&mut self.packed_input, records.len(), fields.len())
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
+        self.batch_slots.clear();
         for record in records {
             super::projection::project(&record.value, fields, &mut self.field_slots);
             writer
                 .push(&to_wire_record(record), &self.field_slots)
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
+            self.batch_slots.extend_from_slice(&self.field_slots);
         }
-        let output = bindings
-            .sluice_plugin_projected_transformer()
-            .call_process_projected(&mut self.host.store, &self.packed_input)
-            .map_err(|error| classify(error, &self.host.store, &self.host.limits))?;
+        let exports = &self.host.exports;
+        let store = &mut self.host.store;
+        let output = match (self.path, &exports.projected_packed, &exports.projected) {
+            (CallPath::ProjectedPacked, Some(bindings), _) => bindings
+                .sluice_plugin_projected_packed_transformer()
+                .call_process_projected_packed(&mut *store, &self.packed_input)
+                .map_err(|error| classify(error, store, &self.host.limits))?,
+            (_, _, Some(bindings)) => {
+                let text = bindings
+                    .sluice_plugin_projected_transformer()
+                    .call_process_projected(&mut *store, &self.packed_input)
+                    .map_err(|error| classify(error, store, &self.host.limits))?;
+                latin1_bytes(text).map_err(bad_output)?
+            }
+            _ => {
+                return Err(bad_output(
+                    "projected call on a plugin without a projected export".into(),
+                ));
+            }
+        };
         if output.is_empty() {
             // A plugin that does not read this format version.
-            return self.call_text_packed(records);
+            return self.call_without_projection(records);
         }
-        let output = latin1_bytes(output).map_err(bad_output)?;
-        decode_packed_output(Bytes::from(output), records)
+        let projection = Projection {
+            fields,
+            slots: &self.batch_slots,
+        };
+        decode_output(Bytes::from(output), records, Some(projection))
     }
 
     fn call_typed(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
@@ -560,6 +634,32 @@ pub(crate) fn latin1_bytes(text: String) -> Result<Vec<u8>, String> {
 /// range and in input order, and each input has either emits or one
 /// failure, never both and never two failures.
 fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult, PluginFault> {
+    decode_output(output, inputs, None)
+}
+
+/// The fields a projected batch carried and where they were found in each
+/// input (record after record, `fields.len()` slots each).
+struct Projection<'p> {
+    fields: &'p [String],
+    slots: &'p [sluice_wire::projected::FieldSlot],
+}
+
+impl Projection<'_> {
+    /// Where the projection found `field` in input `input`, if it was
+    /// projected.
+    fn slot(&self, input: usize, field: &str) -> Option<sluice_wire::projected::FieldSlot> {
+        let index = self.fields.iter().position(|name| name == field)?;
+        self.slots.get(input * self.fields.len() + index).copied()
+    }
+}
+
+/// [`decode_packed_output`] for the output of a projected batch, whose
+/// replacing emits splice where the projection found the field.
+fn decode_output(
+    output: Bytes,
+    inputs: &[Record],
+    projection: Option<Projection<'_>>,
+) -> Result<BatchResult, PluginFault> {
     let mut result = BatchResult::default();
     let mut contract = OutputContract::default();
     for item in sluice_wire::decode_all::<OutputItem<'_>>(&output) {
@@ -576,7 +676,10 @@ fn decode_packed_output(output: Bytes, inputs: &[Record]) -> Result<BatchResult,
             OutputItem::EmitReplacing { input, field, json } => {
                 let source = input_of(input)?;
                 contract.emitted(input)?;
-                let value = super::projection::replace_field(&source.value, field, json)
+                let known = projection
+                    .as_ref()
+                    .and_then(|projection| projection.slot(input as usize, field));
+                let value = super::projection::replace_field(&source.value, field, json, known)
                     .map_err(|reason| bad_output(format!("input record {input}: {reason}")))?;
                 result.emitted.push(Emitted {
                     input: input as usize,

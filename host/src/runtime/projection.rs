@@ -7,10 +7,10 @@
 //! plugin's own parse would); a field's value is kept as its source text
 //! (`RawValue`), located by its place in the record.
 
+use crate::window::fields::KeySeed;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use sluice_wire::projected::FieldSlot;
-use std::borrow::Cow;
 
 /// The top-level fields of one JSON object value.
 struct ObjectFields {
@@ -36,16 +36,29 @@ pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>
 
 /// `value` (a JSON object) with the value of its top-level field `field`
 /// replaced by the JSON text `json`, or the field added at the end if the
-/// object has none; every other byte as it was.
-pub(crate) fn replace_field(value: &[u8], field: &str, json: &[u8]) -> Result<Vec<u8>, String> {
+/// object has none; every other byte as it was. `known` is where the
+/// projection of the same batch found the field in `value` (a
+/// [`FieldSlot::At`] from [`project`]): the value is then not parsed again.
+pub(crate) fn replace_field(
+    value: &[u8],
+    field: &str,
+    json: &[u8],
+    known: Option<FieldSlot>,
+) -> Result<Vec<u8>, String> {
     if serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err() {
         return Err(format!(
             "the new value of field `{field}` is not one JSON value"
         ));
     }
-    let names = [field.to_string()];
-    let fields = scan_object(value, &names)
-        .ok_or_else(|| "a field was replaced in a record that is not a JSON object".to_string())?;
+    let fields = match known {
+        Some(FieldSlot::At { start, end }) if start <= end && end <= value.len() => ObjectFields {
+            found: vec![Some((start, end))],
+            entries: 1,
+        },
+        _ => scan_object(value, &[field.to_string()]).ok_or_else(|| {
+            "a field was replaced in a record that is not a JSON object".to_string()
+        })?,
+    };
     let mut out = Vec::with_capacity(value.len() + json.len() + field.len() + 4);
     match fields.found[0] {
         Some((start, end)) => {
@@ -73,9 +86,10 @@ pub(crate) fn replace_field(value: &[u8], field: &str, json: &[u8]) -> Result<Ve
 }
 
 /// The fields `names` of the JSON object `value`, or `None` if `value` is
-/// not one well-formed JSON object in UTF-8.
+/// not one well-formed JSON object in UTF-8. (serde_json checks the UTF-8
+/// of every key and of every value it takes as raw text, which is all of
+/// an object but its ASCII punctuation.)
 fn scan_object(value: &[u8], names: &[String]) -> Option<ObjectFields> {
-    std::str::from_utf8(value).ok()?;
     let mut deserializer = serde_json::Deserializer::from_slice(value);
     let fields = deserializer
         .deserialize_map(ObjectVisitor {
@@ -104,10 +118,10 @@ impl<'de, 'r, 'n> Visitor<'de> for ObjectVisitor<'r, 'n> {
             found: vec![None; self.names.len()],
             entries: 0,
         };
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
             fields.entries += 1;
             let raw = map.next_value_seed(RawSeed)?;
-            if let Some(index) = self.names.iter().position(|name| *name == key) {
+            if let Some(index) = self.names.iter().position(|name| name == key.as_str()) {
                 let start = raw.get().as_ptr() as usize - self.record.as_ptr() as usize;
                 fields.found[index] = Some((start, start + raw.get().len()));
             }
@@ -188,15 +202,46 @@ mod tests {
     fn a_field_is_replaced_in_place_or_added_at_the_end() {
         let value = br#"{"id":1,"text":"abc", "ts":2}"#;
         assert_eq!(
-            replace_field(value, "text", br#""ABC""#).unwrap(),
+            replace_field(value, "text", br#""ABC""#, None).unwrap(),
             br#"{"id":1,"text":"ABC", "ts":2}"#
         );
         assert_eq!(
-            replace_field(value, "new \"one\"", b"[1]").unwrap(),
+            replace_field(value, "new \"one\"", b"[1]", None).unwrap(),
             br#"{"id":1,"text":"abc", "ts":2,"new \"one\"":[1]}"#
         );
-        assert_eq!(replace_field(b"{ }", "a", b"1").unwrap(), br#"{ "a":1}"#);
-        assert!(replace_field(b"[1]", "a", b"1").is_err());
-        assert!(replace_field(value, "text", b"ABC").is_err());
+        assert_eq!(
+            replace_field(b"{ }", "a", b"1", None).unwrap(),
+            br#"{ "a":1}"#
+        );
+        assert!(replace_field(b"[1]", "a", b"1", None).is_err());
+        assert!(replace_field(value, "text", b"ABC", None).is_err());
+    }
+
+    #[test]
+    fn a_field_the_projection_found_is_replaced_where_it_was_found() {
+        let value = br#"{"id":1,"text":"abc", "ts":2}"#;
+        let mut slots = Vec::new();
+        project(value, &names(&["text"]), &mut slots);
+        assert_eq!(
+            replace_field(value, "text", br#""ABC""#, Some(slots[0])).unwrap(),
+            br#"{"id":1,"text":"ABC", "ts":2}"#
+        );
+        // The range is trusted, not searched: this one says `id`.
+        let id = FieldSlot::At { start: 6, end: 7 };
+        assert_eq!(
+            replace_field(value, "text", b"7", Some(id)).unwrap(),
+            br#"{"id":7,"text":"abc", "ts":2}"#
+        );
+        // A field the projection did not find is looked for.
+        assert_eq!(
+            replace_field(value, "text", b"0", Some(FieldSlot::Missing)).unwrap(),
+            br#"{"id":1,"text":0, "ts":2}"#
+        );
+        // A range outside the value is not trusted either.
+        let outside = FieldSlot::At { start: 6, end: 99 };
+        assert_eq!(
+            replace_field(value, "ts", b"3", Some(outside)).unwrap(),
+            br#"{"id":1,"text":"abc", "ts":3}"#
+        );
     }
 }

@@ -230,13 +230,14 @@ impl<'de, P: AsRef<FieldPath>> Visitor<'de> for FieldsVisitor<'_, '_, P> {
 }
 
 /// An object key: borrowed from the document unless it holds escapes.
-enum Key<'de> {
+pub(crate) enum Key<'de> {
     Borrowed(&'de str),
     Owned(String),
 }
 
 impl Key<'_> {
-    fn as_str(&self) -> &str {
+    /// The key's text.
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(key) => key,
             Key::Owned(key) => key,
@@ -246,7 +247,7 @@ impl Key<'_> {
 
 /// Reads an object key without copying it where it can (serde's own
 /// `Cow<str>` always copies).
-struct KeySeed;
+pub(crate) struct KeySeed;
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = Key<'de>;

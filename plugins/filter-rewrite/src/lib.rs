@@ -4,13 +4,15 @@
 //! with the string field `rewrite_field` (default `text`) upper-cased
 //! (ASCII), every other byte as it came.
 //!
-//! `mode = "fields"` (default) reads the two fields with
-//! [`sluice_sdk::json::JsonObject`] and writes the record back with one
-//! field replaced; `mode = "document"` parses the whole record into a
-//! `serde_json::Value` and serialises it again, the way most JSON code
-//! does, to measure what the first way saves.
+//! `mode = "fields"` (default) names the two fields in
+//! [`Transform::json_fields`], so the host finds them (the projected
+//! path), reads them with [`Record::field`] and emits the record with one
+//! field replaced ([`Emitter::emit_replacing_with`], spliced by the host);
+//! `mode = "document"` parses the whole record into a `serde_json::Value`
+//! and serialises it again, the way most JSON code does, to measure what
+//! the first way saves.
 
-use sluice_sdk::json::{self, JsonObject};
+use sluice_sdk::json;
 use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 use std::borrow::Cow;
 
@@ -39,35 +41,29 @@ impl FilterRewrite {
     }
 
     fn process_fields(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
-        let object: JsonObject<'_> = record.json_object()?;
-        if !self.keep(object.get(&self.filter_field).and_then(|v| v.as_i64()))? {
+        if !self.keep(record.field(&self.filter_field)?.and_then(|v| v.as_i64()))? {
             return Ok(());
         }
         let not_a_string = || format!("field `{}` is not a string", self.rewrite_field);
-        let field = object.get(&self.rewrite_field).ok_or_else(not_a_string)?;
+        let field = record
+            .field(&self.rewrite_field)?
+            .ok_or_else(not_a_string)?;
         let text = field.as_str().ok_or_else(not_a_string)?;
-        // Written straight into the reused output buffer: no allocation
-        // per record.
-        self.buffer.clear();
+        // The new value is written straight into the SDK's reused buffer;
+        // on the projected path the host splices it into the record.
         match text {
             // No escapes: the string's JSON text upper-cased is the
             // upper-cased string's JSON text (ASCII letters only change).
-            Cow::Borrowed(_) => {
-                object.write_replacing_with(&mut self.buffer, &self.rewrite_field, |out| {
-                    let start = out.len();
-                    out.extend_from_slice(field.raw().as_bytes());
-                    out[start..].make_ascii_uppercase();
-                })
-            }
+            Cow::Borrowed(_) => out.emit_replacing_with(&self.rewrite_field, |out| {
+                let start = out.len();
+                out.extend_from_slice(field.raw().as_bytes());
+                out[start..].make_ascii_uppercase();
+            }),
             Cow::Owned(mut text) => {
                 text.make_ascii_uppercase();
-                object.write_replacing_with(&mut self.buffer, &self.rewrite_field, |out| {
-                    json::quote_into(out, &text)
-                })
+                out.emit_replacing_with(&self.rewrite_field, |out| json::quote_into(out, &text))
             }
         }
-        out.emit_value(&self.buffer);
-        Ok(())
     }
 
     fn process_document(
@@ -122,6 +118,13 @@ impl Transform for FilterRewrite {
         match self.mode {
             Mode::Fields => self.process_fields(record, out),
             Mode::Document => self.process_document(record, out),
+        }
+    }
+
+    fn json_fields(&self) -> Vec<String> {
+        match self.mode {
+            Mode::Fields => vec![self.filter_field.clone(), self.rewrite_field.clone()],
+            Mode::Document => Vec::new(),
         }
     }
 }

@@ -88,4 +88,17 @@ impl packed_transformer::Guest for Hostile {
     }
 }
 
+/// Names no fields: the host calls `process-packed` above.
+impl sluice_sdk::bindings::exports::sluice::plugin::projected_packed_transformer::Guest
+    for Hostile
+{
+    fn projected_fields() -> Vec<String> {
+        Vec::new()
+    }
+
+    fn process_projected_packed(_batch: Vec<u8>) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
 sluice_sdk::bindings::export_world!(Hostile with_types_in sluice_sdk::bindings);

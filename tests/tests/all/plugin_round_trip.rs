@@ -253,17 +253,18 @@ fn probe_record(value: &str, index: i64) -> Record {
 /// failure's reason.
 type ByInput = Vec<(usize, String)>;
 
-/// Runs the Python field-probe plugin on `values` under `mode` and
-/// `config`; returns the path it took, each emitted value (by input) and
-/// each failure.
+/// Runs a field-probe plugin (`python/field-probe` or the Rust
+/// `field-probe`) on `values` under `mode` and `config`; returns the path
+/// it took, each emitted value (by input) and each failure.
 fn run_field_probe(
+    plugin: &str,
     values: &[&str],
     mode: CallMode,
     config: &[(&str, &str)],
 ) -> (CallPath, ByInput, ByInput) {
     let runtime = runtime();
     let component = runtime
-        .load(sluice_tests::plugin("python/field-probe"))
+        .load(sluice_tests::plugin(plugin))
         .expect("load field-probe");
     let scope = OperatorScope::new("t", "test", "field-probe");
     let store = state_backend().open(&scope, None).expect("state");
@@ -321,7 +322,8 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
         "{}",
         r#"{"s":"plain","n":0}"#,
     ];
-    let (path, projected, failed) = run_field_probe(&values, CallMode::Auto, &[]);
+    let probe = "python/field-probe";
+    let (path, projected, failed) = run_field_probe(probe, &values, CallMode::Auto, &[]);
     assert_eq!(path, CallPath::Projected);
     let first = values[0];
     assert_eq!(
@@ -367,7 +369,7 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
         (CallMode::Auto, [("project", "no")]),
         (CallMode::Typed, [("project", "yes")]),
     ] {
-        let (path, emitted, failed_here) = run_field_probe(&values, mode, &config);
+        let (path, emitted, failed_here) = run_field_probe(probe, &values, mode, &config);
         assert_ne!(path, CallPath::Projected);
         assert_eq!(emitted.len(), projected.len(), "{mode:?} {config:?}");
         for (here, there) in emitted.iter().zip(&projected) {
@@ -387,6 +389,7 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     // Projected only: the splice keeps every other byte as it came
     // (spaces, a repeated name: the last is the field, as when parsed).
     let (_, spliced, _) = run_field_probe(
+        probe,
         &[r#"{ "s" : "one", "s":"two" , "n":1 }"#],
         CallMode::Auto,
         &[],
@@ -396,4 +399,76 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
         "{spliced:#?}"
     );
     assert!(spliced[0].1.contains(r#""s":"two""#), "{spliced:#?}");
+}
+
+/// The Rust SDK's field API (`Record::field`, `Emitter::emit_replacing`)
+/// reads the same fields and writes the same bytes on the projected path
+/// (the host finds the fields and splices the replaced value) as on the
+/// packed and typed paths (the plugin splits the record itself).
+#[test]
+fn rust_field_reads_and_replacing_emits_agree_on_every_path() {
+    let values = [
+        r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2]}"#,
+        r#"{"a":{"nested":true},"s":"caf\u00e9","n":12345678901234567890}"#,
+        "[1,2]",
+        r#"{"a":1"#,
+        "{}",
+        r#"{ "s" : "one", "s":"two" , "n":1 }"#,
+    ];
+    let probe = "field-probe";
+    let (path, projected, failed) = run_field_probe(probe, &values, CallMode::Auto, &[]);
+    assert_eq!(path, CallPath::ProjectedPacked);
+    let first = values[0];
+    assert_eq!(
+        projected[..3],
+        [
+            (
+                0,
+                format!(
+                    r#"{{"a":"1","event_time":1700000000000,"headers":[["h","0102"]],"key":"6b00","missing":"default","n":"-5","s":"x\"y","source":["in",1,10],"undeclared":[1,2],"value_length":{}}}"#,
+                    first.len()
+                )
+            ),
+            (0, r#"{"a":1,"s":"X\"Y","n":-5,"u":[1,2]}"#.to_string()),
+            (
+                0,
+                r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2],"added":[1,{"x":null},"t\u00e9\"xt"]}"#
+                    .to_string()
+            ),
+        ]
+    );
+    // A number beyond 64 bits keeps its text; an escaped string is decoded
+    // (and written back quoted); every other byte stays as it came.
+    assert!(
+        projected.contains(&(
+            1,
+            r#"{"a":{"nested":true},"s":"CAFÉ","n":12345678901234567890}"#.to_string()
+        )),
+        "{projected:#?}"
+    );
+    // An empty object gets the added field; of a repeated name the last is
+    // the field, and spaces stay.
+    assert!(projected.contains(&(4, r#"{"added":[1,{"x":null},"t\u00e9\"xt"]}"#.to_string())));
+    assert!(
+        projected.contains(&(5, r#"{ "s" : "one", "s":"TWO" , "n":1 }"#.to_string())),
+        "{projected:#?}"
+    );
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed[0].0, 2);
+    assert_eq!(failed[1].0, 3);
+    for (_, reason) in &failed {
+        assert!(reason.starts_with("invalid JSON value"), "{failed:?}");
+    }
+
+    // The packed and typed paths: the plugin splits the record itself
+    // with the same splice, so the bytes are the same.
+    for (mode, config, expected) in [
+        (CallMode::Auto, [("project", "no")], CallPath::Packed),
+        (CallMode::Typed, [("project", "yes")], CallPath::Typed),
+    ] {
+        let (path, emitted, failed_here) = run_field_probe(probe, &values, mode, &config);
+        assert_eq!(path, expected);
+        assert_eq!(emitted, projected, "{mode:?} {config:?}");
+        assert_eq!(failed_here, failed, "{mode:?} {config:?}");
+    }
 }
