@@ -499,6 +499,9 @@ impl Pipeline {
         if let Some(fields) = first.and_then(|first| first.reads_fields()) {
             source.read_ahead(fields);
         }
+        if let Some(names) = first.and_then(|first| first.projects_fields()) {
+            source.project_ahead(names);
+        }
 
         let executor = ExecutorConfig {
             batch_size: config.pipeline.batch_size,

@@ -71,6 +71,31 @@ pub struct ReadFields {
     pub paths: Arc<[FieldPath]>,
     /// Their values, one per path (`None`: the field is missing).
     pub values: Vec<Option<FieldValue>>,
+    /// Where the fields a plugin right after the source reads lie in the
+    /// value, if it asked ([`crate::dataflow::Operator::projects_fields`]).
+    pub spans: Option<FieldSpans>,
+}
+
+/// Where the top-level fields a plugin reads lie in a record's JSON value
+/// (each value's JSON text), found by the source in the pass that checks
+/// the line, for a transform right after it on the projected path (ADR
+/// 0015): the host then does not parse the value again to pack the batch.
+#[derive(Debug, Clone)]
+pub struct FieldSpans {
+    /// The field names: the operator's list, shared by every record of the
+    /// source.
+    pub names: Arc<[String]>,
+    /// One per name: its value's `(start, end)` byte range in the record's
+    /// value, `None` if the object has no such field.
+    pub spans: Vec<Option<(usize, usize)>>,
+}
+
+impl FieldSpans {
+    /// The spans, if they are of `names` (the list a plugin gave).
+    pub fn of(&self, names: &[String]) -> Option<&[Option<(usize, usize)>]> {
+        (std::ptr::eq(&self.names[..], names) || self.names[..] == *names)
+            .then_some(&self.spans[..])
+    }
 }
 
 impl ReadFields {

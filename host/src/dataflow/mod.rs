@@ -231,6 +231,16 @@ pub trait Operator: Send {
         None
     }
 
+    /// Top-level fields of each record's JSON value whose JSON text this
+    /// operator's plugin reads (the projected path). A source that parses
+    /// its records anyway finds where they lie in the same pass when this
+    /// operator comes right after it ([`Source::project_ahead`]), and the
+    /// plugin's batches are packed from [`crate::record::FieldSpans`]
+    /// instead of parsing each value again.
+    fn projects_fields(&self) -> Option<Arc<[String]>> {
+        None
+    }
+
     /// Called when the watermark advances (event-time operators fire here).
     fn on_watermark(&mut self, _watermark: i64, _out: &mut Collector) -> Result<(), DataflowError> {
         Ok(())
@@ -300,6 +310,13 @@ pub trait Source: Send {
     /// ([`Operator::reads_fields`]). The default ignores it: the operator
     /// then reads the fields itself.
     fn read_ahead(&mut self, _fields: Arc<[FieldPath]>) {}
+
+    /// Asks the source to find where the top-level fields `names` lie in
+    /// each JSON record it parses anyway, in the same pass, and keep the
+    /// spans on the record ([`crate::record::FieldSpans`]) for the plugin
+    /// after it ([`Operator::projects_fields`]). The default ignores it:
+    /// the host then finds them while packing the plugin's batch.
+    fn project_ahead(&mut self, _names: Arc<[String]>) {}
 }
 
 /// One read from a source.

@@ -88,6 +88,8 @@ pub struct TransformOperator {
     faults_in_a_row: u64,
     /// Where plugin swaps come from.
     switch: Option<super::deploy::SwitchPort>,
+    /// The JSON fields the plugin (as loaded) reads on the projected path.
+    projects_fields: Option<Arc<[String]>>,
 }
 
 impl TransformOperator {
@@ -108,12 +110,13 @@ impl TransformOperator {
     /// counters the instance reports plugin counters to.
     pub fn new(
         name: impl Into<String>,
-        instance: PluginInstance,
+        mut instance: PluginInstance,
         metrics: Arc<OperatorMetrics>,
     ) -> Self {
         TransformOperator {
             name: name.into(),
             plugin_label: instance.component().label(),
+            projects_fields: instance.projects_fields(),
             instance,
             metrics,
             policy: FaultPolicy::default(),
@@ -315,6 +318,10 @@ impl Operator for TransformOperator {
 
     fn metrics(&self) -> &Arc<OperatorMetrics> {
         &self.metrics
+    }
+
+    fn projects_fields(&self) -> Option<Arc<[String]>> {
+        self.projects_fields.clone()
     }
 
     fn process_batch(

@@ -229,9 +229,9 @@ pub struct PluginInstance {
     host: PluginHost<TransformWorld>,
     path: CallPath,
     packed_input: Vec<u8>,
-    /// The fields a projected-path plugin reads (asked on its first
-    /// batch).
-    projected_fields: Option<Vec<String>>,
+    /// The fields a projected-path plugin reads (asked once: at
+    /// [`PluginInstance::projects_fields`] or on its first batch).
+    projected_fields: Option<Arc<[String]>>,
     /// One record's field slots (reused).
     field_slots: Vec<sluice_wire::projected::FieldSlot>,
     /// The field slots of the batch being called, record after record
@@ -391,9 +391,34 @@ impl PluginInstance {
                 }
             };
             let fields = asked.map_err(|error| classify(error, store, &self.host.limits))?;
-            self.projected_fields = Some(fields);
+            self.projected_fields = Some(Arc::from(fields));
         }
         Ok(self.projected_fields.as_deref().unwrap_or_default())
+    }
+
+    /// The top-level JSON fields the plugin reads on the projected path,
+    /// asked now (within the call deadline) if not yet. `None`: not a
+    /// projected-path plugin, or it names none, or asking faulted (the
+    /// instance is then replaced, and its first batch asks again and
+    /// reports the fault). The source before it can find them in its own
+    /// pass ([`crate::dataflow::Operator::projects_fields`]).
+    pub fn projects_fields(&mut self) -> Option<Arc<[String]>> {
+        if !matches!(self.path, CallPath::Projected | CallPath::ProjectedPacked) {
+            return None;
+        }
+        if self.projected_fields.is_none() {
+            start_call(&mut self.host.store, self.host.limits.deadline);
+            let asked = self.projected_fields().map(|_| ());
+            end_call(&mut self.host.store);
+            if asked.is_err() {
+                // A fault poisons the instance.
+                let _ = self.reinstantiate();
+                return None;
+            }
+        }
+        self.projected_fields
+            .clone()
+            .filter(|fields| !fields.is_empty())
     }
 
     fn call_projected(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
@@ -413,7 +438,19 @@ impl PluginInstance {
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
         self.batch_slots.clear();
         for record in records {
-            super::projection::project(&record.value, fields, &mut self.field_slots);
+            // Found by the source in its own pass, or found here.
+            let spans = record
+                .read_fields
+                .as_deref()
+                .and_then(|read| read.spans.as_ref()?.of(fields));
+            match spans {
+                Some(spans) => {
+                    self.field_slots.clear();
+                    self.field_slots
+                        .extend(spans.iter().map(|span| super::projection::slot_of(*span)));
+                }
+                None => super::projection::project(&record.value, fields, &mut self.field_slots),
+            }
             writer
                 .push(&to_wire_record(record), &self.field_slots)
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;

@@ -4,12 +4,13 @@
 //! [`sluice_wire::OutputItem::EmitReplacing`].
 //!
 //! serde_json does the parsing (strict: the whole value is checked, as a
-//! plugin's own parse would); a field's value is kept as its source text
-//! (`RawValue`), located by its place in the record.
+//! plugin's own parse would), in the window extractor's one pass over an
+//! object ([`extract_into_with_spans`]); a field's value is kept as its
+//! source text, located by its place in the record. When the source read
+//! the record, it found the fields in its own pass already
+//! ([`crate::record::ReadFields`]): then nothing here runs.
 
-use crate::window::fields::KeySeed;
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
+use crate::window::fields::{FieldPath, Spans, extract_into_with_spans};
 use sluice_wire::projected::FieldSlot;
 
 /// The top-level fields of one JSON object value.
@@ -26,11 +27,16 @@ struct ObjectFields {
 pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>) {
     slots.clear();
     match scan_object(value, names) {
-        Some(fields) => slots.extend(fields.found.into_iter().map(|found| match found {
-            Some((start, end)) => FieldSlot::At { start, end },
-            None => FieldSlot::Missing,
-        })),
+        Some(fields) => slots.extend(fields.found.into_iter().map(slot_of)),
         None => slots.extend(names.iter().map(|_| FieldSlot::NotAnObject)),
+    }
+}
+
+/// A span found by [`extract_into_with_spans`] as a projected slot.
+pub(crate) fn slot_of(span: Option<(usize, usize)>) -> FieldSlot {
+    match span {
+        Some((start, end)) => FieldSlot::At { start, end },
+        None => FieldSlot::Missing,
     }
 }
 
@@ -86,59 +92,20 @@ pub(crate) fn replace_field(
 }
 
 /// The fields `names` of the JSON object `value`, or `None` if `value` is
-/// not one well-formed JSON object in UTF-8. (serde_json checks the UTF-8
-/// of every key and of every value it takes as raw text, which is all of
-/// an object but its ASCII punctuation.)
+/// not one well-formed JSON object in UTF-8.
 fn scan_object(value: &[u8], names: &[String]) -> Option<ObjectFields> {
-    let mut deserializer = serde_json::Deserializer::from_slice(value);
-    let fields = deserializer
-        .deserialize_map(ObjectVisitor {
-            record: value,
+    let mut found = vec![None; names.len()];
+    let entries = extract_into_with_spans::<FieldPath>(
+        value,
+        &[],
+        &mut Vec::new(),
+        Spans {
             names,
-        })
-        .ok()?;
-    deserializer.end().ok()?;
-    Some(fields)
-}
-
-struct ObjectVisitor<'r, 'n> {
-    record: &'r [u8],
-    names: &'n [String],
-}
-
-impl<'de, 'r, 'n> Visitor<'de> for ObjectVisitor<'r, 'n> {
-    type Value = ObjectFields;
-
-    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields, A::Error> {
-        let mut fields = ObjectFields {
-            found: vec![None; self.names.len()],
-            entries: 0,
-        };
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            fields.entries += 1;
-            let raw = map.next_value_seed(RawSeed)?;
-            if let Some(index) = self.names.iter().position(|name| name == key.as_str()) {
-                let start = raw.get().as_ptr() as usize - self.record.as_ptr() as usize;
-                fields.found[index] = Some((start, start + raw.get().len()));
-            }
-        }
-        Ok(fields)
-    }
-}
-
-/// Reads a value as its borrowed source text.
-struct RawSeed;
-
-impl<'de> DeserializeSeed<'de> for RawSeed {
-    type Value = &'de RawValue;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<&'de RawValue, D::Error> {
-        serde::Deserialize::deserialize(deserializer)
-    }
+            found: &mut found,
+        },
+    )
+    .ok()?;
+    Some(ObjectFields { found, entries })
 }
 
 #[cfg(test)]

@@ -173,14 +173,9 @@ fn extract_at<P: AsRef<FieldPath>>(
         .iter()
         .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
     {
-        let mut deserializer = serde_json::Deserializer::from_slice(document);
-        deserializer
-            .deserialize_map(FieldsVisitor { paths, found })
-            .map_err(|e| format!("value is not a JSON object: {e}"))?;
-        deserializer
-            .end()
-            .map_err(|e| format!("value is not a JSON object: {e}"))?;
-        return Ok(());
+        return scan_top_level(document, paths, found, None)
+            .map(|_| ())
+            .map_err(|e| format!("value is not a JSON object: {e}"));
     }
     let value: Value =
         serde_json::from_slice(document).map_err(|e| format!("value is not JSON: {e}"))?;
@@ -194,29 +189,114 @@ fn extract_at<P: AsRef<FieldPath>>(
     Ok(())
 }
 
-/// Reads the fields of a top-level object into `found`, by position in
-/// `paths` (all [`FieldPath::Top`]).
-struct FieldsVisitor<'p, 'f, P> {
-    paths: &'p [P],
-    found: &'f mut [Option<FieldValue>],
+/// Where top-level fields' JSON text lies in a document: the names asked
+/// for and, per name, the `(start, end)` byte range of its (last) value, or
+/// `None` if the object has no such field.
+pub struct Spans<'s> {
+    /// The field names.
+    pub names: &'s [String],
+    /// One slot per name, filled by [`extract_into_with_spans`].
+    pub found: &'s mut [Option<(usize, usize)>],
 }
 
-impl<'de, P: AsRef<FieldPath>> Visitor<'de> for FieldsVisitor<'_, '_, P> {
-    type Value = ();
+/// [`extract_into`] for top-level `paths` that also finds where the fields
+/// `spans.names` lie in the document (their JSON text, for a plugin on the
+/// projected path), in the same pass. Returns how many fields the object
+/// has. Fails (filling nothing) if the document is not one JSON object in
+/// UTF-8 (all of it, skipped strings too, as a plugin's own parse checks
+/// it) or a path is not [`FieldPath::Top`].
+pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
+    document: &[u8],
+    paths: &[P],
+    found: &mut Vec<Option<FieldValue>>,
+    spans: Spans<'_>,
+) -> Result<usize, String> {
+    if !paths
+        .iter()
+        .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
+    {
+        return Err("field spans are found for top-level paths only".to_string());
+    }
+    std::str::from_utf8(document).map_err(|e| format!("value is not UTF-8: {e}"))?;
+    let start = found.len();
+    found.resize(start + paths.len(), None);
+    let result = scan_top_level(document, paths, &mut found[start..], Some(spans))
+        .map_err(|e| format!("value is not a JSON object: {e}"));
+    if result.is_err() {
+        found.truncate(start);
+    }
+    result
+}
+
+/// One pass over a top-level object: the values of `paths` (all
+/// [`FieldPath::Top`]) into `found` and, if asked, the spans of fields;
+/// returns how many fields the object has.
+fn scan_top_level<P: AsRef<FieldPath>>(
+    document: &[u8],
+    paths: &[P],
+    found: &mut [Option<FieldValue>],
+    spans: Option<Spans<'_>>,
+) -> Result<usize, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(document);
+    let entries = deserializer.deserialize_map(FieldsVisitor {
+        document,
+        paths,
+        found,
+        spans,
+    })?;
+    deserializer.end()?;
+    Ok(entries)
+}
+
+/// Reads the fields of a top-level object into `found`, by position in
+/// `paths` (all [`FieldPath::Top`]), and the spans of `spans.names`.
+struct FieldsVisitor<'d, 'p, 'f, 's, P> {
+    document: &'d [u8],
+    paths: &'p [P],
+    found: &'f mut [Option<FieldValue>],
+    spans: Option<Spans<'s>>,
+}
+
+impl<'de, P: AsRef<FieldPath>> Visitor<'de> for FieldsVisitor<'_, '_, '_, '_, P> {
+    type Value = usize;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<usize, A::Error> {
         let is = |path: &P, key: &str| matches!(path.as_ref(), FieldPath::Top(name) if name == key);
+        let mut entries = 0;
         while let Some(key) = map.next_key_seed(KeySeed)? {
+            entries += 1;
             let key = key.as_str();
-            let Some(first) = self.paths.iter().position(|p| is(p, key)) else {
-                map.next_value::<IgnoredAny>()?;
-                continue;
+            let first = self.paths.iter().position(|p| is(p, key));
+            let span = self
+                .spans
+                .as_ref()
+                .and_then(|spans| spans.names.iter().position(|name| name == key));
+            let value = match (first, span) {
+                (None, None) => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                (_, Some(span)) => {
+                    let raw = map.next_value_seed(RawSeed)?;
+                    let start = raw.get().as_ptr() as usize - self.document.as_ptr() as usize;
+                    if let Some(spans) = &mut self.spans {
+                        spans.found[span] = Some((start, start + raw.get().len()));
+                    }
+                    match first {
+                        None => continue,
+                        // Asked for both: the value from its text.
+                        Some(_) => FieldSeed
+                            .deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+                            .map_err(serde::de::Error::custom)?,
+                    }
+                }
+                (Some(_), None) => map.next_value_seed(FieldSeed)?,
             };
-            let value = map.next_value_seed(FieldSeed)?;
+            let Some(first) = first else { continue };
             // A field asked for twice is filled twice.
             for (index, path) in self.paths.iter().enumerate().skip(first + 1) {
                 if is(path, key) {
@@ -225,19 +305,33 @@ impl<'de, P: AsRef<FieldPath>> Visitor<'de> for FieldsVisitor<'_, '_, P> {
             }
             self.found[first] = Some(value);
         }
-        Ok(())
+        Ok(entries)
+    }
+}
+
+/// Reads a value as its borrowed source text.
+struct RawSeed;
+
+impl<'de> DeserializeSeed<'de> for RawSeed {
+    type Value = &'de serde_json::value::RawValue;
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<&'de serde_json::value::RawValue, D::Error> {
+        serde::Deserialize::deserialize(deserializer)
     }
 }
 
 /// An object key: borrowed from the document unless it holds escapes.
-pub(crate) enum Key<'de> {
+enum Key<'de> {
     Borrowed(&'de str),
     Owned(String),
 }
 
 impl Key<'_> {
     /// The key's text.
-    pub(crate) fn as_str(&self) -> &str {
+    fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(key) => key,
             Key::Owned(key) => key,
@@ -247,7 +341,7 @@ impl Key<'_> {
 
 /// Reads an object key without copying it where it can (serde's own
 /// `Cow<str>` always copies).
-pub(crate) struct KeySeed;
+struct KeySeed;
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = Key<'de>;

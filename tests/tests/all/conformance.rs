@@ -364,3 +364,37 @@ fn filter_rewrite_conforms_on_edge_cases() {
         reference.dead_letters
     );
 }
+
+/// A Rust plugin on the projected path right after a JSON-lines file
+/// source gets the spans of its fields from the source's own pass over
+/// each line; the output is the same, byte for byte, as when it names no
+/// fields and reads each record itself (the packed path).
+#[test]
+fn fields_found_by_the_file_source_give_the_same_output_as_the_plugins_own_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines = [
+        r#"{"ts":1,"a":1,"s":"x\"y","n":-5,"u":[1,2]}"#,
+        r#"{"ts":2,"a":{"nested":true},"s":"caf\u00e9","n":12345678901234567890}"#,
+        r#"{"ts":3}"#,
+        r#"{ "ts" : 4, "s" : "one", "s":"two" , "n":1 }"#,
+        r#"{"ts":5,"s":7}"#,
+    ];
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let source = format!("[source.file]\npath = {input:?}\ntimestamp_field = \"ts\"");
+    let probe = plugin_in("rust", "field-probe");
+    let projected = run(&source, &[("probe", probe.clone(), "project = \"yes\"")]);
+    let packed = run(&source, &[("probe", probe, "project = \"no\"")]);
+    let main = String::from_utf8(projected.main.clone()).unwrap();
+    assert_eq!(main.lines().count(), 13, "{main}");
+    assert!(
+        main.contains(r#"{ "ts" : 4, "s" : "one", "s":"TWO" , "n":1 }"#),
+        "{main}"
+    );
+    assert!(
+        projected.main == packed.main,
+        "--- projected\n{main}\n--- packed\n{}",
+        String::from_utf8_lossy(&packed.main)
+    );
+    assert_eq!(projected.dead_letters, packed.dead_letters);
+}

@@ -6,10 +6,10 @@
 //! the buffer before the next chunk is read behind it.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{ReadFields, Record, SourcePosition, into_dead_letter};
+use crate::record::{FieldSpans, ReadFields, Record, SourcePosition, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
-use crate::window::fields::{FieldPath, FieldValue, extract_into};
+use crate::window::fields::{FieldPath, FieldValue, Spans, extract_into, extract_into_with_spans};
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -66,6 +66,13 @@ pub struct FileSource {
     /// The values of `fields_read` for one line, reused from line to line
     /// when they are not read ahead.
     found: Vec<Option<FieldValue>>,
+    /// The fields whose spans the plugin after this source reads
+    /// ([`Source::project_ahead`]), found in the same pass and kept on
+    /// each record ([`FieldSpans`]).
+    project_ahead: Option<Arc<[String]>>,
+    /// An empty list of fields read ahead, shared by the records that only
+    /// carry spans.
+    no_fields: Arc<[FieldPath]>,
     input: Input,
     offset: i64,
 }
@@ -201,6 +208,8 @@ impl FileSource {
             fields_read: line_fields,
             read_ahead: None,
             found: Vec::new(),
+            project_ahead: None,
+            no_fields: Arc::from(Vec::new()),
             options,
             input,
             offset: 0,
@@ -215,7 +224,7 @@ impl FileSource {
     /// The fields read ahead for the next operator are read in the same
     /// pass and kept on the record.
     fn read_line_fields(&mut self, record: &mut Record) -> Result<(), String> {
-        if self.fields_read.is_empty() {
+        if self.fields_read.is_empty() && self.project_ahead.is_none() {
             serde_json::from_slice::<IgnoredAny>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"))?;
             return Ok(());
@@ -227,7 +236,20 @@ impl FileSource {
             None => std::mem::take(&mut self.found),
         };
         found.clear();
-        if extract_into(&record.value, &self.fields_read, &mut found).is_err() {
+        let mut spans = Vec::new();
+        let scanned = match &self.project_ahead {
+            Some(names) => {
+                spans.resize(names.len(), None);
+                let spans = Spans {
+                    names,
+                    found: &mut spans,
+                };
+                extract_into_with_spans(&record.value, &self.fields_read, &mut found, spans)
+                    .map(|_| ())
+            }
+            None => extract_into(&record.value, &self.fields_read, &mut found),
+        };
+        if scanned.is_err() {
             let parsed = serde_json::from_slice::<Value>(&record.value)
                 .map_err(|e| format!("invalid JSON: {e}"));
             return self.read_document_fields(record, parsed);
@@ -260,14 +282,28 @@ impl FileSource {
             Some(other) => Some(Bytes::from(other.key_bytes())),
         };
         // What is left of `found` are the fields read ahead.
-        match &self.read_ahead {
-            Some(paths) => {
+        let spans = self.project_ahead.as_ref().map(|names| FieldSpans {
+            names: names.clone(),
+            spans,
+        });
+        match (&self.read_ahead, spans) {
+            (Some(paths), spans) => {
                 record.read_fields = Some(Box::new(ReadFields {
                     paths: paths.clone(),
                     values: found,
+                    spans,
                 }))
             }
-            None => self.found = found,
+            (None, spans) => {
+                self.found = found;
+                record.read_fields = spans.map(|spans| {
+                    Box::new(ReadFields {
+                        paths: self.no_fields.clone(),
+                        values: Vec::new(),
+                        spans: Some(spans),
+                    })
+                });
+            }
         }
         Ok(())
     }
@@ -308,6 +344,19 @@ impl Source for FileSource {
         }
         self.fields_read = fields.iter().chain(&self.line_fields).cloned().collect();
         self.read_ahead = Some(fields);
+    }
+
+    /// JSON lines only, whose key and timestamp fields (if any) are
+    /// top-level: the spans come from the one pass over a top-level object.
+    fn project_ahead(&mut self, names: Arc<[String]>) {
+        let top_level = self
+            .fields_read
+            .iter()
+            .all(|path| matches!(path, FieldPath::Top(_)));
+        if names.is_empty() || !top_level || !matches!(self.input, Input::Lines(_)) {
+            return;
+        }
+        self.project_ahead = Some(names);
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
@@ -460,5 +509,107 @@ mod tests {
         }
         assert_eq!(lines_of(b"a\n", 4), vec![b"a".to_vec()]);
         assert!(lines_of(b"", 4).is_empty());
+    }
+
+    /// Reads every batch of a JSON-lines file with `options`, the plugin
+    /// after the source asking for `names`.
+    fn read_projecting(
+        text: &str,
+        options: FileSourceOptions,
+        names: &[&str],
+    ) -> (Vec<Record>, Vec<Record>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let mut source = FileSource::open("file", &path, options).unwrap();
+        source.project_ahead(names.iter().map(|n| n.to_string()).collect());
+        let (mut records, mut dead) = (Vec::new(), Vec::new());
+        while let Some(batch) = source.next_batch(100).unwrap() {
+            records.extend(batch.records);
+            dead.extend(batch.dead_letters);
+        }
+        (records, dead)
+    }
+
+    /// The spans of `record`, as the text they point at.
+    fn span_texts(record: &Record) -> Option<Vec<Option<String>>> {
+        let spans = record.read_fields.as_ref()?.spans.as_ref()?;
+        Some(
+            spans
+                .spans
+                .iter()
+                .map(|span| {
+                    span.map(|(start, end)| {
+                        String::from_utf8(record.value[start..end].to_vec()).unwrap()
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_fields_a_plugin_reads_are_found_in_the_pass_that_reads_the_timestamp() {
+        let text = concat!(
+            "{\"ts\":5,\"text\":\"a \\\"b\\\"\",\"n\":[1, 2],\"text\":\"last\"}\n",
+            "{\"ts\":6}\n",
+            "[1,2]\n",
+            "{\"ts\":7,\"text\":\"\u{e9}\"}\n",
+        );
+        let options = FileSourceOptions {
+            timestamp_field: Some("ts".into()),
+            ..FileSourceOptions::default()
+        };
+        let (records, dead) = read_projecting(text, options, &["n", "text", "ts"]);
+        assert_eq!(records.len(), 3, "{dead:?}");
+        assert_eq!(records[0].event_time, Some(5));
+        // Of a repeated name the last, as the host's own projection and a
+        // parsed document take it; a field asked for by the source itself
+        // (the timestamp) too.
+        assert_eq!(
+            span_texts(&records[0]),
+            Some(vec![
+                Some("[1, 2]".to_string()),
+                Some("\"last\"".to_string()),
+                Some("5".to_string())
+            ])
+        );
+        assert_eq!(
+            span_texts(&records[1]),
+            Some(vec![None, None, Some("6".to_string())])
+        );
+        assert_eq!(
+            span_texts(&records[2]),
+            Some(vec![
+                None,
+                Some("\"\u{e9}\"".to_string()),
+                Some("7".to_string())
+            ])
+        );
+        // Not an object: a dead letter here, since the timestamp is missing.
+        assert_eq!(dead.len(), 1);
+
+        // Without a timestamp the line is still checked in the same pass;
+        // a line that is JSON but not an object passes without spans (the
+        // host projects it and tells the plugin), invalid UTF-8 anywhere is
+        // not JSON.
+        let text = "{\"text\":\"x\",\"other\":\"\u{e9}\"}\n[1,2]\n";
+        let (records, dead) = read_projecting(text, FileSourceOptions::default(), &["text"]);
+        assert_eq!(records.len(), 2);
+        assert!(dead.is_empty());
+        assert_eq!(
+            span_texts(&records[0]),
+            Some(vec![Some("\"x\"".to_string())])
+        );
+        assert_eq!(span_texts(&records[1]), None);
+        let mut invalid = b"{\"text\":\"x\",\"other\":\"".to_vec();
+        invalid.extend_from_slice(b"\xff\"}\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, &invalid).unwrap();
+        let mut source = FileSource::open("file", &path, FileSourceOptions::default()).unwrap();
+        source.project_ahead(Arc::from(vec!["text".to_string()]));
+        let batch = source.next_batch(10).unwrap().unwrap();
+        assert!(batch.records.is_empty());
+        assert_eq!(batch.dead_letters.len(), 1);
     }
 }
