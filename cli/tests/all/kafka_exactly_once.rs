@@ -22,6 +22,14 @@ const PARTITIONS: i32 = 4;
 const KEYS: u64 = 1000;
 const BOUND_MS: i64 = 500;
 const T0: i64 = 1_700_000_000_000;
+/// The sinks' `transaction_timeout_ms`. A run's transaction lives from the
+/// first record after a barrier until the next checkpoint commits; a
+/// transaction the broker aborts on timeout fences its producer, and the
+/// run fails (to be restored). 5 s was too short for a debug build on a
+/// loaded CI machine: a run drained after a failpoint was fenced by its
+/// own slow epoch (which showed as a stall before the harness printed the
+/// run's log).
+const TRANSACTION_TIMEOUT_MS: u64 = 15_000;
 /// Where the pipelines' checkpoints are in their bucket (then tenant and
 /// pipeline name).
 const CHECKPOINTS_PREFIX: &str = "checkpoints";
@@ -158,17 +166,17 @@ aggregate = {{ function = "sum", field = "amount" }}
 [sink.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{windows}"
-transaction_timeout_ms = 5000
+transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
 
 [side_outputs.counts.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{counts}"
-transaction_timeout_ms = 5000
+transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
 
 [dead_letter.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{dead_letters}"
-transaction_timeout_ms = 5000
+transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
 "#,
             name = setup.name,
             bucket = setup.bucket,
@@ -347,9 +355,9 @@ fn chaos(setup: &Setup, kills: usize) {
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
         if kill == kills / 2 {
-            // Down longer than transaction.timeout.ms (5 s): the broker
-            // aborts the open transaction itself.
-            std::thread::sleep(Duration::from_secs(7));
+            // Down longer than transaction.timeout.ms: the broker aborts
+            // the open transaction itself (at its next check).
+            std::thread::sleep(Duration::from_millis(TRANSACTION_TIMEOUT_MS + 2_000));
         }
     }
     let mut last = KillOnDrop(setup.spawn());

@@ -154,9 +154,21 @@ pub fn extract_into<P: AsRef<FieldPath>>(
     paths: &[P],
     found: &mut Vec<Option<FieldValue>>,
 ) -> Result<(), String> {
+    fill_appended(found, paths.len(), |slots| {
+        extract_at(document, paths, slots)
+    })
+}
+
+/// Appends `count` empty slots to `found` and fills them with `fill`; on
+/// an error `found` is left as it was.
+fn fill_appended<T>(
+    found: &mut Vec<Option<FieldValue>>,
+    count: usize,
+    fill: impl FnOnce(&mut [Option<FieldValue>]) -> Result<T, String>,
+) -> Result<T, String> {
     let start = found.len();
-    found.resize(start + paths.len(), None);
-    let result = extract_at(document, paths, &mut found[start..]);
+    found.resize(start + count, None);
+    let result = fill(&mut found[start..]);
     if result.is_err() {
         found.truncate(start);
     }
@@ -218,14 +230,10 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
         return Err("field spans are found for top-level paths only".to_string());
     }
     std::str::from_utf8(document).map_err(|e| format!("value is not UTF-8: {e}"))?;
-    let start = found.len();
-    found.resize(start + paths.len(), None);
-    let result = scan_top_level(document, paths, &mut found[start..], Some(spans))
-        .map_err(|e| format!("value is not a JSON object: {e}"));
-    if result.is_err() {
-        found.truncate(start);
-    }
-    result
+    fill_appended(found, paths.len(), |slots| {
+        scan_top_level(document, paths, slots, Some(spans))
+            .map_err(|e| format!("value is not a JSON object: {e}"))
+    })
 }
 
 /// One pass over a top-level object: the values of `paths` (all
