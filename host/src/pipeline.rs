@@ -782,16 +782,13 @@ fn build_window_operator(
         .spec()
         .map_err(|message| loaded.error_at(&at("window"), message))?;
     let late_output = late_output(loaded, index)?;
-    let options = WindowOperatorOptions {
-        name: operator.name.clone(),
-        spec,
-        allowed_lateness: i64::try_from(operator.allowed_lateness_ms).unwrap_or(i64::MAX),
-        key_field: operator.key_field.clone(),
-        late_output,
-        max_parallelism: pipeline.max_parallelism,
-        key_groups: key_groups(loaded, worker),
-        cache_bytes: state_cache_bytes(loaded),
-    };
+    let mut options = WindowOperatorOptions::new(operator.name.clone(), spec);
+    options.allowed_lateness = i64::try_from(operator.allowed_lateness_ms).unwrap_or(i64::MAX);
+    options.key_field = operator.key_field.clone();
+    options.late_output = late_output;
+    options.max_parallelism = pipeline.max_parallelism;
+    options.key_groups = key_groups(loaded, worker);
+    options.cache_bytes = state_cache_bytes(loaded);
     WindowOperator::new(options, aggregator, store, metrics).map_err(|error| {
         loaded
             .error_at(&format!("operators[{index}]"), error.to_string())

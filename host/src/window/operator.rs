@@ -19,8 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-/// Settings of a [`WindowOperator`].
+/// Settings of a [`WindowOperator`] (start from
+/// [`WindowOperatorOptions::new`]: fields may be added).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WindowOperatorOptions {
     /// Operator name.
     pub name: String,
@@ -43,7 +45,17 @@ pub struct WindowOperatorOptions {
     /// written to the store and dropped from memory (read back when their
     /// key comes again or a window of theirs fires).
     pub cache_bytes: usize,
+    /// Windows kept in the store with a built-in aggregate take records as
+    /// partial accumulators folded in by the store (merge operands); these
+    /// are combined in memory over up to this many records before they are
+    /// written (a mini-batch; 0: at the end of every batch). The store is
+    /// never read past them: see [`super::states`].
+    pub mini_batch_records: usize,
 }
+
+/// Default [`WindowOperatorOptions::mini_batch_records`]: 16 batches of
+/// the default size.
+pub const DEFAULT_MINI_BATCH_RECORDS: usize = 16 * 1024;
 
 /// Default [`WindowOperatorOptions::cache_bytes`]: 128 MiB.
 pub const DEFAULT_WINDOW_CACHE_BYTES: usize = 128 << 20;
@@ -63,6 +75,7 @@ impl WindowOperatorOptions {
                 end: DEFAULT_MAX_PARALLELISM,
             },
             cache_bytes: DEFAULT_WINDOW_CACHE_BYTES,
+            mini_batch_records: DEFAULT_MINI_BATCH_RECORDS,
         }
     }
 }
@@ -130,8 +143,9 @@ enum AddTarget {
     NewInMemory,
     /// To a partial accumulator folded into the window's state in the
     /// store (a merge operand): the window is not in memory; `new`: it has
-    /// no state yet.
-    Store { new: bool },
+    /// no state yet; `buffered`: the partial already held records of
+    /// earlier batches of the mini-batch.
+    Store { new: bool, buffered: bool },
 }
 
 /// One key and window of a batch (tumbling and sliding windows): its
@@ -201,6 +215,7 @@ impl WindowOperator {
             options.max_parallelism,
             options.cache_bytes,
             aggregator.store_merge(),
+            options.mini_batch_records,
         );
         let key_path = options.key_field.as_deref().map(FieldPath::parse);
         let record_fields = key_path
@@ -595,16 +610,40 @@ impl WindowOperator {
                 // one when memory is full, takes a partial accumulator
                 // folded in by the store; the others are added to in
                 // memory.
-                match self.states.take_cached_accumulator(group.key, group.window) {
-                    Some(accumulator) => (accumulator, AddTarget::Cached),
-                    None if self.has_window(group.key, group.window) => {
-                        (self.empty_accumulator()?, AddTarget::Store { new: false })
-                    }
-                    None if !self.states.has_room() => {
+                // (A partial in the mini-batch answers "has state" without
+                // a look at the timers.)
+                let cached = self.states.take_cached_accumulator(group.key, group.window);
+                let partial = match cached {
+                    Some(_) => None,
+                    None => self.states.take_partial(group.key, group.window),
+                };
+                match (cached, partial) {
+                    (Some(accumulator), _) => (accumulator, AddTarget::Cached),
+                    (None, Some(partial)) => (
+                        partial,
+                        AddTarget::Store {
+                            new: false,
+                            buffered: true,
+                        },
+                    ),
+                    (None, None) if self.has_window(group.key, group.window) => (
+                        self.empty_accumulator()?,
+                        AddTarget::Store {
+                            new: false,
+                            buffered: false,
+                        },
+                    ),
+                    (None, None) if !self.states.has_room() => {
                         self.set_timers(group.key, group.window);
-                        (self.empty_accumulator()?, AddTarget::Store { new: true })
+                        (
+                            self.empty_accumulator()?,
+                            AddTarget::Store {
+                                new: true,
+                                buffered: false,
+                            },
+                        )
                     }
-                    None => (
+                    (None, None) => (
                         self.new_window(group.key, group.window)?,
                         AddTarget::NewInMemory,
                     ),
@@ -651,13 +690,19 @@ impl WindowOperator {
                 // content. It has timers and no state; removing a state
                 // it does not have would count one of the key's stored
                 // windows as gone.
-                (AddTarget::NewInMemory | AddTarget::Store { new: true }, 0) => {
+                (AddTarget::NewInMemory | AddTarget::Store { new: true, .. }, 0) => {
                     self.forget_timers(key, window)
                 }
-                (AddTarget::Store { new: false }, 0) => {}
-                (AddTarget::Store { new }, _) => {
+                (
+                    AddTarget::Store {
+                        new: false,
+                        buffered: false,
+                    },
+                    0,
+                ) => {}
+                (AddTarget::Store { new, .. }, accepted) => {
                     self.states
-                        .merge_into_store(key, window, &add.accumulator, new);
+                        .merge_into_store(key, window, add.accumulator, new, accepted);
                 }
                 (AddTarget::NewInMemory, _) => {
                     self.states
@@ -669,9 +714,6 @@ impl WindowOperator {
                 }
             }
         }
-        self.states
-            .write_merges()
-            .map_err(|e| self.state_error(e))?;
         result.map_err(|e| self.aggregate_error(e))
     }
 

@@ -19,6 +19,19 @@
 //! store folds it into the window's state when the window is read (it
 //! fires), flushed or compacted. New windows go to memory while the budget
 //! has room, to the store as operands otherwise.
+//!
+//! Those partial accumulators are combined in memory over a *mini-batch*
+//! (Flink's word for the same buffer in its SQL aggregations) of up to
+//! [`super::WindowOperatorOptions::mini_batch_records`] records before
+//! they are written, so that a window a key's records reach in every batch
+//! costs one operand per mini-batch rather than one per batch: each operand
+//! is a memtable insert (a skip-list search), the larger part of a
+//! RocksDB-resident window's cost. Nothing reads the store before the
+//! buffer is written: every read, delete, eviction and checkpoint writes it
+//! first ([`WindowStates::write_merges`]), so the buffer changes when the
+//! store learns of a record, never what it answers. It holds deltas only
+//! (a window's state stays in the store), at most
+//! [`MINI_BATCH_MAX_WINDOWS`] of them.
 
 use super::Window;
 use crate::metrics::OperatorMetrics;
@@ -179,26 +192,43 @@ pub(super) struct WindowStates {
     /// How the store folds partial accumulators into a window's state, if
     /// it can for this aggregate (see [`Self::merge_into_store`]).
     merge: Option<MergeKind>,
-    /// Merge operands not written to the store yet.
-    pending_merges: Vec<StateWrite>,
+    /// Partial accumulators of windows kept only in the store, not yet
+    /// written as merge operands (the mini-batch, see the module docs), by
+    /// key.
+    partials: HashMap<Vec<u8>, Vec<(Window, Vec<u8>)>>,
+    /// Windows in `partials`.
+    partial_windows: usize,
+    /// Records added to `partials` since they were last written.
+    partial_records: usize,
+    /// Records after which `partials` are written (0: after every batch).
+    mini_batch_records: usize,
 }
+
+/// At most this many windows' partial accumulators wait in a mini-batch
+/// (a built-in accumulator is tens of bytes a column: ~1–4 MiB).
+pub(super) const MINI_BATCH_MAX_WINDOWS: usize = 16 * 1024;
 
 impl WindowStates {
     /// Window states in `store`, keyed under `max_parallelism` key groups,
     /// caching up to `budget` bytes in memory; `merge`: how the aggregate's
     /// partial accumulators fold in the store, if they can (used only when
-    /// the store supports merges).
+    /// the store supports merges), combined over mini-batches of
+    /// `mini_batch_records`.
     pub(super) fn new(
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
         max_parallelism: u16,
         budget: usize,
         merge: Option<MergeKind>,
+        mini_batch_records: usize,
     ) -> Self {
         let merge = merge.filter(|_| store.supports_merge());
         WindowStates {
             merge,
-            pending_merges: Vec::new(),
+            partials: HashMap::default(),
+            partial_windows: 0,
+            partial_records: 0,
+            mini_batch_records,
             store,
             metrics,
             max_parallelism,
@@ -250,6 +280,7 @@ impl WindowStates {
         if !self.stored_only.contains_key(key) {
             return Ok(false);
         }
+        self.write_merges()?;
         let stored = self
             .store
             .get(&store_key(self.max_parallelism, key, &window))?;
@@ -283,6 +314,7 @@ impl WindowStates {
         if missing.is_empty() {
             return Ok(());
         }
+        self.write_merges()?;
         let store_keys: Vec<Vec<u8>> = missing
             .iter()
             .map(|(key, window)| store_key(self.max_parallelism, key, window))
@@ -353,25 +385,42 @@ impl WindowStates {
         self.cached_bytes < self.budget
     }
 
-    /// Folds `partial`, an accumulator of records added to `key`'s
-    /// `window`, into the window's state in the store, without reading it
-    /// (a merge operand, written by [`Self::write_merges`]); `new`: the
-    /// window has no state yet (it is then only in the store). Only for
-    /// windows not in memory, and where [`Self::merges`].
+    /// The partial accumulator of `key`'s `window` waiting in the
+    /// mini-batch, taken out to add a batch's records to (put back with
+    /// [`Self::merge_into_store`]). `None`: it has none.
+    pub(super) fn take_partial(&mut self, key: &[u8], window: Window) -> Option<Vec<u8>> {
+        let windows = self.partials.get_mut(key)?;
+        let at = windows.iter().position(|(w, _)| *w == window)?;
+        self.partial_windows -= 1;
+        Some(windows.swap_remove(at).1)
+    }
+
+    /// Folds `partial`, an accumulator of `records` records added to
+    /// `key`'s `window`, into the window's state in the store, without
+    /// reading it: it waits in the mini-batch and is written as a merge
+    /// operand by [`Self::write_merges`]. `new`: the window has no state
+    /// yet (it is then only in the store). Only for windows not in memory,
+    /// where [`Self::merges`], after [`Self::take_partial`] took the
+    /// window's earlier partial.
     pub(super) fn merge_into_store(
         &mut self,
         key: &[u8],
         window: Window,
-        partial: &[u8],
+        partial: Vec<u8>,
         new: bool,
+        records: usize,
     ) {
-        let Some(kind) = self.merge else {
+        if self.merge.is_none() {
             return;
-        };
-        self.pending_merges.push(StateWrite::Merge(
-            store_key(self.max_parallelism, key, &window),
-            merge::operand(kind, partial),
-        ));
+        }
+        match self.partials.get_mut(key) {
+            Some(windows) => windows.push((window, partial)),
+            None => {
+                self.partials.insert(key.to_vec(), vec![(window, partial)]);
+            }
+        }
+        self.partial_windows += 1;
+        self.partial_records += records;
         if new {
             *self.stored_only.entry(key.to_vec()).or_default() += 1;
         }
@@ -380,13 +429,36 @@ impl WindowStates {
         }
     }
 
-    /// Writes the merge operands of [`Self::merge_into_store`] to the store
-    /// (one write batch).
+    /// Writes the mini-batch if it is full (at the end of a batch).
+    pub(super) fn write_merges_if_due(&mut self) -> Result<(), StateError> {
+        if self.partial_records >= self.mini_batch_records
+            || self.partial_windows >= MINI_BATCH_MAX_WINDOWS
+        {
+            self.write_merges()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the mini-batch's partial accumulators to the store as merge
+    /// operands (one write batch); before anything reads the store.
     pub(super) fn write_merges(&mut self) -> Result<(), StateError> {
-        if self.pending_merges.is_empty() {
+        self.partial_records = 0;
+        if self.partial_windows == 0 {
             return Ok(());
         }
-        let merges = std::mem::take(&mut self.pending_merges);
+        let Some(kind) = self.merge else {
+            return Ok(());
+        };
+        let mut merges = Vec::with_capacity(self.partial_windows);
+        for (key, windows) in self.partials.drain() {
+            for (window, partial) in windows {
+                merges.push(StateWrite::Merge(
+                    store_key(self.max_parallelism, &key, &window),
+                    merge::operand(kind, &partial),
+                ));
+            }
+        }
+        self.partial_windows = 0;
         let written = merges.len() as u64;
         self.store.write(merges)?;
         self.metrics.add_plugin_counter("state_merges", written);
@@ -410,6 +482,7 @@ impl WindowStates {
     /// Every window of `key` (all read into memory).
     pub(super) fn windows_of(&mut self, key: &[u8]) -> Result<Vec<Window>, StateError> {
         if self.stored_only.remove(key).is_some() {
+            self.write_merges()?;
             let prefix = store_key_prefix(self.max_parallelism, key);
             for (full, value) in self.store.scan(&prefix)? {
                 let Some((_, window)) = parse_store_key(&full) else {
@@ -515,6 +588,7 @@ impl WindowStates {
             None => self.unmark_stored_only(key),
         };
         if stored {
+            self.write_merges()?;
             self.store
                 .delete(&store_key(self.max_parallelism, key, &window))?;
         }
@@ -524,7 +598,7 @@ impl WindowStates {
     /// Evicts the least recently used keys, writing their changed windows to
     /// the store, until the cache is down to 80 % of its budget.
     pub(super) fn evict_over_budget(&mut self) -> Result<(), StateError> {
-        self.write_merges()?;
+        self.write_merges_if_due()?;
         if self.cached_bytes <= self.budget {
             return Ok(());
         }

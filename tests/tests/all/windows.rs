@@ -64,18 +64,40 @@ fn run_operator(
     lateness: i64,
     backend: &dyn StateBackend,
 ) -> Outcome {
-    run_operator_with_cache(events, spec, bound, lateness, backend, usize::MAX)
+    run_operator_with_cache(events, spec, bound, lateness, backend, Memory::UNLIMITED)
+}
+
+/// How a window operator holds state in memory: at most `cache_bytes` of
+/// windows, and partial accumulators of windows kept in the store for
+/// mini-batches of `mini_batch_records` (see `WindowOperatorOptions`).
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    cache_bytes: usize,
+    mini_batch_records: usize,
+}
+
+impl Memory {
+    /// Every window in memory.
+    const UNLIMITED: Memory = Memory::cache(usize::MAX);
+
+    /// A cache of `cache_bytes`, default mini-batches.
+    const fn cache(cache_bytes: usize) -> Memory {
+        Memory {
+            cache_bytes,
+            mini_batch_records: sluice_host::window::DEFAULT_MINI_BATCH_RECORDS,
+        }
+    }
 }
 
 /// A window operator summing `v` per `k` over the operator state in
-/// `backend`, keeping at most `cache_bytes` of window state in memory.
+/// `backend`, holding state in memory as `memory` says.
 fn window_operator(
     spec: WindowSpec,
     lateness: i64,
     backend: &dyn StateBackend,
-    cache_bytes: usize,
+    memory: Memory,
 ) -> WindowOperator {
-    window_operator_for(spec, lateness, backend, cache_bytes, 0, 1)
+    window_operator_for(spec, lateness, backend, memory, 0, 1)
 }
 
 /// [`window_operator`] as worker `worker` of `workers`, owning its range of
@@ -84,7 +106,7 @@ fn window_operator_for(
     spec: WindowSpec,
     lateness: i64,
     backend: &dyn StateBackend,
-    cache_bytes: usize,
+    memory: Memory,
     worker: usize,
     workers: usize,
 ) -> WindowOperator {
@@ -95,7 +117,8 @@ fn window_operator_for(
     options.allowed_lateness = lateness;
     options.key_field = Some("k".into());
     options.late_output = LateOutput::DeadLetter;
-    options.cache_bytes = cache_bytes;
+    options.cache_bytes = memory.cache_bytes;
+    options.mini_batch_records = memory.mini_batch_records;
     options.key_groups = KeyGroupRange::for_worker(worker, workers, options.max_parallelism);
     let aggregate = BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap();
     new_operator(options, aggregate, store)
@@ -144,16 +167,16 @@ fn checkpoint(operator: &mut WindowOperator, out: &mut Collector) {
     operator.on_barrier(&barrier, out).unwrap();
 }
 
-/// [`run_operator`] with at most `cache_bytes` of window state in memory.
+/// [`run_operator`] holding state in memory as `memory` says.
 fn run_operator_with_cache(
     events: &[Event],
     spec: WindowSpec,
     bound: i64,
     lateness: i64,
     backend: &dyn StateBackend,
-    cache_bytes: usize,
+    memory: Memory,
 ) -> Outcome {
-    let mut operator = window_operator(spec, lateness, backend, cache_bytes);
+    let mut operator = window_operator(spec, lateness, backend, memory);
     let mut out = Collector::default();
     let mut max_seen = i64::MIN;
     feed(&mut operator, events, 0, bound, &mut max_seen, &mut out);
@@ -311,9 +334,22 @@ fn within_bound(bound: i64) -> impl Strategy<Value = Vec<Event>> {
 }
 
 /// Window-state memory budgets: none (every key's windows go back to the
-/// store after each batch), a few windows, unlimited.
-fn cache_sizes() -> impl Strategy<Value = usize> {
-    prop::sample::select(vec![0, 400, usize::MAX])
+/// store after each batch), a few windows, unlimited; with windows kept in
+/// the store, partial accumulators written after every batch, every two
+/// (the tests feed one record a batch) or at the default mini-batch.
+fn cache_sizes() -> impl Strategy<Value = Memory> {
+    let memory = |cache_bytes, mini_batch_records| Memory {
+        cache_bytes,
+        mini_batch_records,
+    };
+    prop::sample::select(vec![
+        memory(0, 0),
+        memory(0, 2),
+        Memory::cache(0),
+        memory(400, 0),
+        memory(400, 2),
+        Memory::UNLIMITED,
+    ])
 }
 
 proptest! {
@@ -323,10 +359,10 @@ proptest! {
     fn shuffles_within_the_bound_give_the_results_of_sorted_input(
         spec in specs(),
         (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
-        cache_bytes in cache_sizes(),
+        memory in cache_sizes(),
     ) {
         let backend = MemoryStateBackend::default();
-        let outcome = run_operator_with_cache(&events, spec, bound, 0, &backend, cache_bytes);
+        let outcome = run_operator_with_cache(&events, spec, bound, 0, &backend, memory);
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.time);
         let expected = model(&sorted, spec, 0, 0);
@@ -342,14 +378,14 @@ proptest! {
         bound in 0i64..10,
         lateness in 0i64..40,
         events in prop::collection::vec((0u8..3, 0i64..200, -50i64..50), 1..80),
-        cache_bytes in cache_sizes(),
+        memory in cache_sizes(),
     ) {
         let events: Vec<Event> = events
             .into_iter()
             .map(|(key, time, value)| Event { key, time, value })
             .collect();
         let backend = MemoryStateBackend::default();
-        let outcome = run_operator_with_cache(&events, spec, bound, lateness, &backend, cache_bytes);
+        let outcome = run_operator_with_cache(&events, spec, bound, lateness, &backend, memory);
         let expected = model(&events, spec, bound, lateness);
         prop_assert_eq!(&outcome.late, &expected.late);
         prop_assert_eq!(&outcome.results, &expected.results);
@@ -360,7 +396,7 @@ proptest! {
         spec in specs(),
         (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
         split in 0.0f64..1.0,
-        cache_bytes in cache_sizes(),
+        memory in cache_sizes(),
         workers_after in 1usize..4,
     ) {
         // The first run stops after a checkpoint barrier, part-way through;
@@ -371,12 +407,12 @@ proptest! {
         let mut max_seen = i64::MIN;
         let mut first_out = Collector::default();
         {
-            let mut first = window_operator(spec, 0, &backend, cache_bytes);
+            let mut first = window_operator(spec, 0, &backend, memory);
             feed(&mut first, &events[..split], 0, bound, &mut max_seen, &mut first_out);
             checkpoint(&mut first, &mut first_out);
         }
         let mut workers: Vec<WindowOperator> = (0..workers_after)
-            .map(|worker| window_operator_for(spec, 0, &backend, cache_bytes, worker, workers_after))
+            .map(|worker| window_operator_for(spec, 0, &backend, memory, worker, workers_after))
             .collect();
         let partitioner = workers[0].partitioner().unwrap();
         let mut out = Collector::default();
@@ -416,7 +452,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
     let mut out = Collector::default();
     {
         let backend = RocksStateBackend::open(dir.path()).unwrap();
-        let mut first = window_operator(spec, 0, &backend, usize::MAX);
+        let mut first = window_operator(spec, 0, &backend, Memory::UNLIMITED);
         // k0's session [0, 15) and k1's [3, 13) are open (watermark 4).
         feed(
             &mut first,
@@ -432,7 +468,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
     let backend = RocksStateBackend::open(dir.path()).unwrap();
     // Windows go back to the store after every batch: restored sessions
     // merge with new records read back from RocksDB.
-    let mut second = window_operator(spec, 0, &backend, 0);
+    let mut second = window_operator(spec, 0, &backend, Memory::cache(0));
     // 12 extends k0's session to [0, 22); 10 extends k1's to [3, 20).
     feed(
         &mut second,
@@ -961,7 +997,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     let spec = WindowSpec::Tumbling { size: 50 };
 
     let backend = MemoryStateBackend::default();
-    let mut reading_ahead = window_operator(spec, 0, &backend, usize::MAX);
+    let mut reading_ahead = window_operator(spec, 0, &backend, Memory::UNLIMITED);
     let fields = reading_ahead.reads_fields().expect("a window reads fields");
     assert_eq!(fields.len(), 2, "the key field and the summed field");
     let mut source = FileSource::open("file", &path, options.clone()).unwrap();
@@ -999,7 +1035,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     let ahead = run(&mut reading_ahead, records.clone());
     let other_backend = MemoryStateBackend::default();
     let parsed = run(
-        &mut window_operator(spec, 0, &other_backend, usize::MAX),
+        &mut window_operator(spec, 0, &other_backend, Memory::UNLIMITED),
         parsing,
     );
     assert!(ahead.main.len() > 10, "{}", ahead.main.len());
@@ -1015,7 +1051,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     }
     let third_backend = MemoryStateBackend::default();
     let out = run(
-        &mut window_operator(spec, 0, &third_backend, usize::MAX),
+        &mut window_operator(spec, 0, &third_backend, Memory::UNLIMITED),
         vec![record],
     );
     let result: WindowResult = serde_json::from_slice(&out.main[0].value).unwrap();
@@ -1174,11 +1210,17 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
             BuiltinAggregate::new(BuiltinFunction::Sum, Some("v")).unwrap()
         }
     };
-    for (columns, ttl, cache_bytes) in [
-        (false, false, 0),
-        (true, false, 0),
-        (true, false, 2_000),
-        (true, true, 0),
+    // Mini-batches of 0 records write each batch's operands at its end;
+    // 250 records (2.5 batches) combine a few batches' partials (each
+    // window takes ten batches), written part-way through windows.
+    for (columns, ttl, cache_bytes, mini_batch_records) in [
+        (false, false, 0, 0),
+        (false, false, 0, 250),
+        (true, false, 0, 0),
+        (true, false, 0, 250),
+        (true, false, 2_000, 0),
+        (true, false, 2_000, 250),
+        (true, true, 0, 250),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let operator = |backend: &RocksStateBackend| {
@@ -1191,6 +1233,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
                 WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 1000 });
             options.key_field = Some("k".into());
             options.cache_bytes = cache_bytes;
+            options.mini_batch_records = mini_batch_records;
             new_operator(options, aggregate(columns), store)
         };
         let mut out = Collector::default();
@@ -1232,13 +1275,22 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         let counters = second.metrics().plugin_counters.lock().unwrap().clone();
         assert!(counters["windows_restored"] > 0, "{counters:?}");
         merges += counters.get("state_merges").copied().unwrap_or(0);
+        let case =
+            format!("columns {columns}, cache {cache_bytes}, mini-batch {mini_batch_records}");
         if ttl {
             assert_eq!(merges, 0, "a store with a TTL cannot merge");
-        } else {
+        } else if mini_batch_records == 0 {
             // Most windows a batch touches are one operand (40 keys).
             assert!(
                 merges >= BATCHES * KEYS / 4,
-                "{merges} merge operands (columns {columns}, cache {cache_bytes})"
+                "{merges} merge operands ({case})"
+            );
+        } else {
+            // A window's ten batches take about one operand per
+            // mini-batch: fewer than one per batch, more than one.
+            assert!(
+                (BATCHES * KEYS / 10..BATCHES * KEYS / 2).contains(&merges),
+                "{merges} merge operands ({case})"
             );
         }
         let mut got: BTreeMap<(u64, i64), (u64, f64, f64, f64)> = BTreeMap::new();
@@ -1260,11 +1312,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
             };
             assert!(got.insert(key, row).is_none(), "{key:?} fired twice");
         }
-        assert_eq!(
-            got.len(),
-            model.len(),
-            "columns {columns}, ttl {ttl}, cache {cache_bytes}"
-        );
+        assert_eq!(got.len(), model.len(), "ttl {ttl}, {case}");
         for (key, expected) in &model {
             let row = got[key];
             assert_eq!(
