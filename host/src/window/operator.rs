@@ -43,13 +43,15 @@ pub struct WindowOperatorOptions {
     /// Roughly how many bytes of window state this instance keeps in
     /// memory; beyond that, the least recently used keys' windows are
     /// written to the store and dropped from memory (read back when their
-    /// key comes again or a window of theirs fires).
+    /// key comes again or a window of theirs fires), at the end of each
+    /// mini-batch.
     pub cache_bytes: usize,
-    /// Windows kept in the store with a built-in aggregate take records as
-    /// partial accumulators folded in by the store (merge operands); these
-    /// are combined in memory over up to this many records before they are
-    /// written (a mini-batch; 0: at the end of every batch). The store is
-    /// never read past them: see [`super::states`].
+    /// Records of a mini-batch: what the windows kept in the store take
+    /// over that many records is combined in memory before the store sees
+    /// it — partial accumulators written as merge operands (built-in
+    /// aggregates), windows read back once and written once (aggregate
+    /// plugins). 0: at the end of every batch. The store is never read
+    /// past what waits; see [`super::states`].
     pub mini_batch_records: usize,
 }
 
@@ -700,9 +702,9 @@ impl WindowOperator {
                     },
                     0,
                 ) => {}
-                (AddTarget::Store { new, .. }, accepted) => {
+                (AddTarget::Store { new, .. }, _) => {
                     self.states
-                        .merge_into_store(key, window, add.accumulator, new, accepted);
+                        .merge_into_store(key, window, add.accumulator, new);
                 }
                 (AddTarget::NewInMemory, _) => {
                     self.states
@@ -808,6 +810,7 @@ impl Operator for WindowOperator {
     ) -> Result<(), DataflowError> {
         self.metrics.count_in(&batch);
         self.states.tick();
+        let records = batch.len();
         let mut rejected: BTreeMap<usize, String> = BTreeMap::new();
         let mut late: BTreeSet<usize> = BTreeSet::new();
         // Each record's key as a range of `key_bytes` (one buffer, reused
@@ -944,7 +947,7 @@ impl Operator for WindowOperator {
             }
         }
         self.states
-            .evict_over_budget()
+            .end_batch(records)
             .map_err(|e| self.state_error(e))
     }
 
@@ -967,9 +970,7 @@ impl Operator for WindowOperator {
             }
             self.drop_window(&key, window)?;
         }
-        self.states
-            .evict_over_budget()
-            .map_err(|e| self.state_error(e))
+        self.states.end_batch(0).map_err(|e| self.state_error(e))
     }
 
     fn on_barrier(

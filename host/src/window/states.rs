@@ -5,9 +5,10 @@
 //! The cache is write-back: changes are written to the store at each
 //! checkpoint barrier ([`WindowStates::write_back`]) and when a key is
 //! evicted. Past its byte budget, the least recently used keys are evicted
-//! (down to 80 % of the budget). A window not in memory is read back with
-//! one point lookup when it is needed, or, for the windows a batch adds
-//! to, all with one batched lookup ([`WindowStates::prefetch`]); [`WindowStates::windows_of`] (for
+//! (down to 80 % of the budget) at the end of a mini-batch (below). A
+//! window not in memory is read back with one point lookup when it is
+//! needed, or, for the windows a batch adds to, all with one batched lookup
+//! ([`WindowStates::prefetch`]); [`WindowStates::windows_of`] (for
 //! sessions, which merge with any window of their key) reads all of a
 //! key's windows with one prefix scan. A window only in the store is
 //! removed with a blind delete.
@@ -20,18 +21,26 @@
 //! fires), flushed or compacted. New windows go to memory while the budget
 //! has room, to the store as operands otherwise.
 //!
-//! Those partial accumulators are combined in memory over a *mini-batch*
-//! (Flink's word for the same buffer in its SQL aggregations) of up to
-//! [`super::WindowOperatorOptions::mini_batch_records`] records before
-//! they are written, so that a window a key's records reach in every batch
-//! costs one operand per mini-batch rather than one per batch: each operand
-//! is a memtable insert (a skip-list search), the larger part of a
-//! RocksDB-resident window's cost. Nothing reads the store before the
-//! buffer is written: every read, delete, eviction and checkpoint writes it
-//! first ([`WindowStates::write_merges`]), so the buffer changes when the
-//! store learns of a record, never what it answers. It holds deltas only
-//! (a window's state stays in the store), at most
-//! [`MINI_BATCH_MAX_WINDOWS`] of them.
+//! What a batch does to windows kept in the store is combined in memory
+//! over a *mini-batch* (Flink's word for the same buffer in its SQL
+//! aggregations) of up to [`super::WindowOperatorOptions::mini_batch_records`]
+//! records before the store sees it, so that a window its key's records
+//! reach in every batch costs one store access per mini-batch rather than
+//! one per batch (each is a memtable search, the larger part of a
+//! RocksDB-resident window's cost):
+//!
+//! * with merges, partial accumulators of the mini-batch are combined and
+//!   written as one operand per window ([`WindowStates::write_merges`]);
+//! * without (aggregate plugins), the cache is brought back to its budget
+//!   only at the end of a mini-batch ([`WindowStates::end_batch`]), so a
+//!   window read back for one batch stays for the rest of the mini-batch
+//!   and is written once.
+//!
+//! Nothing reads the store past what waits: every read, delete, eviction
+//! and checkpoint writes the partials first, so the mini-batch changes when
+//! the store learns of a record, never what it answers. It is bounded:
+//! at most [`MINI_BATCH_MAX_WINDOWS`] partials, and the cache at most
+//! [`MINI_BATCH_MAX_BYTES`] over its budget, or the mini-batch ends early.
 
 use super::Window;
 use crate::metrics::OperatorMetrics;
@@ -198,15 +207,18 @@ pub(super) struct WindowStates {
     partials: HashMap<Vec<u8>, Vec<(Window, Vec<u8>)>>,
     /// Windows in `partials`.
     partial_windows: usize,
-    /// Records added to `partials` since they were last written.
-    partial_records: usize,
-    /// Records after which `partials` are written (0: after every batch).
+    /// Records of the mini-batch so far.
+    mini_batch_seen: usize,
+    /// Records of a whole mini-batch (0: each batch is one).
     mini_batch_records: usize,
 }
 
 /// At most this many windows' partial accumulators wait in a mini-batch
 /// (a built-in accumulator is tens of bytes a column: ~1–4 MiB).
 pub(super) const MINI_BATCH_MAX_WINDOWS: usize = 16 * 1024;
+
+/// The cache holds at most this much over its budget during a mini-batch.
+pub(super) const MINI_BATCH_MAX_BYTES: usize = 4 << 20;
 
 impl WindowStates {
     /// Window states in `store`, keyed under `max_parallelism` key groups,
@@ -227,7 +239,7 @@ impl WindowStates {
             merge,
             partials: HashMap::default(),
             partial_windows: 0,
-            partial_records: 0,
+            mini_batch_seen: 0,
             mini_batch_records,
             store,
             metrics,
@@ -395,8 +407,8 @@ impl WindowStates {
         Some(windows.swap_remove(at).1)
     }
 
-    /// Folds `partial`, an accumulator of `records` records added to
-    /// `key`'s `window`, into the window's state in the store, without
+    /// Folds `partial`, an accumulator of records added to `key`'s
+    /// `window`, into the window's state in the store, without
     /// reading it: it waits in the mini-batch and is written as a merge
     /// operand by [`Self::write_merges`]. `new`: the window has no state
     /// yet (it is then only in the store). Only for windows not in memory,
@@ -408,7 +420,6 @@ impl WindowStates {
         window: Window,
         partial: Vec<u8>,
         new: bool,
-        records: usize,
     ) {
         if self.merge.is_none() {
             return;
@@ -420,7 +431,6 @@ impl WindowStates {
             }
         }
         self.partial_windows += 1;
-        self.partial_records += records;
         if new {
             *self.stored_only.entry(key.to_vec()).or_default() += 1;
         }
@@ -429,12 +439,18 @@ impl WindowStates {
         }
     }
 
-    /// Writes the mini-batch if it is full (at the end of a batch).
-    pub(super) fn write_merges_if_due(&mut self) -> Result<(), StateError> {
-        if self.partial_records >= self.mini_batch_records
+    /// Ends a batch of `records` records (0: a watermark): once the
+    /// mini-batch is complete (or at its memory bounds), writes its
+    /// partial accumulators and evicts the cache down to its budget.
+    pub(super) fn end_batch(&mut self, records: usize) -> Result<(), StateError> {
+        self.mini_batch_seen += records;
+        let due = self.mini_batch_seen >= self.mini_batch_records
             || self.partial_windows >= MINI_BATCH_MAX_WINDOWS
-        {
+            || self.cached_bytes > self.budget.saturating_add(MINI_BATCH_MAX_BYTES);
+        if due {
+            self.mini_batch_seen = 0;
             self.write_merges()?;
+            self.evict_over_budget()?;
         }
         Ok(())
     }
@@ -442,7 +458,6 @@ impl WindowStates {
     /// Writes the mini-batch's partial accumulators to the store as merge
     /// operands (one write batch); before anything reads the store.
     pub(super) fn write_merges(&mut self) -> Result<(), StateError> {
-        self.partial_records = 0;
         if self.partial_windows == 0 {
             return Ok(());
         }
@@ -597,8 +612,7 @@ impl WindowStates {
 
     /// Evicts the least recently used keys, writing their changed windows to
     /// the store, until the cache is down to 80 % of its budget.
-    pub(super) fn evict_over_budget(&mut self) -> Result<(), StateError> {
-        self.write_merges_if_due()?;
+    fn evict_over_budget(&mut self) -> Result<(), StateError> {
         if self.cached_bytes <= self.budget {
             return Ok(());
         }

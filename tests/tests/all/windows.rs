@@ -1150,7 +1150,10 @@ path = "{output}"
 /// negative and float values; with a little memory, windows created in
 /// memory and evicted take operands on top of their stored state; a TTL
 /// store, which cannot merge, gives the same results by reading windows
-/// back.
+/// back. Mini-batches combine several batches' partials into one operand
+/// per window, and read a window back once for several batches when the
+/// store cannot merge; written after every batch, there is about one
+/// operand (or read) per window and batch.
 #[test]
 fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_restart() {
     const KEYS: u64 = 40;
@@ -1220,6 +1223,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         (true, false, 0, 250),
         (true, false, 2_000, 0),
         (true, false, 2_000, 250),
+        (true, true, 0, 0),
         (true, true, 0, 250),
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -1238,6 +1242,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         };
         let mut out = Collector::default();
         let mut merges = 0;
+        let mut loads = 0;
         let restart_after = BATCHES / 2;
         {
             let backend = RocksStateBackend::open(dir.path()).unwrap();
@@ -1254,14 +1259,9 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
                 }
             }
             checkpoint(&mut first, &mut out);
-            merges += first
-                .metrics()
-                .plugin_counters
-                .lock()
-                .unwrap()
-                .get("state_merges")
-                .copied()
-                .unwrap_or(0);
+            let counters = first.metrics().plugin_counters.lock().unwrap().clone();
+            merges += counters.get("state_merges").copied().unwrap_or(0);
+            loads += counters.get("state_cache_loads").copied().unwrap_or(0);
         }
         let backend = RocksStateBackend::open(dir.path()).unwrap();
         let mut second = operator(&backend);
@@ -1275,10 +1275,22 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         let counters = second.metrics().plugin_counters.lock().unwrap().clone();
         assert!(counters["windows_restored"] > 0, "{counters:?}");
         merges += counters.get("state_merges").copied().unwrap_or(0);
+        loads += counters.get("state_cache_loads").copied().unwrap_or(0);
         let case =
             format!("columns {columns}, cache {cache_bytes}, mini-batch {mini_batch_records}");
         if ttl {
             assert_eq!(merges, 0, "a store with a TTL cannot merge");
+            // Without merges, windows are read back: once per batch that
+            // touches them, or once per mini-batch.
+            let per_batch = BATCHES * KEYS;
+            if mini_batch_records == 0 {
+                assert!(loads >= per_batch / 2, "{loads} loads ({case})");
+            } else {
+                assert!(
+                    (per_batch / 10..per_batch / 2).contains(&loads),
+                    "{loads} loads ({case})"
+                );
+            }
         } else if mini_batch_records == 0 {
             // Most windows a batch touches are one operand (40 keys).
             assert!(
