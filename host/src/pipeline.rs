@@ -789,6 +789,8 @@ fn build_window_operator(
     options.max_parallelism = pipeline.max_parallelism;
     options.key_groups = key_groups(loaded, worker);
     options.cache_bytes = state_cache_bytes(loaded);
+    options.mini_batch_records =
+        usize::try_from(pipeline.state_mini_batch_records).unwrap_or(usize::MAX);
     WindowOperator::new(options, aggregator, store, metrics).map_err(|error| {
         loaded
             .error_at(&format!("operators[{index}]"), error.to_string())

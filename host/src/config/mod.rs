@@ -188,6 +188,13 @@ pub struct PipelineSection {
     /// read back when needed.
     #[serde(default = "default_state_cache_mb")]
     pub state_cache_mb: u64,
+    /// Records over which what windows do to state kept in the backend is
+    /// combined in memory before the backend sees it (a mini-batch:
+    /// partial aggregates written once per window, windows read back once
+    /// and written once); 0: after every batch. Checkpoints and reads
+    /// always see all of it.
+    #[serde(default = "default_state_mini_batch_records")]
+    pub state_mini_batch_records: u64,
     /// How often the source sends a latency marker, ms (0: never): the
     /// samples of the record latency metric (Flink's
     /// `metrics.latency.interval`).
@@ -197,6 +204,10 @@ pub struct PipelineSection {
 
 fn default_latency_marker_interval() -> u64 {
     200
+}
+
+fn default_state_mini_batch_records() -> u64 {
+    crate::window::DEFAULT_MINI_BATCH_RECORDS as u64
 }
 
 fn default_state_cache_mb() -> u64 {
@@ -935,6 +946,12 @@ impl LoadedConfig {
             p.state_cache_mb.into(),
             0,
             1 << 20,
+        )?;
+        self.check_range(
+            "pipeline.state_mini_batch_records",
+            p.state_mini_batch_records.into(),
+            0,
+            1 << 24,
         )?;
         match &c.source {
             SourceConfig::Generator(g) => {

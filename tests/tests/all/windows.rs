@@ -1339,3 +1339,89 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         }
     }
 }
+
+/// `[pipeline] state_mini_batch_records` reaches the window operator: a
+/// pipeline whose windows live in RocksDB (`state_cache_mb = 0`) gives the
+/// same results with mini-batches of one batch and of the default size,
+/// with fewer merge operands for the larger; a value out of range stops it
+/// at start-up naming the field.
+#[test]
+fn the_pipelines_mini_batch_setting_changes_how_often_rocksdb_is_written_not_the_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines: String = (0..20_000)
+        .map(|i| format!("{{\"k\":{},\"v\":{i},\"ts\":{i}}}\n", i % 50))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let run = |mini_batch: &str| -> Result<(Vec<String>, u64), String> {
+        let output = dir.path().join(format!("out-{}.jsonl", mini_batch.len()));
+        let text = format!(
+            r#"
+[pipeline]
+name = "mini-batch"
+batch_size = 100
+state_cache_mb = 0
+{mini_batch}
+
+[source.file]
+path = "{input}"
+timestamp_field = "ts"
+
+[[operators]]
+name = "window"
+window = {{ tumbling_ms = 1000 }}
+key_field = "k"
+aggregates = [{{ name = "n", function = "count" }}, {{ name = "sum", function = "sum", field = "v" }}]
+
+[sink.file]
+path = "{output}"
+"#,
+            input = input.display(),
+            output = output.display(),
+        );
+        let file = dir.path().join("pipeline.toml");
+        std::fs::write(&file, text).unwrap();
+        let loaded = sluice_host::config::LoadedConfig::load(&file).map_err(|e| e.to_string())?;
+        let pipeline = sluice_host::pipeline::Pipeline::open(
+            &loaded,
+            &sluice_tests::runtime(),
+            &sluice_host::pipeline::wasm_files_only,
+            &sluice_host::checkpoint::RestoreFrom::Fresh,
+        )
+        .map_err(|e| e.to_string())?;
+        let metrics = pipeline.metrics();
+        pipeline
+            .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+                false,
+            )))
+            .map_err(|e| e.to_string())?;
+        let snapshot = metrics.snapshot();
+        let merges = snapshot
+            .operators
+            .iter()
+            .filter_map(|op| op.plugin_counters.get("state_merges"))
+            .sum();
+        let mut results: Vec<String> = std::fs::read_to_string(&output)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        results.sort();
+        Ok((results, merges))
+    };
+    let (every_batch, every_batch_merges) = run("state_mini_batch_records = 0").unwrap();
+    let (default, default_merges) = run("").unwrap();
+    // 20 windows of 50 keys.
+    assert_eq!(every_batch.len(), 1000);
+    assert_eq!(every_batch, default);
+    // Each batch of 100 records touches the 50 keys' window: 50 operands
+    // a batch, 200 batches; mini-batches of 16,384 records write about one
+    // a window (two when one straddles a mini-batch's end).
+    assert!(every_batch_merges >= 9_000, "{every_batch_merges}");
+    assert!(default_merges <= 2_000, "{default_merges}");
+    let error = run("state_mini_batch_records = 100000000").unwrap_err();
+    assert!(
+        error.contains("pipeline.toml") && error.contains("state_mini_batch_records"),
+        "{error}"
+    );
+}
