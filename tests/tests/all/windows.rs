@@ -1353,9 +1353,8 @@ fn the_pipelines_mini_batch_setting_changes_how_often_rocksdb_is_written_not_the
         .map(|i| format!("{{\"k\":{},\"v\":{i},\"ts\":{i}}}\n", i % 50))
         .collect();
     std::fs::write(&input, lines).unwrap();
-    let run = |mini_batch: &str| -> Result<(Vec<String>, u64), String> {
-        let output = dir.path().join(format!("out-{}.jsonl", mini_batch.len()));
-        let text = format!(
+    let text = |mini_batch: &str, output: &std::path::Path| {
+        format!(
             r#"
 [pipeline]
 name = "mini-batch"
@@ -1378,24 +1377,14 @@ path = "{output}"
 "#,
             input = input.display(),
             output = output.display(),
-        );
-        let file = dir.path().join("pipeline.toml");
-        std::fs::write(&file, text).unwrap();
-        let loaded = sluice_host::config::LoadedConfig::load(&file).map_err(|e| e.to_string())?;
-        let pipeline = sluice_host::pipeline::Pipeline::open(
-            &loaded,
-            &sluice_tests::runtime(),
-            &sluice_host::pipeline::wasm_files_only,
-            &sluice_host::checkpoint::RestoreFrom::Fresh,
         )
-        .map_err(|e| e.to_string())?;
-        let metrics = pipeline.metrics();
-        pipeline
-            .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-                false,
-            )))
-            .map_err(|e| e.to_string())?;
-        let snapshot = metrics.snapshot();
+    };
+    let run = |mini_batch: &str| -> (Vec<String>, u64) {
+        let output = dir.path().join(format!("out-{}.jsonl", mini_batch.len()));
+        let (_, snapshot) = sluice_tests::run_pipeline_to_end(
+            &text(mini_batch, &output),
+            std::time::Duration::from_secs(60),
+        );
         let merges = snapshot
             .operators
             .iter()
@@ -1407,10 +1396,10 @@ path = "{output}"
             .map(str::to_string)
             .collect();
         results.sort();
-        Ok((results, merges))
+        (results, merges)
     };
-    let (every_batch, every_batch_merges) = run("state_mini_batch_records = 0").unwrap();
-    let (default, default_merges) = run("").unwrap();
+    let (every_batch, every_batch_merges) = run("state_mini_batch_records = 0");
+    let (default, default_merges) = run("");
     // 20 windows of 50 keys.
     assert_eq!(every_batch.len(), 1000);
     assert_eq!(every_batch, default);
@@ -1419,7 +1408,13 @@ path = "{output}"
     // a window (two when one straddles a mini-batch's end).
     assert!(every_batch_merges >= 9_000, "{every_batch_merges}");
     assert!(default_merges <= 2_000, "{default_merges}");
-    let error = run("state_mini_batch_records = 100000000").unwrap_err();
+    let file = dir.path().join("pipeline.toml");
+    let out = dir.path().join("never.jsonl");
+    std::fs::write(&file, text("state_mini_batch_records = 100000000", &out)).unwrap();
+    let error = match sluice_host::config::LoadedConfig::load(&file) {
+        Ok(_) => panic!("an out-of-range mini-batch was accepted"),
+        Err(error) => error.to_string(),
+    };
     assert!(
         error.contains("pipeline.toml") && error.contains("state_mini_batch_records"),
         "{error}"
