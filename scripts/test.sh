@@ -19,13 +19,15 @@ echo "== services"
 scripts/dev-services.sh up
 trap 'scripts/dev-services.sh down' EXIT
 
+# The hostile-plugin tests run once, below, under load.
 echo "== cargo test"
-cargo test --workspace
+cargo test --workspace -- --skip hostile_plugins::
 
-# Fault isolation must hold on a loaded machine: the hostile-plugin tests
-# again, with a busy process per core running beside each test.
+# Fault isolation must hold on a loaded machine: the hostile-plugin tests,
+# with a busy process per core running beside each test. `--workspace`
+# reuses the test binary built above (`-p` would build another).
 echo "== hostile-plugin tests under CPU load"
-SLUICE_TEST_CPU_LOAD=1 cargo test -p sluice-tests --test all hostile_plugins::
+SLUICE_TEST_CPU_LOAD=1 cargo test --workspace --test all -- hostile_plugins::
 
 # A short fuzz run of the packed-format decoders (longer: scripts/fuzz.sh 600).
 echo "== fuzz"

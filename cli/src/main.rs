@@ -227,6 +227,11 @@ enum PluginCommand {
         /// Where to write the component (default: <target>/sluice/<name>.wasm).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Build even if the inputs are unchanged (Python and JavaScript
+        /// builds of unchanged inputs are otherwise reused from
+        /// ~/.cache/sluice/builds, or $SLUICE_BUILD_CACHE_DIR).
+        #[arg(long)]
+        rebuild: bool,
     },
     /// Create a new plugin (Rust, Python, JavaScript or C).
     New {
@@ -511,13 +516,27 @@ fn execute(cli: Cli) -> Result<()> {
         Command::Checkpoints(CheckpointsCommand::Show { pipeline, id }) => {
             print!("{}", checkpoints::show(&pipeline, id)?);
         }
-        Command::Plugin(PluginCommand::Build { dir, output }) => {
-            let built =
-                build::build_plugin(&dir, output.as_deref(), std::io::stderr().is_terminal())?;
+        Command::Plugin(PluginCommand::Build {
+            dir,
+            output,
+            rebuild,
+        }) => {
+            let mut options = build::BuildOptions::new();
+            options.output = output;
+            options.show_progress = std::io::stderr().is_terminal();
+            if rebuild {
+                options.cache = None;
+            }
+            let built = build::build_plugin_with(&dir, &options)?;
             let route = built
                 .route
                 .map(|route| format!(", {route:?} route"))
                 .unwrap_or_default();
+            let route = if built.reused {
+                format!("{route}, inputs unchanged: reused")
+            } else {
+                route
+            };
             println!(
                 "{} ({} bytes, {}{route})",
                 built.path.display(),

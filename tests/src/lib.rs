@@ -19,7 +19,9 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The component of the example plugin `name` (a directory under
-/// `plugins/`), built once per test process.
+/// `plugins/`), built once per test process; Python and JavaScript builds
+/// of unchanged plugins are reused across processes and clones from
+/// [`shared_cache_dir`]`("builds")`.
 pub fn plugin(name: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
@@ -28,19 +30,36 @@ pub fn plugin(name: &str) -> PathBuf {
         return path.clone();
     }
     let dir = repo_root().join("plugins").join(name);
-    let component = sluice_cli::build::build_plugin(&dir, None, false)
+    let mut options = sluice_cli::build::BuildOptions::new();
+    options.cache = Some(sluice_cli::build::BuildCache::new(shared_cache_dir(
+        "builds",
+    )));
+    let component = sluice_cli::build::build_plugin_with(&dir, &options)
         .unwrap_or_else(|error| panic!("building plugin {name}: {error:#}"))
         .path;
     built.insert(name.to_string(), component.clone());
     component
 }
 
-/// A runtime whose compiled-component cache lives in the build's target
-/// directory (shared by all tests, never in the user's home).
+/// `<cargo target directory>/sluice-test-cache/<name>`: a cache shared by
+/// every test binary and every clone that builds into the same target
+/// directory (CI's clean clones share one), so that a Python or JavaScript
+/// plugin is built and compiled once per change, not once per process
+/// (each costs 10-30 s). The target directory is the one this test binary
+/// was built in (`<target>/<profile>/deps/<binary>`).
+pub fn shared_cache_dir(name: &str) -> PathBuf {
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| repo_root().join("target"));
+    target.join("sluice-test-cache").join(name)
+}
+
+/// A runtime whose compiled-component cache is [`shared_cache_dir`]
+/// `("components")` (shared by all tests, never in the user's home).
 pub fn runtime() -> PluginRuntime {
-    let cache_dir = repo_root().join("target").join("test-component-cache");
     PluginRuntime::new(RuntimeConfig {
-        cache_dir,
+        cache_dir: shared_cache_dir("components"),
         ..RuntimeConfig::default()
     })
     .unwrap_or_else(|error| panic!("creating runtime: {error}"))

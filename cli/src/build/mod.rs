@@ -14,14 +14,17 @@
 //! Python, JavaScript and C plugins are built against the WIT package and
 //! the language SDK embedded in this binary ([`sdk`]), so a plugin
 //! directory holds only the author's code. `scripts/setup-toolchain.sh`
-//! installs every toolchain.
+//! installs every toolchain. Python and JavaScript builds of unchanged
+//! inputs are reused from a [`BuildCache`].
 
 pub mod c;
+pub mod cache;
 pub mod javascript;
 pub mod python;
 pub mod rust;
 pub mod sdk;
 
+pub use cache::BuildCache;
 pub use rust::{Route, build_plugin_with_route, build_std_available, detect_route};
 
 use anyhow::{Context, Result, bail};
@@ -129,42 +132,104 @@ pub struct BuiltPlugin {
     pub language: Language,
     /// For Rust plugins, the toolchain route used.
     pub route: Option<Route>,
+    /// Whether the component came from the [`BuildCache`] (its inputs had
+    /// not changed since a build that stored it).
+    pub reused: bool,
+}
+
+/// How [`build_plugin_with`] builds a plugin.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BuildOptions {
+    /// Where to write the component (default: `target/sluice/<name>.wasm`
+    /// under the plugin, or under its cargo workspace for Rust).
+    pub output: Option<PathBuf>,
+    /// Show a spinner on the terminal while the build runs.
+    pub show_progress: bool,
+    /// Reuse Python and JavaScript builds of unchanged inputs from this
+    /// cache, and store new ones in it (`None`: always build).
+    pub cache: Option<BuildCache>,
+}
+
+impl BuildOptions {
+    /// No spinner, the default output, the default [`BuildCache`].
+    pub fn new() -> Self {
+        BuildOptions {
+            output: None,
+            show_progress: false,
+            cache: Some(BuildCache::new(BuildCache::default_dir())),
+        }
+    }
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Builds the plugin in `dir` (any language, see [`Language::detect`]) and
 /// writes the component to `output` (default: `target/sluice/<name>.wasm`
-/// under the plugin, or under its cargo workspace for Rust).
+/// under the plugin, or under its cargo workspace for Rust), reusing an
+/// unchanged build from the default [`BuildCache`].
 pub fn build_plugin(dir: &Path, output: Option<&Path>, show_progress: bool) -> Result<BuiltPlugin> {
-    match Language::detect(dir)? {
-        Language::Rust => rust::build(dir, output, detect_route()?, show_progress),
-        language => {
-            let name = plugin_name(dir)?;
-            let output = match output {
-                Some(path) => path.to_path_buf(),
-                None => dir
-                    .join("target")
-                    .join("sluice")
-                    .join(format!("{name}.wasm")),
-            };
-            let source_path = dir.join(language.marker_file());
-            let source = std::fs::read_to_string(&source_path)
-                .with_context(|| format!("reading {}", source_path.display()))?;
-            let world = sdk::World::of_source(&source);
-            let progress = Spinner::start(&name, show_progress);
-            let component = match language {
-                Language::Python => python::build(dir, &scratch_dir(dir)?, world, &progress),
-                Language::JavaScript => {
-                    javascript::build(dir, &scratch_dir(dir)?, world, &progress)
-                }
-                Language::C => c::build(dir, &scratch_dir(dir)?, world, &progress),
-                Language::Rust => unreachable!("handled above"),
-            };
-            progress.finish();
-            let component =
-                component.with_context(|| format!("building {language} plugin `{name}`"))?;
-            write_component(&component, &output, language, None)
-        }
+    let mut options = BuildOptions::new();
+    options.output = output.map(Path::to_path_buf);
+    options.show_progress = show_progress;
+    build_plugin_with(dir, &options)
+}
+
+/// Builds the plugin in `dir` as `options` say.
+pub fn build_plugin_with(dir: &Path, options: &BuildOptions) -> Result<BuiltPlugin> {
+    let output = options.output.as_deref();
+    let language = Language::detect(dir)?;
+    if language == Language::Rust {
+        return rust::build(dir, output, detect_route()?, options.show_progress);
     }
+    let name = plugin_name(dir)?;
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        None => dir
+            .join("target")
+            .join("sluice")
+            .join(format!("{name}.wasm")),
+    };
+    let cached = match &options.cache {
+        Some(cache) if BuildCache::caches(language) => {
+            let tool = match language {
+                Language::Python => python::componentize_py().into(),
+                _ => javascript::componentize_js().into_os_string(),
+            };
+            let key = cache.key(dir, language, &tool)?;
+            Some((cache, key))
+        }
+        _ => None,
+    };
+    if let Some((cache, key)) = &cached
+        && let Some(component) = cache.get(key)
+    {
+        let mut built = write_component(&component, &output, language, None)?;
+        built.reused = true;
+        return Ok(built);
+    }
+    let source_path = dir.join(language.marker_file());
+    let source = std::fs::read_to_string(&source_path)
+        .with_context(|| format!("reading {}", source_path.display()))?;
+    let world = sdk::World::of_source(&source);
+    let progress = Spinner::start(&name, options.show_progress);
+    let component = match language {
+        Language::Python => python::build(dir, &scratch_dir(dir)?, world, &progress),
+        Language::JavaScript => javascript::build(dir, &scratch_dir(dir)?, world, &progress),
+        Language::C => c::build(dir, &scratch_dir(dir)?, world, &progress),
+        Language::Rust => unreachable!("handled above"),
+    };
+    progress.finish();
+    let component = component.with_context(|| format!("building {language} plugin `{name}`"))?;
+    let built = write_component(&component, &output, language, None)?;
+    if let Some((cache, key)) = &cached {
+        cache.put(key, &component)?;
+    }
+    Ok(built)
 }
 
 /// A plugin's name: its directory's name.
@@ -210,6 +275,7 @@ fn write_component(
         size_bytes: component.len() as u64,
         language,
         route,
+        reused: false,
     })
 }
 

@@ -15,7 +15,7 @@ pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 
 /// The `componentize-py` command: `$SLUICE_COMPONENTIZE_PY` or the one on
 /// `PATH`.
-fn componentize_py() -> String {
+pub(super) fn componentize_py() -> String {
     std::env::var("SLUICE_COMPONENTIZE_PY").unwrap_or_else(|_| "componentize-py".to_string())
 }
 

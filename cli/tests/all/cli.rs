@@ -8,10 +8,6 @@ fn sluice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -117,11 +113,9 @@ fn new_and_build(lang: &str, world: &str, expected_world: &str) -> (tempfile::Te
     assert!(output.status.success(), "{lang}: {:?}", text(&output));
     let plugin_dir = dir.path().join("my-plugin");
 
-    // Share the example plugins' target dir so std and the SDK compile once.
-    let target = repo_root()
-        .join("plugins")
-        .join("target")
-        .join("scaffold-test");
+    // A target dir shared across runs and clones, so std and the SDK
+    // compile once, not in every clean clone.
+    let target = sluice_tests::shared_cache_dir("scaffold-target");
     let component = dir.path().join("my-plugin.wasm");
     let output = sluice()
         .args(["plugin", "build"])
@@ -132,6 +126,27 @@ fn new_and_build(lang: &str, world: &str, expected_world: &str) -> (tempfile::Te
         .output()
         .unwrap();
     assert!(output.status.success(), "{lang}: {:?}", text(&output));
+
+    // Python and JavaScript builds of unchanged inputs are reused (a
+    // rebuild would take 10-30 s and give other bytes).
+    if lang == "python" || lang == "js" {
+        let built = std::fs::read(&component).unwrap();
+        let again = dir.path().join("again.wasm");
+        let output = sluice()
+            .args(["plugin", "build"])
+            .arg(&plugin_dir)
+            .arg("--output")
+            .arg(&again)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&output);
+        assert!(output.status.success(), "{lang}: {stderr}");
+        assert!(
+            stdout.contains("inputs unchanged: reused"),
+            "{lang}: {stdout}"
+        );
+        assert_eq!(std::fs::read(&again).unwrap(), built, "{lang}");
+    }
 
     let (inspected, _) = text(
         &sluice()
