@@ -20,6 +20,10 @@
 //!
 //! Rust plugins are left to cargo, which already knows when a crate is
 //! fresh; C builds take about a second and are not cached.
+//!
+//! Bounded like the compiled-component cache: after each store the least
+//! recently used components go until at most [`DEFAULT_BUILD_CACHE_MAX_BYTES`]
+//! are left (a hit marks a component used).
 
 use super::{Language, sdk};
 use anyhow::{Context, Result};
@@ -35,6 +39,10 @@ const RECIPE: [&str; 5] = [
     include_str!("javascript.rs"),
     include_str!("sdk.rs"),
 ];
+
+/// The most a [`BuildCache`] keeps, in bytes (Python and JavaScript
+/// components are 12-18 MB: about sixty of them).
+pub const DEFAULT_BUILD_CACHE_MAX_BYTES: u64 = 1 << 30;
 
 /// A directory of components built from known inputs, one file per key.
 #[derive(Debug, Clone)]
@@ -104,7 +112,10 @@ impl BuildCache {
 
     /// The component stored under `key`, if any.
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        std::fs::read(self.path(key)).ok()
+        let path = self.path(key);
+        let component = std::fs::read(&path).ok()?;
+        sluice_host::runtime::mark_used(&path);
+        Some(component)
     }
 
     /// Stores `component` under `key`. Written to a temporary file and
@@ -120,6 +131,12 @@ impl BuildCache {
         staged
             .persist(&path)
             .with_context(|| format!("writing {}", path.display()))?;
+        sluice_host::runtime::prune_least_recently_used(
+            &self.dir,
+            "wasm",
+            DEFAULT_BUILD_CACHE_MAX_BYTES,
+        )
+        .with_context(|| format!("pruning {}", self.dir.display()))?;
         Ok(())
     }
 

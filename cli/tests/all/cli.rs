@@ -116,36 +116,36 @@ fn new_and_build(lang: &str, world: &str, expected_world: &str) -> (tempfile::Te
     // A target dir shared across runs and clones, so std and the SDK
     // compile once, not in every clean clone.
     let target = sluice_tests::shared_cache_dir("scaffold-target");
-    let component = dir.path().join("my-plugin.wasm");
-    let output = sluice()
-        .args(["plugin", "build"])
-        .arg(&plugin_dir)
-        .arg("--output")
-        .arg(&component)
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{lang}: {:?}", text(&output));
-
-    // Python and JavaScript builds of unchanged inputs are reused (a
-    // rebuild would take 10-30 s and give other bytes).
-    if lang == "python" || lang == "js" {
-        let built = std::fs::read(&component).unwrap();
-        let again = dir.path().join("again.wasm");
+    let build = |component: &Path| {
         let output = sluice()
             .args(["plugin", "build"])
             .arg(&plugin_dir)
             .arg("--output")
-            .arg(&again)
+            .arg(component)
+            .env("CARGO_TARGET_DIR", &target)
             .output()
             .unwrap();
         let (stdout, stderr) = text(&output);
         assert!(output.status.success(), "{lang}: {stderr}");
+        stdout
+    };
+    let component = dir.path().join("my-plugin.wasm");
+    build(&component);
+
+    // Python and JavaScript builds of unchanged inputs are reused (a
+    // rebuild would take 10-30 s and give other bytes).
+    if lang == "python" || lang == "js" {
+        let again = dir.path().join("again.wasm");
+        let stdout = build(&again);
         assert!(
             stdout.contains("inputs unchanged: reused"),
             "{lang}: {stdout}"
         );
-        assert_eq!(std::fs::read(&again).unwrap(), built, "{lang}");
+        assert_eq!(
+            std::fs::read(&again).unwrap(),
+            std::fs::read(&component).unwrap(),
+            "{lang}"
+        );
     }
 
     let (inspected, _) = text(

@@ -12,6 +12,13 @@
 //! created with mode 0600 on first use). An artifact with a wrong or
 //! missing tag — written by another host, copied in, tampered with — is
 //! compiled again from the component, never loaded.
+//!
+//! The cache is bounded: after each store the least recently used
+//! artifacts are removed until the directory holds at most
+//! [`DEFAULT_CACHE_MAX_BYTES`] of them (a hit marks an artifact used by
+//! touching its modification time). Python and JavaScript artifacts are
+//! 35-37 MB each, so without a bound every edit of such a plugin would
+//! leave one behind for good.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -24,10 +31,62 @@ use wasmtime::component::Component;
 /// Length of the tag that starts every artifact.
 const TAG_LEN: usize = 32;
 
+/// The most compiled artifacts a [`ComponentCache`] keeps, in bytes (about
+/// a hundred Python or JavaScript plugins, thousands of Rust ones).
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
+
+/// Removes the least recently used files named `*.<extension>` in `dir`
+/// until those left total at most `max_bytes`; a file's modification time
+/// is its last use ([`mark_used`]). Files that vanish meanwhile (another
+/// process pruning) are skipped. Returns how many it removed.
+pub fn prune_least_recently_used(
+    dir: &Path,
+    extension: &str,
+    max_bytes: u64,
+) -> std::io::Result<usize> {
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != extension) {
+            continue;
+        }
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        total += metadata.len();
+        let used = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+        files.push((used, metadata.len(), path));
+    }
+    files.sort();
+    let mut removed = 0;
+    for (_, len, path) in files {
+        if total <= max_bytes {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+        total = total.saturating_sub(len);
+    }
+    Ok(removed)
+}
+
+/// Marks the file at `path` as used now (its modification time), for
+/// [`prune_least_recently_used`]. Best effort: a read-only cache still
+/// serves hits.
+pub fn mark_used(path: &Path) {
+    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(std::time::SystemTime::now());
+    }
+}
+
 /// Where compiled components are kept.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
     dir: PathBuf,
+    max_bytes: u64,
     key: Arc<OnceLock<Option<[u8; 32]>>>,
 }
 
@@ -41,12 +100,21 @@ pub enum CacheOutcome {
 }
 
 impl ComponentCache {
-    /// A cache in `dir` (created on first store).
+    /// A cache in `dir` (created on first store), holding at most
+    /// [`DEFAULT_CACHE_MAX_BYTES`] of artifacts.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         ComponentCache {
             dir: dir.into(),
+            max_bytes: DEFAULT_CACHE_MAX_BYTES,
             key: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// The same cache holding at most `max_bytes` of artifacts (the least
+    /// recently used go first).
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     /// The default cache directory: `$SLUICE_CACHE_DIR`, else
@@ -89,6 +157,7 @@ impl ComponentCache {
             // engine configuration (the file name carries its
             // compatibility hash) and not changed since.
             if let Ok(component) = unsafe { Component::deserialize(engine, artifact) } {
+                mark_used(&path);
                 return Ok((component, CacheOutcome::Hit));
             }
             // An artifact of another engine build: fall through and replace it.
@@ -152,6 +221,7 @@ impl ComponentCache {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)?;
+        prune_least_recently_used(&self.dir, "cwasm", self.max_bytes)?;
         Ok(())
     }
 }
@@ -205,6 +275,69 @@ fn read_or_create_key(dir: &Path) -> std::io::Result<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pruning_removes_the_least_recently_used_files_down_to_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |seconds| std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+        for (name, used) in [("a", 3), ("b", 1), ("c", 2), ("d", 4)] {
+            let path = dir.path().join(format!("{name}.cwasm"));
+            std::fs::write(&path, [0u8; 100]).unwrap();
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(at(used)).unwrap();
+        }
+        std::fs::write(dir.path().join(".host-key"), [0u8; 32]).unwrap();
+        // b (used first) then c go; a and d fit in 250 bytes.
+        assert_eq!(
+            prune_least_recently_used(dir.path(), "cwasm", 250).unwrap(),
+            2
+        );
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".host-key", "a.cwasm", "d.cwasm"]);
+
+        // A use makes a file the last to go.
+        mark_used(&dir.path().join("a.cwasm"));
+        assert_eq!(
+            prune_least_recently_used(dir.path(), "cwasm", 100).unwrap(),
+            1
+        );
+        assert!(dir.path().join("a.cwasm").exists());
+        assert!(!dir.path().join("d.cwasm").exists());
+    }
+
+    #[test]
+    fn a_cache_over_its_budget_drops_the_older_artifact_first() {
+        let engine = Engine::default();
+        let texts = ["(component)", "(component (core module))"];
+        // Each artifact's size, from an unbounded cache.
+        let sizes = tempfile::tempdir().unwrap();
+        let unbounded = ComponentCache::new(sizes.path());
+        let size = |text: &str| {
+            unbounded.load(&engine, text.as_bytes()).unwrap();
+            std::fs::metadata(unbounded.artifact_path(&engine, text.as_bytes()))
+                .unwrap()
+                .len()
+        };
+        let budget = size(texts[0]) + size(texts[1]) - 1;
+
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path()).with_max_bytes(budget);
+        for text in texts {
+            assert_eq!(
+                cache.load(&engine, text.as_bytes()).unwrap().1,
+                CacheOutcome::Miss
+            );
+        }
+        assert!(!cache.artifact_path(&engine, texts[0].as_bytes()).exists());
+        assert_eq!(
+            cache.load(&engine, texts[1].as_bytes()).unwrap().1,
+            CacheOutcome::Hit
+        );
+    }
 
     const COMPONENT: &str = "(component)";
 

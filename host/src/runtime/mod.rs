@@ -21,7 +21,9 @@ mod plugin_output;
 mod projection;
 
 pub use aggregate::PluginAggregator;
-pub use cache::{CacheOutcome, ComponentCache};
+pub use cache::{
+    CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, mark_used, prune_least_recently_used,
+};
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
 pub use instance::{
