@@ -118,26 +118,18 @@ impl BuildCache {
         Some(component)
     }
 
-    /// Stores `component` under `key`. Written to a temporary file and
-    /// renamed, so a concurrent build never reads half a component.
+    /// Stores `component` under `key` (atomically: a concurrent build never
+    /// reads half a component), keeping the cache within its bound.
     pub fn put(&self, key: &str, component: &[u8]) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating {}", self.dir.display()))?;
-        let mut staged = tempfile::NamedTempFile::new_in(&self.dir)
-            .with_context(|| format!("creating a file in {}", self.dir.display()))?;
-        std::io::Write::write_all(&mut staged, component)
-            .with_context(|| format!("writing {}", staged.path().display()))?;
         let path = self.path(key);
-        staged
-            .persist(&path)
-            .with_context(|| format!("writing {}", path.display()))?;
-        sluice_host::runtime::prune_least_recently_used(
+        sluice_host::runtime::store_bounded(
             &self.dir,
+            &path,
+            component,
             "wasm",
             DEFAULT_BUILD_CACHE_MAX_BYTES,
         )
-        .with_context(|| format!("pruning {}", self.dir.display()))?;
-        Ok(())
+        .with_context(|| format!("writing {}", path.display()))
     }
 
     fn path(&self, key: &str) -> PathBuf {

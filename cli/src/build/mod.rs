@@ -226,8 +226,11 @@ pub fn build_plugin_with(dir: &Path, options: &BuildOptions) -> Result<BuiltPlug
     progress.finish();
     let component = component.with_context(|| format!("building {language} plugin `{name}`"))?;
     let built = write_component(&component, &output, language, None)?;
-    if let Some((cache, key)) = &cached {
-        cache.put(key, &component)?;
+    if let Some((cache, key)) = &cached
+        && let Err(error) = cache.put(key, &component)
+    {
+        // The build succeeded; only its reuse next time is lost.
+        tracing::warn!(error = format!("{error:#}"), "could not cache the build");
     }
     Ok(built)
 }

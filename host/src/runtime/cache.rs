@@ -73,6 +73,30 @@ pub fn prune_least_recently_used(
     Ok(removed)
 }
 
+/// Stores `bytes` at `path`, a file in `dir`, then keeps the `*.<extension>`
+/// files of `dir` within `max_bytes` ([`prune_least_recently_used`]).
+///
+/// The bytes go to a temporary file in `dir` that is then renamed, so a
+/// reader never sees a partial file and concurrent writers do not clash.
+/// A prune that fails is logged, not returned: the file is stored, and a
+/// cache a little over its bound is better than a failed build or load.
+pub fn store_bounded(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    extension: &str,
+    max_bytes: u64,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut staged = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut staged, bytes)?;
+    staged.persist(path).map_err(|error| error.error)?;
+    if let Err(error) = prune_least_recently_used(dir, extension, max_bytes) {
+        tracing::warn!(dir = %dir.display(), %error, "could not prune the cache");
+    }
+    Ok(())
+}
+
 /// Marks the file at `path` as used now (its modification time), for
 /// [`prune_least_recently_used`]. Best effort: a read-only cache still
 /// serves hits.
@@ -206,7 +230,6 @@ impl ComponentCache {
     }
 
     fn store(&self, path: &Path, component: &Component) -> wasmtime::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
         let artifact = component.serialize()?;
         let tag = self
             .tag(&artifact)
@@ -216,12 +239,7 @@ impl ComponentCache {
         let mut bytes = Vec::with_capacity(TAG_LEN + artifact.len());
         bytes.extend_from_slice(&tag);
         bytes.extend_from_slice(&artifact);
-        // Write to a unique temporary name, then rename: readers never see a
-        // partial artifact, and concurrent writers do not clash.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, path)?;
-        prune_least_recently_used(&self.dir, "cwasm", self.max_bytes)?;
+        store_bounded(&self.dir, path, &bytes, "cwasm", self.max_bytes)?;
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ mod projection;
 pub use aggregate::PluginAggregator;
 pub use cache::{
     CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, mark_used, prune_least_recently_used,
+    store_bounded,
 };
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
