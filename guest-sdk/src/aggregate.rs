@@ -4,9 +4,12 @@
 //! Implement [`Aggregate`] and export it with [`crate::export_aggregate!`].
 //! The host keeps one accumulator per key and window in its state store; the
 //! SDK encodes your accumulator type with postcard between calls. The plugin
-//! exports the `fast-aggregate` world: besides the typed `add`, one
+//! exports the `fast-projected-aggregate` world: besides the typed `add`, one
 //! `add-packed` call adds a whole batch to all its keys and windows (the
-//! packed aggregate format of `sluice-wire`).
+//! packed aggregate format of `sluice-wire`), and an aggregate that names
+//! the JSON fields it reads ([`Aggregate::json_fields`]) gets them found by
+//! the host instead (`add-projected`): [`Record::field`] then parses
+//! nothing.
 //!
 //! ```ignore
 //! use sluice_sdk::{Aggregate, Config, Record, export_aggregate};
@@ -55,10 +58,22 @@ pub trait Aggregate: Sized + 'static {
 
     /// The window's result.
     fn finish(&mut self, accumulator: Self::Accumulator) -> serde_json::Value;
+
+    /// The top-level fields of a JSON object record this aggregate reads
+    /// with [`Record::field`] (asked once, after [`Aggregate::init`]). When
+    /// it names some, the host finds them natively in the pass it makes
+    /// over each record anyway (the projected path): the plugin parses
+    /// nothing to read them. The default, none, keeps the packed path.
+    fn json_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 thread_local! {
     static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+    /// The fields the host was told the aggregate reads (asked once per
+    /// instance): names the projected slots of every batch.
+    static PROJECTED_FIELDS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
 fn with_instance<A: Aggregate, R>(f: impl FnOnce(&mut A) -> R) -> R {
@@ -132,36 +147,115 @@ pub fn add_packed<A: Aggregate>(batch: &[u8]) -> Vec<u8> {
                 output.clear();
                 return;
             };
-            let mut acc = decode::<A>(group.accumulator);
-            let mut rejected = Vec::new();
-            for index in 0..group.records {
-                let Ok(inner) = sluice_wire::take::<sluice_wire::InputRecord<'_>>(&mut rest) else {
-                    output.clear();
-                    return;
-                };
-                let record = Record::new(inner, None);
-                let before = acc.clone();
-                if let Err(reason) = aggregate.add(&mut acc, &record) {
-                    acc = before;
-                    rejected.push((index, reason));
-                }
+            let records = (0..group.records).map(|_| {
+                sluice_wire::take::<sluice_wire::InputRecord<'_>>(&mut rest)
+                    .map(|inner| Record::new(inner, None))
+                    .ok()
+            });
+            if !add_group(aggregate, group.accumulator, records, &mut output) {
+                output.clear();
+                return;
             }
-            let accumulator = encode::<A>(&acc);
-            let added = sluice_wire::GroupAdded {
-                accumulator: sluice_wire::Bytes::new(&accumulator),
-                rejected: rejected
-                    .iter()
-                    .map(|(index, reason)| sluice_wire::Rejected {
-                        index: *index,
-                        reason,
-                    })
-                    .collect(),
-            };
-            // Encoding into a Vec cannot fail (no size limit, no I/O).
-            let _ = sluice_wire::append(&mut output, &added);
         }
     });
     output
+}
+
+/// The top-level JSON fields the aggregate reads
+/// ([`Aggregate::json_fields`]), kept to read projected batches.
+#[doc(hidden)]
+pub fn projected_fields<A: Aggregate>() -> Vec<String> {
+    let fields = with_instance::<A, _>(|aggregate| aggregate.json_fields());
+    PROJECTED_FIELDS.with(|known| known.borrow_mut().clone_from(&fields));
+    fields
+}
+
+/// Adds an `add-projected` batch (the projected aggregate format of
+/// `sluice-wire`). An empty output (a version this SDK does not read, a
+/// malformed buffer, fields other than the ones named) makes the host send
+/// the batch through `add-packed` instead.
+#[doc(hidden)]
+pub fn add_projected<A: Aggregate>(batch: &[u8]) -> Vec<u8> {
+    let mut output = Vec::new();
+    let mut rest = batch;
+    let header = match sluice_wire::take::<sluice_wire::AggregateBatch>(&mut rest) {
+        Ok(header) if header.version == sluice_wire::AGGREGATE_PROJECTED_FORMAT_VERSION => header,
+        _ => return output,
+    };
+    let mut groups = Vec::with_capacity((header.groups as usize).min(rest.len()));
+    for _ in 0..header.groups {
+        match sluice_wire::take::<sluice_wire::AggregateGroup<'_>>(&mut rest) {
+            Ok(group) => groups.push(group),
+            Err(_) => return output,
+        }
+    }
+    let projected = match sluice_wire::projected::ProjectedBatch::parse(rest) {
+        Ok(Some(projected)) => projected,
+        _ => return output,
+    };
+    let total: u64 = groups.iter().map(|group| u64::from(group.records)).sum();
+    PROJECTED_FIELDS.with(|names| {
+        let names = names.borrow();
+        if names.len() != projected.fields() || total != projected.len() as u64 {
+            return;
+        }
+        with_instance::<A, _>(|aggregate| {
+            let mut next = 0usize;
+            for group in &groups {
+                let first = next;
+                next += group.records as usize;
+                let records = (first..next).map(|index| {
+                    projected
+                        .record(index)
+                        .map(|read| Record::new(read.record, Some((names.as_slice(), read.fields))))
+                        .ok()
+                });
+                if !add_group(aggregate, group.accumulator, records, &mut output) {
+                    output.clear();
+                    return;
+                }
+            }
+        });
+    });
+    output
+}
+
+/// Adds one group's `records` (`None`: a record the buffer does not hold)
+/// to the accumulator `accumulator` and appends its [`sluice_wire::GroupAdded`]
+/// to `output`; `false` if a record could not be read (the host then sends
+/// the batch another way).
+fn add_group<'r, A: Aggregate>(
+    aggregate: &mut A,
+    accumulator: &[u8],
+    records: impl Iterator<Item = Option<Record<'r>>>,
+    output: &mut Vec<u8>,
+) -> bool {
+    let mut acc = decode::<A>(accumulator);
+    let mut rejected = Vec::new();
+    for (index, record) in records.enumerate() {
+        let Some(record) = record else {
+            return false;
+        };
+        let before = acc.clone();
+        if let Err(reason) = aggregate.add(&mut acc, &record) {
+            acc = before;
+            rejected.push((index as u32, reason));
+        }
+    }
+    let accumulator = encode::<A>(&acc);
+    let added = sluice_wire::GroupAdded {
+        accumulator: sluice_wire::Bytes::new(&accumulator),
+        rejected: rejected
+            .iter()
+            .map(|(index, reason)| sluice_wire::Rejected {
+                index: *index,
+                reason,
+            })
+            .collect(),
+    };
+    // Encoding into a Vec cannot fail (no size limit, no I/O).
+    let _ = sluice_wire::append(output, &added);
+    true
 }
 
 #[doc(hidden)]
@@ -214,6 +308,16 @@ macro_rules! export_aggregate {
         impl $crate::bindings::exports::sluice::plugin::packed_aggregator::Guest for SluiceExports {
             fn add_packed(groups: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
                 $crate::aggregate::add_packed::<$aggregate>(&groups)
+            }
+        }
+
+        impl $crate::bindings::exports::sluice::plugin::projected_aggregator::Guest for SluiceExports {
+            fn projected_fields() -> ::std::vec::Vec<::std::string::String> {
+                $crate::aggregate::projected_fields::<$aggregate>()
+            }
+
+            fn add_projected(groups: ::std::vec::Vec<u8>) -> ::std::vec::Vec<u8> {
+                $crate::aggregate::add_projected::<$aggregate>(&groups)
             }
         }
 

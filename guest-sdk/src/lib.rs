@@ -93,12 +93,12 @@ pub mod bindings {
     });
 }
 
-/// Bindings for the `fast-aggregate` world (feature `aggregate`).
+/// Bindings for the `fast-projected-aggregate` world (feature `aggregate`).
 #[doc(hidden)]
 #[cfg(feature = "aggregate")]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "fast-aggregate",
+        world: "fast-projected-aggregate",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_world",

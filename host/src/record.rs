@@ -102,14 +102,21 @@ impl ReadFields {
     /// The values of `paths` if these were read first (the list of fields
     /// an operator asked the source for), else `None`: the caller reads
     /// them itself.
-    pub fn into_values_of(self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
+    pub fn into_values_of(mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
+        self.take_values_of(paths)
+    }
+
+    /// [`ReadFields::into_values_of`] that leaves the spans: the values
+    /// are taken out (empty after), the spans stay for the plugin that
+    /// reads them.
+    pub fn take_values_of(&mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
         // The operator's own list (shared with the source) is recognised
         // without comparing paths.
         let same_list = std::ptr::eq(&self.paths[..], paths);
         if !same_list && !self.paths.starts_with(paths) {
             return None;
         }
-        let mut values = self.values;
+        let mut values = std::mem::take(&mut self.values);
         values.truncate(paths.len());
         Some(values)
     }

@@ -31,6 +31,22 @@
 //! A plugin that does not know the batch's version returns an empty buffer;
 //! the host then adds group by group through the typed `add`.
 //!
+//! # The projected aggregate format (`sluice:plugin/projected-aggregator`)
+//!
+//! The packed `add` with the JSON fields the plugin reads found by the host
+//! (as the projected transform has), so that an aggregate reads the field it
+//! sums without parsing the record:
+//!
+//! * **Host to plugin**: an [`AggregateBatch`] header (the format
+//!   [`AGGREGATE_PROJECTED_FORMAT_VERSION`] and the number of groups), then
+//!   one [`AggregateGroup`] per group (its accumulator and record count),
+//!   postcard-encoded; the rest of the buffer is one [`projected`] batch
+//!   holding the records of every group, group after group, in arrival
+//!   order (its offsets count from its own start).
+//! * **Plugin to host**: as for `add-packed`, one [`GroupAdded`] per group.
+//!
+//! An empty answer makes the host send the batch through `add-packed`.
+//!
 //! # The projected batch format (`sluice:plugin/projected-transformer`)
 //!
 //! Fixed-width tables a Python plugin reads without decoding, with the JSON
@@ -152,7 +168,12 @@ pub enum OutputItem<'a> {
 /// reads (the first field of [`AggregateBatch`]).
 pub const AGGREGATE_FORMAT_VERSION: u32 = 1;
 
-/// The header of an `add-packed` input buffer.
+/// The version of the projected aggregate format that this crate writes
+/// and reads (the first field of the [`AggregateBatch`] of an
+/// `add-projected` input).
+pub const AGGREGATE_PROJECTED_FORMAT_VERSION: u32 = 1;
+
+/// The header of an `add-packed` (or `add-projected`) input buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregateBatch {
     /// The format version: [`AGGREGATE_FORMAT_VERSION`].
@@ -162,7 +183,8 @@ pub struct AggregateBatch {
 }
 
 /// One key and window of an `add-packed` input: its accumulator, then
-/// `records` [`InputRecord`]s follow.
+/// `records` [`InputRecord`]s follow (in an `add-projected` input, its
+/// records are the next `records` of the projected batch after the groups).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregateGroup<'a> {
     /// The accumulator as the plugin last returned it (empty: a new window

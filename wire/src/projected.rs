@@ -102,6 +102,8 @@ impl core::fmt::Display for ProjectedError {
 #[derive(Debug)]
 pub struct ProjectedBatchWriter<'b> {
     buffer: &'b mut Vec<u8>,
+    /// Where the batch starts in `buffer`.
+    base: usize,
     records: usize,
     fields: usize,
     pushed: usize,
@@ -115,9 +117,21 @@ impl<'b> ProjectedBatchWriter<'b> {
         records: usize,
         fields: usize,
     ) -> Result<Self, ProjectedError> {
+        buffer.clear();
+        Self::append_to(buffer, records, fields)
+    }
+
+    /// [`ProjectedBatchWriter::begin`] for a batch that follows what
+    /// `buffer` holds already (the groups of an `add-projected` input):
+    /// the batch's offsets count from where it starts.
+    pub fn append_to(
+        buffer: &'b mut Vec<u8>,
+        records: usize,
+        fields: usize,
+    ) -> Result<Self, ProjectedError> {
+        let base = buffer.len();
         let data_at = data_offset(records, fields);
         let too_large = |n: usize| u32::try_from(n).map_err(|_| ProjectedError::TooLarge);
-        buffer.clear();
         buffer.reserve(data_at);
         for word in [
             PROJECTED_FORMAT_VERSION,
@@ -128,9 +142,10 @@ impl<'b> ProjectedBatchWriter<'b> {
             buffer.extend_from_slice(&word.to_le_bytes());
         }
         too_large(data_at)?;
-        buffer.resize(data_at, 0);
+        buffer.resize(base + data_at, 0);
         Ok(ProjectedBatchWriter {
             buffer,
+            base,
             records,
             fields,
             pushed: 0,
@@ -153,7 +168,7 @@ impl<'b> ProjectedBatchWriter<'b> {
             None => (ABSENT, MISSING),
         };
         let topic = self.append(record.topic)?;
-        let headers_start = self.buffer.len();
+        let headers_start = self.buffer.len() - self.base;
         if !record.headers.is_empty() {
             let count =
                 u32::try_from(record.headers.len()).map_err(|_| ProjectedError::TooLarge)?;
@@ -165,9 +180,12 @@ impl<'b> ProjectedBatchWriter<'b> {
         }
         let headers = match record.headers.is_empty() {
             true => (ABSENT, MISSING),
-            false => (offset(headers_start)?, offset(self.buffer.len())?),
+            false => (
+                offset(headers_start)?,
+                offset(self.buffer.len() - self.base)?,
+            ),
         };
-        let slots_at = HEADER_BYTES + index * (FIXED_SLOTS + self.fields) * 8;
+        let slots_at = self.base + HEADER_BYTES + index * (FIXED_SLOTS + self.fields) * 8;
         let mut slot = slots_at;
         let mut write_slot = |buffer: &mut Vec<u8>, (start, end): (u32, u32)| {
             buffer[slot..slot + 4].copy_from_slice(&start.to_le_bytes());
@@ -188,7 +206,8 @@ impl<'b> ProjectedBatchWriter<'b> {
             };
             write_slot(self.buffer, range);
         }
-        let numbers_at = HEADER_BYTES + self.records * (FIXED_SLOTS + self.fields) * 8 + index * 24;
+        let numbers_at =
+            self.base + HEADER_BYTES + self.records * (FIXED_SLOTS + self.fields) * 8 + index * 24;
         let numbers = [
             record.event_time.unwrap_or(i64::MIN),
             i64::from(record.partition),
@@ -208,9 +227,9 @@ impl<'b> ProjectedBatchWriter<'b> {
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(u32, u32), ProjectedError> {
-        let start = offset(self.buffer.len())?;
+        let start = offset(self.buffer.len() - self.base)?;
         self.buffer.extend_from_slice(bytes);
-        Ok((start, offset(self.buffer.len())?))
+        Ok((start, offset(self.buffer.len() - self.base)?))
     }
 
     fn append_sized(&mut self, bytes: &[u8]) -> Result<(), ProjectedError> {
@@ -576,6 +595,38 @@ mod tests {
                 .record(0)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_batch_after_other_bytes_reads_back_from_its_own_start() {
+        let value = br#"{"a":1,"b":"x"}"#;
+        let record = InputRecord {
+            key: Some(Bytes::new(b"k")),
+            value: Bytes::new(value),
+            headers: vec![Header {
+                key: "h",
+                value: Bytes::new(b"hv"),
+            }],
+            event_time: Some(5),
+            topic: Bytes::new(b"topic"),
+            partition: 2,
+            offset: 9,
+        };
+        let slots = [FieldSlot::At { start: 5, end: 6 }, FieldSlot::Missing];
+        let mut alone = Vec::new();
+        let mut writer = ProjectedBatchWriter::begin(&mut alone, 1, 2).unwrap();
+        writer.push(&record, &slots).unwrap();
+
+        let mut after = b"groups".to_vec();
+        let mut writer = ProjectedBatchWriter::append_to(&mut after, 1, 2).unwrap();
+        writer.push(&record, &slots).unwrap();
+        assert!(writer.is_complete());
+        assert_eq!(&after[..6], b"groups");
+        assert_eq!(&after[6..], &alone[..], "the same bytes as a batch alone");
+        let batch = ProjectedBatch::parse(&after[6..]).unwrap().unwrap();
+        let read = batch.record(0).unwrap();
+        assert_eq!(read.record, record);
+        assert_eq!(read.fields.get(0), Some(Ok(ProjectedField::At(b"1"))));
     }
 
     #[test]

@@ -309,7 +309,7 @@ fn aggregate_dev_loop(lang: &str, expected_world: &str) {
 
 #[test]
 fn rust_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("rust", "sluice:plugin/fast-aggregate");
+    aggregate_dev_loop("rust", "sluice:plugin/fast-projected-aggregate");
 }
 
 #[test]

@@ -461,6 +461,8 @@ mod tests {
         assert!(PluginRole::Aggregate.accepts(PluginWorld::Aggregate));
         assert!(PluginRole::Aggregate.accepts(PluginWorld::FastAggregate));
         assert!(!PluginRole::Transform.accepts(PluginWorld::FastAggregate));
+        assert!(PluginRole::Aggregate.accepts(PluginWorld::FastProjectedAggregate));
+        assert!(!PluginRole::Transform.accepts(PluginWorld::FastProjectedAggregate));
         assert!(!PluginRole::Aggregate.accepts(PluginWorld::FastTransform));
     }
 }

@@ -12,14 +12,21 @@
 //! through its string-returning functions (see `text-aggregator` in the WIT
 //! package: componentize-py never frees returned byte lists).
 //!
-//! A plugin of the `fast-aggregate` world (the Rust SDK's) gets all the
-//! groups of a batch in one `add-packed` call; if that call faults, or the
-//! plugin does not read the format version, the batch is added group by
-//! group through the typed `add` (where a fault is narrowed down to the
-//! records to blame).
+//! A plugin of the `fast-aggregate` world gets all the groups of a batch in
+//! one `add-packed` call; if that call faults, or the plugin does not read
+//! the format version, the batch is added group by group through the typed
+//! `add` (where a fault is narrowed down to the records to blame).
+//!
+//! A plugin of the `fast-projected-aggregate` world (the Rust SDK's) that
+//! names the JSON fields it reads gets them found by the host, in one
+//! `add-projected` call per batch: the spans the source found in its own
+//! pass over each record ([`crate::record::FieldSpans`]), or found here.
+//! An answer it does not read goes through `add-packed`; a fault, group by
+//! group as above.
 
 use super::bindings::aggregate::Aggregate;
 use super::bindings::fast_aggregate::FastAggregate;
+use super::bindings::fast_projected_aggregate::FastProjectedAggregate;
 use super::bindings::text_aggregate::TextAggregate;
 use super::bindings::typed::sluice::plugin::types as wit;
 use super::component::PluginComponent;
@@ -40,12 +47,28 @@ use wasmtime::Store;
 pub(crate) struct AggregateWorld;
 
 /// The exports of one aggregate instance: the typed aggregator always, the
-/// packed `add` for `fast-aggregate` plugins, the string-returning functions
-/// for `text-aggregate` plugins.
+/// packed `add` for `fast-aggregate` plugins (and the projected one for
+/// `fast-projected-aggregate` plugins), the string-returning functions for
+/// `text-aggregate` plugins.
 pub(crate) struct AggregateBindings {
     typed: Aggregate,
     fast: Option<FastAggregate>,
+    projected: Option<FastProjectedAggregate>,
     text: Option<TextAggregate>,
+}
+
+/// How a call that adds a whole batch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchAdd {
+    /// Every group was added.
+    Added,
+    /// Not made (the plugin has no such export or reads no fields), or
+    /// answered with nothing (a format version it does not read): try the
+    /// next way.
+    NotTaken,
+    /// The plugin faulted (its instance is re-created): add group by
+    /// group, where a fault is narrowed down to the records to blame.
+    Faulted,
 }
 
 /// What an `add` call returns: the new accumulator, and the records (by
@@ -156,11 +179,20 @@ impl HostedWorld for AggregateWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
+        let projected = match &component.pre.projected_aggregator {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
         let text = match &component.pre.text_aggregator {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
-        Ok(AggregateBindings { typed, fast, text })
+        Ok(AggregateBindings {
+            typed,
+            fast,
+            projected,
+            text,
+        })
     }
 
     fn init(
@@ -178,8 +210,15 @@ impl HostedWorld for AggregateWorld {
 /// An aggregate plugin instance.
 pub struct PluginAggregator {
     host: PluginHost<AggregateWorld>,
-    /// The `add-packed` input, reused from batch to batch.
+    /// The `add-packed` (or `add-projected`) input, reused from batch to
+    /// batch.
     packed_input: Vec<u8>,
+    /// The top-level JSON fields the plugin reads on the projected path:
+    /// `None` until asked (once per plugin version), empty if it names
+    /// none (or asking faulted).
+    projected_fields: Option<Arc<[String]>>,
+    /// One record's projected slots (reused).
+    field_slots: Vec<sluice_wire::projected::FieldSlot>,
 }
 
 impl PluginAggregator {
@@ -197,6 +236,8 @@ impl PluginAggregator {
         Ok(PluginAggregator {
             host: PluginHost::new(component, scope, state, metrics, limits, config)?,
             packed_input: Vec::new(),
+            projected_fields: None,
+            field_slots: Vec::new(),
         })
     }
 
@@ -247,31 +288,22 @@ impl PluginAggregator {
 }
 
 impl PluginAggregator {
-    /// All `groups` in one `add-packed` call; `false` (nothing changed) if
-    /// the plugin has no packed `add`, faulted, or answered with another
-    /// number of groups (an unknown format version).
-    fn add_packed(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<bool, AggregateError> {
+    /// All `groups` in one `add-packed` call.
+    fn add_packed(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<BatchAdd, AggregateError> {
         if self.host.exports.fast.is_none() {
-            return Ok(false);
+            return Ok(BatchAdd::NotTaken);
         }
-        let encode_error =
-            |e: sluice_wire::Error| AggregateError(format!("cannot encode a packed batch: {e}"));
         let mut input = std::mem::take(&mut self.packed_input);
         input.clear();
-        let header = sluice_wire::AggregateBatch {
-            version: sluice_wire::AGGREGATE_FORMAT_VERSION,
-            groups: groups.len() as u32,
-        };
-        sluice_wire::append(&mut input, &header).map_err(encode_error)?;
-        for group in groups.iter() {
-            let head = sluice_wire::AggregateGroup {
-                accumulator: sluice_wire::Bytes::new(&group.accumulator),
-                records: group.records.len() as u32,
-            };
-            sluice_wire::append(&mut input, &head).map_err(encode_error)?;
-            for record in group.records {
-                sluice_wire::append(&mut input, &to_wire_record(record)).map_err(encode_error)?;
-            }
+        let encoded = encode_groups(
+            &mut input,
+            sluice_wire::AGGREGATE_FORMAT_VERSION,
+            groups,
+            true,
+        );
+        if let Err(error) = encoded {
+            self.packed_input = input;
+            return Err(error);
         }
         let output = self.call(|b, store| match &b.fast {
             Some(fast) => fast
@@ -280,17 +312,117 @@ impl PluginAggregator {
             None => Err(wasmtime::Error::msg("no packed add")),
         });
         self.packed_input = input;
-        let Ok(output) = output else {
-            return Ok(false);
+        match output {
+            Ok(output) => self.take_added(groups, &output, "add-packed"),
+            Err(_) => Ok(BatchAdd::Faulted),
+        }
+    }
+
+    /// The fields the plugin reads on the projected path, asked now
+    /// (within the call deadline) if not yet; `None` if it has no
+    /// projected `add` or names no field. A plugin whose answer faults
+    /// is taken to name none: the packed path serves it.
+    fn projected_fields(&mut self) -> Option<Arc<[String]>> {
+        self.host.exports.projected.as_ref()?;
+        if self.projected_fields.is_none() {
+            let asked = self.call(|b, store| match &b.projected {
+                Some(projected) => projected
+                    .sluice_plugin_projected_aggregator()
+                    .call_projected_fields(store),
+                None => Err(wasmtime::Error::msg("no projected add")),
+            });
+            self.projected_fields = Some(Arc::from(asked.unwrap_or_default()));
+        }
+        self.projected_fields
+            .clone()
+            .filter(|fields| !fields.is_empty())
+    }
+
+    /// All `groups` in one `add-projected` call: the records as one
+    /// projected batch, each with the fields the plugin reads, found by
+    /// the source in its own pass or here.
+    fn add_projected(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<BatchAdd, AggregateError> {
+        let Some(fields) = self.projected_fields() else {
+            return Ok(BatchAdd::NotTaken);
         };
+        let mut input = std::mem::take(&mut self.packed_input);
+        input.clear();
+        let encoded = self.encode_projected(&mut input, &fields, groups);
+        if let Err(error) = encoded {
+            self.packed_input = input;
+            return Err(error);
+        }
+        let output = self.call(|b, store| match &b.projected {
+            Some(projected) => projected
+                .sluice_plugin_projected_aggregator()
+                .call_add_projected(store, &input),
+            None => Err(wasmtime::Error::msg("no projected add")),
+        });
+        self.packed_input = input;
+        match output {
+            Ok(output) => self.take_added(groups, &output, "add-projected"),
+            Err(_) => Ok(BatchAdd::Faulted),
+        }
+    }
+
+    /// Writes the `add-projected` input for `groups` into `input`: the
+    /// group table, then the records of every group as one projected batch.
+    fn encode_projected(
+        &mut self,
+        input: &mut Vec<u8>,
+        fields: &[String],
+        groups: &[GroupAdd<'_>],
+    ) -> Result<(), AggregateError> {
+        let projected_error = |e: sluice_wire::projected::ProjectedError| {
+            AggregateError(format!("cannot encode a projected batch: {e}"))
+        };
+        encode_groups(
+            input,
+            sluice_wire::AGGREGATE_PROJECTED_FORMAT_VERSION,
+            groups,
+            false,
+        )?;
+        let records = groups.iter().map(|group| group.records.len()).sum();
+        let mut writer =
+            sluice_wire::projected::ProjectedBatchWriter::append_to(input, records, fields.len())
+                .map_err(projected_error)?;
+        for record in groups.iter().flat_map(|group| group.records) {
+            // Found by the source in its own pass, or found here.
+            let spans = record
+                .read_fields
+                .as_deref()
+                .and_then(|read| read.spans.as_ref()?.of(fields));
+            match spans {
+                Some(spans) => {
+                    self.field_slots.clear();
+                    self.field_slots
+                        .extend(spans.iter().map(|span| super::projection::slot_of(*span)));
+                }
+                None => super::projection::project(&record.value, fields, &mut self.field_slots),
+            }
+            writer
+                .push(&to_wire_record(record), &self.field_slots)
+                .map_err(projected_error)?;
+        }
+        Ok(())
+    }
+
+    /// Sets each group's accumulator and rejected records from the
+    /// plugin's answer to `call` (one `GroupAdded` per group).
+    fn take_added(
+        &self,
+        groups: &mut [GroupAdd<'_>],
+        output: &[u8],
+        call: &str,
+    ) -> Result<BatchAdd, AggregateError> {
         let decoded: Result<Vec<sluice_wire::GroupAdded<'_>>, _> =
-            sluice_wire::decode_all(&output).collect();
+            sluice_wire::decode_all(output).collect();
         let decoded = match decoded {
             Ok(decoded) if decoded.len() == groups.len() => decoded,
-            Ok(decoded) if decoded.is_empty() => return Ok(false),
+            Ok(decoded) if decoded.is_empty() => return Ok(BatchAdd::NotTaken),
             Ok(decoded) => {
                 return Err(AggregateError(format!(
-                    "aggregate plugin {} answered {} groups of {} in `add-packed`",
+                    "aggregate plugin {} answered {} groups of {} in `{call}`",
                     self.host.component.label(),
                     decoded.len(),
                     groups.len()
@@ -298,7 +430,7 @@ impl PluginAggregator {
             }
             Err(error) => {
                 return Err(AggregateError(format!(
-                    "aggregate plugin {} returned a malformed `add-packed` output: {error}",
+                    "aggregate plugin {} returned a malformed `{call}` output: {error}",
                     self.host.component.label()
                 )));
             }
@@ -313,8 +445,38 @@ impl PluginAggregator {
                 .map(|r| (r.index as usize, r.reason.to_string()))
                 .collect();
         }
-        Ok(true)
+        Ok(BatchAdd::Added)
     }
+}
+
+/// Appends the header and group table of a packed (`with_records`: each
+/// group followed by its records) or projected aggregate input.
+fn encode_groups(
+    input: &mut Vec<u8>,
+    version: u32,
+    groups: &[GroupAdd<'_>],
+    with_records: bool,
+) -> Result<(), AggregateError> {
+    let encode_error =
+        |e: sluice_wire::Error| AggregateError(format!("cannot encode a packed batch: {e}"));
+    let header = sluice_wire::AggregateBatch {
+        version,
+        groups: groups.len() as u32,
+    };
+    sluice_wire::append(input, &header).map_err(encode_error)?;
+    for group in groups {
+        let head = sluice_wire::AggregateGroup {
+            accumulator: sluice_wire::Bytes::new(&group.accumulator),
+            records: group.records.len() as u32,
+        };
+        sluice_wire::append(input, &head).map_err(encode_error)?;
+        if with_records {
+            for record in group.records {
+                sluice_wire::append(input, &to_wire_record(record)).map_err(encode_error)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl SwappablePlugin for PluginAggregator {
@@ -328,7 +490,10 @@ impl SwappablePlugin for PluginAggregator {
         &mut self,
         component: Arc<PluginComponent>,
     ) -> Result<Arc<PluginComponent>, RuntimeError> {
-        self.host.swap(component)
+        let previous = self.host.swap(component)?;
+        // The new version names its own fields.
+        self.projected_fields = None;
+        Ok(previous)
     }
 }
 
@@ -376,10 +541,18 @@ impl Aggregator for PluginAggregator {
     }
 
     fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
-        if self.add_packed(groups)? {
-            return Ok(());
+        let mut added = self.add_projected(groups)?;
+        if added == BatchAdd::NotTaken {
+            added = self.add_packed(groups)?;
         }
-        add_group_by_group(self, groups)
+        match added {
+            BatchAdd::Added => Ok(()),
+            BatchAdd::NotTaken | BatchAdd::Faulted => add_group_by_group(self, groups),
+        }
+    }
+
+    fn projects_fields(&mut self) -> Option<Arc<[String]>> {
+        self.projected_fields()
     }
 
     fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {

@@ -1,15 +1,18 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Eight worlds: `transform` (typed, any language), `fast-transform` (adds
-//! the packed batch export), `fast-projected-transform` (adds the
-//! projected batch with packed output; the Rust SDK exports it),
-//! `text-transform` (adds
-//! the typed batch with packed outcomes in a string), `projected-transform`
-//! (adds batches with the JSON fields the plugin reads found by the host;
-//! the Python SDK exports it), `aggregate` (window
-//! aggregates), `fast-aggregate` (adds the packed `add`, offered by the
-//! Rust SDK) and `text-aggregate` (results as strings, offered by the
-//! Python SDK). They share import traits with `typed`.
+//! Nine worlds, sharing import traits with `typed`:
+//!
+//! * transforms: `transform` (typed, any language), `fast-transform` (adds
+//!   the packed batch), `fast-projected-transform` (adds the projected
+//!   batch with packed output; the Rust SDK exports it), `text-transform`
+//!   (the typed batch with packed outcomes in a string) and
+//!   `projected-transform` (adds batches with the JSON fields the plugin
+//!   reads found by the host; the Python SDK exports it);
+//! * window aggregates: `aggregate` (typed), `fast-aggregate` (adds the
+//!   packed `add`), `fast-projected-aggregate` (adds the `add` with the
+//!   JSON fields the plugin reads found by the host; the Rust SDK exports
+//!   it) and `text-aggregate` (results as strings, offered by the Python
+//!   SDK).
 
 /// Bindings for the `transform` world.
 pub mod typed {
@@ -102,6 +105,20 @@ pub mod fast_aggregate {
             "sluice:plugin/types": super::typed::sluice::plugin::types,
             "sluice:plugin/host": super::typed::sluice::plugin::host,
             "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
+        },
+    });
+}
+
+/// Bindings for the `fast-projected-aggregate` world (the projected `add`).
+pub mod fast_projected_aggregate {
+    wasmtime::component::bindgen!({
+        world: "fast-projected-aggregate",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
+            "sluice:plugin/packed-aggregator": super::fast_aggregate::exports::sluice::plugin::packed_aggregator,
         },
     });
 }

@@ -2,7 +2,8 @@
 //! instantiate any number of times.
 
 use super::bindings::{
-    aggregate, fast, fast_aggregate, fast_projected, projected, text, text_aggregate, typed,
+    aggregate, fast, fast_aggregate, fast_projected, fast_projected_aggregate, projected, text,
+    text_aggregate, typed,
 };
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
@@ -34,6 +35,10 @@ pub enum PluginWorld {
     /// `sluice:plugin/fast-aggregate`: a window aggregate with the packed
     /// `add` for whole batches.
     FastAggregate,
+    /// `sluice:plugin/fast-projected-aggregate`: `fast-aggregate` plus the
+    /// `add` with the JSON fields the plugin reads found by the host (Rust
+    /// plugins).
+    FastProjectedAggregate,
     /// `sluice:plugin/text-aggregate`: a window aggregate whose results
     /// come back as strings (Python plugins).
     TextAggregate,
@@ -45,7 +50,10 @@ impl PluginWorld {
     pub fn is_aggregate(self) -> bool {
         matches!(
             self,
-            PluginWorld::Aggregate | PluginWorld::FastAggregate | PluginWorld::TextAggregate
+            PluginWorld::Aggregate
+                | PluginWorld::FastAggregate
+                | PluginWorld::FastProjectedAggregate
+                | PluginWorld::TextAggregate
         )
     }
 }
@@ -60,6 +68,7 @@ impl std::fmt::Display for PluginWorld {
             PluginWorld::ProjectedTransform => "projected-transform",
             PluginWorld::Aggregate => "aggregate",
             PluginWorld::FastAggregate => "fast-aggregate",
+            PluginWorld::FastProjectedAggregate => "fast-projected-aggregate",
             PluginWorld::TextAggregate => "text-aggregate",
         })
     }
@@ -80,8 +89,11 @@ pub(crate) struct Pre {
     pub(crate) projected: Option<projected::ProjectedTransformIndices>,
     /// Present for aggregate plugins.
     pub(crate) aggregator: Option<aggregate::AggregateIndices>,
-    /// Present for `fast-aggregate` plugins.
+    /// Present for `fast-aggregate` and `fast-projected-aggregate` plugins.
     pub(crate) packed_aggregator: Option<fast_aggregate::FastAggregateIndices>,
+    /// Present for `fast-projected-aggregate` plugins.
+    pub(crate) projected_aggregator:
+        Option<fast_projected_aggregate::FastProjectedAggregateIndices>,
     /// Present for `text-aggregate` plugins.
     pub(crate) text_aggregator: Option<text_aggregate::TextAggregateIndices>,
 }
@@ -174,6 +186,11 @@ pub(crate) fn load(
         PluginWorld::TextTransform
     } else if has_export("transformer") {
         PluginWorld::Transform
+    } else if has_export("aggregator")
+        && has_export("packed-aggregator")
+        && has_export("projected-aggregator")
+    {
+        PluginWorld::FastProjectedAggregate
     } else if has_export("aggregator") && has_export("packed-aggregator") {
         PluginWorld::FastAggregate
     } else if has_export("aggregator") && has_export("text-aggregator") {
@@ -204,6 +221,7 @@ pub(crate) fn load(
         projected: None,
         aggregator: None,
         packed_aggregator: None,
+        projected_aggregator: None,
         text_aggregator: None,
         instance_pre,
     };
@@ -216,7 +234,10 @@ pub(crate) fn load(
             pre.transformer =
                 Some(typed::TransformIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
-        PluginWorld::Aggregate | PluginWorld::FastAggregate | PluginWorld::TextAggregate => {
+        PluginWorld::Aggregate
+        | PluginWorld::FastAggregate
+        | PluginWorld::FastProjectedAggregate
+        | PluginWorld::TextAggregate => {
             pre.aggregator =
                 Some(aggregate::AggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
@@ -248,9 +269,18 @@ pub(crate) fn load(
         pre.text_aggregator =
             Some(text_aggregate::TextAggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
     }
-    if world == PluginWorld::FastAggregate {
+    if matches!(
+        world,
+        PluginWorld::FastAggregate | PluginWorld::FastProjectedAggregate
+    ) {
         pre.packed_aggregator =
             Some(fast_aggregate::FastAggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::FastProjectedAggregate {
+        pre.projected_aggregator = Some(
+            fast_projected_aggregate::FastProjectedAggregateIndices::new(&pre.instance_pre)
+                .map_err(link_error)?,
+        );
     }
 
     let name = path

@@ -65,6 +65,16 @@ pub trait Aggregator: Send {
         &[]
     }
 
+    /// The top-level fields of a JSON record whose text this aggregate's
+    /// plugin reads (the projected path: asked once, within the plugin's
+    /// call deadline). A source that parses its records anyway finds where
+    /// they lie in the same pass when the window comes right after it
+    /// ([`crate::dataflow::Operator::projects_fields`]); `None` (built-in
+    /// aggregates, plugins without the projected `add`): nothing to find.
+    fn projects_fields(&mut self) -> Option<std::sync::Arc<[String]>> {
+        None
+    }
+
     /// How the state store can fold this aggregate's accumulators itself
     /// (built-in aggregates: host code; see [`crate::state::merge`]), so
     /// that a window kept only in the store takes a batch's partial

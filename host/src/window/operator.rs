@@ -200,6 +200,9 @@ pub struct WindowOperator {
     cleanup_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Where swaps of the aggregate plugin come from.
     switch: Option<SwitchPort>,
+    /// The JSON fields the aggregate plugin (as loaded) reads on the
+    /// projected path ([`Aggregator::projects_fields`]).
+    projects_fields: Option<Arc<[String]>>,
 }
 
 impl WindowOperator {
@@ -207,7 +210,7 @@ impl WindowOperator {
     /// `store`, resuming the windows the store holds for its key groups.
     pub fn new(
         options: WindowOperatorOptions,
-        aggregator: Box<dyn Aggregator>,
+        mut aggregator: Box<dyn Aggregator>,
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
     ) -> Result<Self, StateError> {
@@ -225,6 +228,7 @@ impl WindowOperator {
             .chain(aggregator.input_fields())
             .cloned()
             .collect();
+        let projects_fields = aggregator.projects_fields();
         let mut operator = WindowOperator {
             key_path,
             record_fields,
@@ -239,6 +243,7 @@ impl WindowOperator {
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
             switch: None,
+            projects_fields,
         };
         operator.restore()?;
         Ok(operator)
@@ -307,10 +312,16 @@ impl WindowOperator {
             unread(fields);
             return Err(Unusable::Invalid(reason));
         }
-        let taken = record
-            .read_fields
-            .take()
-            .and_then(|read| (*read).into_values_of(&self.record_fields));
+        let taken = match record.read_fields.take() {
+            // The spans stay for the aggregate plugin's projected batch.
+            Some(mut read) if read.spans.is_some() => {
+                let values = read.take_values_of(&self.record_fields);
+                record.read_fields = Some(read);
+                values
+            }
+            Some(read) => (*read).into_values_of(&self.record_fields),
+            None => None,
+        };
         if let Some(mut values) = taken {
             *read_ahead += 1;
             fields.append(&mut values);
@@ -790,6 +801,10 @@ impl Operator for WindowOperator {
 
     fn reads_fields(&self) -> Option<Arc<[FieldPath]>> {
         Some(self.record_fields.clone())
+    }
+
+    fn projects_fields(&self) -> Option<Arc<[String]>> {
+        self.projects_fields.clone()
     }
 
     fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {

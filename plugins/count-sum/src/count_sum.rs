@@ -29,11 +29,11 @@ impl<const VERSION: u32> Aggregate for CountSum<VERSION> {
     }
 
     fn add(&mut self, totals: &mut Totals, record: &Record<'_>) -> Result<(), String> {
-        // Only the summed field is read: the record is split into its
-        // fields' texts, not deserialised into a document.
+        // Only the summed field is read: found by the host (it is named in
+        // `json_fields`), or, off the projected path, from the record split
+        // into its fields' texts, never deserialised into a document.
         let amount = record
-            .json_object()?
-            .get(&self.field)
+            .field(&self.field)?
             .and_then(|value| value.as_i64())
             .ok_or_else(|| format!("field `{}` is not an integer", self.field))?;
         totals.count += 1;
@@ -53,5 +53,10 @@ impl<const VERSION: u32> Aggregate for CountSum<VERSION> {
 
     fn finish(&mut self, totals: Totals) -> serde_json::Value {
         serde_json::json!({ "count": totals.count, "sum": totals.sum, "version": VERSION })
+    }
+
+    /// The summed field, found by the host in its own pass over each record.
+    fn json_fields(&self) -> Vec<String> {
+        vec![self.field.clone()]
     }
 }

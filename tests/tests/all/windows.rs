@@ -944,16 +944,114 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
         );
     }
     assert_eq!(got, model);
-    // One batch of 600 records over 42 keys and windows: `init`, a `create`
-    // and a `finish` per window, and one `add-packed` (the typed path would
-    // make one `add` per window: 3 calls per window).
+    // One batch of 600 records over 42 keys and windows: `init`, the
+    // `projected-fields` it reads, a `create` and a `finish` per window, and
+    // one `add-projected` (the typed path would make one `add` per window:
+    // 3 calls per window).
     let operator = snapshot
         .operators
         .iter()
         .find(|o| o.name.starts_with("totals"))
         .unwrap();
     let windows = model.len() as u64;
-    assert_eq!(operator.plugin_calls, 1 + 2 * windows + 1, "{operator:?}");
+    assert_eq!(operator.plugin_calls, 2 + 2 * windows + 1, "{operator:?}");
+}
+
+/// An aggregate plugin that names the JSON field it reads (`count-sum`:
+/// the summed field) gets it found by the host: by the file source in the
+/// pass that reads each line's timestamp and key when the window comes
+/// right after it, by the host while packing the batch when a transform
+/// made the records. Both give the model's results and dead letters, for
+/// one worker and for several, with the field anywhere in the record,
+/// escaped keys, duplicates (the last counts) and values that are not
+/// integers.
+#[test]
+fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut lines = String::new();
+    let mut model: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
+    let mut bad = 0;
+    for i in 0..3000i64 {
+        let user = format!("u{}", i % 11);
+        let ts = i * 7;
+        let line = match i % 9 {
+            // Not an integer: a dead letter with the plugin's reason.
+            4 if i % 2 == 0 => {
+                bad += 1;
+                format!("{{\"user\":\"{user}\",\"ts\":{ts},\"amount\":\"{i}\"}}")
+            }
+            // The field first, an escaped name and a nested object around it.
+            1 => format!(
+                "{{\"amount\":{i},\"n\":{{\"amount\":-1}},\"q\\\"\":1,\"user\":\"{user}\",\"ts\":{ts}}}"
+            ),
+            // Twice: the last counts, as in a parsed object.
+            2 => format!("{{\"user\":\"{user}\",\"amount\":-5,\"ts\":{ts},\"amount\":{i}}}"),
+            // Missing: a dead letter.
+            3 if i % 2 == 1 => {
+                bad += 1;
+                format!("{{\"user\":\"{user}\",\"ts\":{ts}}}")
+            }
+            _ => format!(
+                "{{\"user\":\"{user}\",\"ts\":{ts},\"text\":\"a \\\"b\\\" c\",\"amount\":{i}}}"
+            ),
+        };
+        lines.push_str(&line);
+        lines.push('\n');
+        if !line.contains(&format!("\"amount\":{i}")) {
+            continue;
+        }
+        let entry = model.entry((user, ts - ts % 1000)).or_default();
+        entry.0 += 1;
+        entry.1 += i;
+    }
+    std::fs::write(&input, lines).unwrap();
+    let count_sum = sluice_tests::plugin("count-sum");
+    let identity = sluice_tests::plugin("identity");
+    for (case, before, workers) in [
+        ("found-by-the-source", String::new(), 1),
+        ("found-by-the-source-two-workers", String::new(), 2),
+        (
+            "found-by-the-host",
+            format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n"),
+            1,
+        ),
+    ] {
+        let results = dir.path().join(format!("{case}.jsonl"));
+        let dead = dir.path().join(format!("{case}-dead.jsonl"));
+        let (_, snapshot) = sluice_tests::run_pipeline_to_end(
+            &format!(
+                "[pipeline]\nname = \"{case}\"\nbatch_size = 256\nworkers = {workers}\n\n\
+                 [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
+                 {before}\
+                 [[operators]]\nname = \"totals\"\nplugin = {count_sum:?}\nconfig = {{ field = \"amount\" }}\n\
+                 window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
+                 [sink.file]\npath = {results:?}\n\n\
+                 [dead_letter.file]\npath = {dead:?}\n"
+            ),
+            std::time::Duration::from_secs(120),
+        );
+        assert_eq!(snapshot.dead_letters, bad, "{case}: {snapshot:?}");
+        let reasons = std::fs::read_to_string(&dead).unwrap();
+        assert_eq!(
+            reasons.matches("field `amount` is not an integer").count(),
+            bad as usize,
+            "{case}: {reasons}"
+        );
+        let mut got: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
+        for line in std::fs::read_to_string(&results).unwrap().lines() {
+            let result: WindowResult = serde_json::from_str(line).unwrap();
+            let key = result.key.as_str().unwrap().to_string();
+            got.insert(
+                (key, result.window_start),
+                (
+                    result.result["count"].as_u64().unwrap(),
+                    result.result["sum"].as_i64().unwrap(),
+                ),
+            );
+        }
+        assert_eq!(got, model, "{case}");
+    }
 }
 
 /// The fields a window reads (key and aggregate fields) are read by a file
