@@ -387,19 +387,7 @@ impl PluginAggregator {
             sluice_wire::projected::ProjectedBatchWriter::append_to(input, records, fields.len())
                 .map_err(projected_error)?;
         for record in groups.iter().flat_map(|group| group.records) {
-            // Found by the source in its own pass, or found here.
-            let spans = record
-                .read_fields
-                .as_deref()
-                .and_then(|read| read.spans.as_ref()?.of(fields));
-            match spans {
-                Some(spans) => {
-                    self.field_slots.clear();
-                    self.field_slots
-                        .extend(spans.iter().map(|span| super::projection::slot_of(*span)));
-                }
-                None => super::projection::project(&record.value, fields, &mut self.field_slots),
-            }
+            super::projection::record_slots(record, fields, &mut self.field_slots);
             writer
                 .push(&to_wire_record(record), &self.field_slots)
                 .map_err(projected_error)?;

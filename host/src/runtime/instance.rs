@@ -438,19 +438,7 @@ impl PluginInstance {
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;
         self.batch_slots.clear();
         for record in records {
-            // Found by the source in its own pass, or found here.
-            let spans = record
-                .read_fields
-                .as_deref()
-                .and_then(|read| read.spans.as_ref()?.of(fields));
-            match spans {
-                Some(spans) => {
-                    self.field_slots.clear();
-                    self.field_slots
-                        .extend(spans.iter().map(|span| super::projection::slot_of(*span)));
-                }
-                None => super::projection::project(&record.value, fields, &mut self.field_slots),
-            }
+            super::projection::record_slots(record, fields, &mut self.field_slots);
             writer
                 .push(&to_wire_record(record), &self.field_slots)
                 .map_err(|e| bad_output(format!("cannot encode batch: {e}")))?;

@@ -32,6 +32,28 @@ pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>
     }
 }
 
+/// The projected slots of `record`'s fields `names`, written to `slots`
+/// (cleared first): the spans its source found in its own pass
+/// ([`crate::record::FieldSpans`]) if it found these, else found here
+/// ([`project`]).
+pub(crate) fn record_slots(
+    record: &crate::record::Record,
+    names: &[String],
+    slots: &mut Vec<FieldSlot>,
+) {
+    let spans = record
+        .read_fields
+        .as_deref()
+        .and_then(|read| read.spans.as_ref()?.of(names));
+    match spans {
+        Some(spans) => {
+            slots.clear();
+            slots.extend(spans.iter().map(|span| slot_of(*span)));
+        }
+        None => project(&record.value, names, slots),
+    }
+}
+
 /// A span found by [`extract_into_with_spans`] as a projected slot.
 pub(crate) fn slot_of(span: Option<(usize, usize)>) -> FieldSlot {
     match span {

@@ -889,10 +889,28 @@ path = "{}"
     );
 }
 
-/// A Rust aggregate plugin (`count-sum`, which exports the packed `add`)
-/// gets all the keys and windows of a batch in one call: the same results
-/// and dead letters as a model, with fewer plugin calls than one `add` per
-/// key and window.
+/// The results `count-sum` wrote to the file sink at `path`: (count, sum)
+/// by string key and window start.
+fn count_sum_results(path: &std::path::Path) -> BTreeMap<(String, i64), (u64, i64)> {
+    let mut got = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let result: WindowResult = serde_json::from_str(line).unwrap();
+        let key = result.key.as_str().unwrap().to_string();
+        got.insert(
+            (key, result.window_start),
+            (
+                result.result["count"].as_u64().unwrap(),
+                result.result["sum"].as_i64().unwrap(),
+            ),
+        );
+    }
+    got
+}
+
+/// A Rust aggregate plugin (`count-sum`, which exports the packed and the
+/// projected `add`) gets all the keys and windows of a batch in one call:
+/// the same results and dead letters as a model, with fewer plugin calls
+/// than one `add` per key and window.
 #[test]
 fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
     let dir = tempfile::tempdir().unwrap();
@@ -931,19 +949,7 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
         std::time::Duration::from_secs(120),
     );
     assert_eq!(snapshot.dead_letters, bad, "{snapshot:?}");
-    let mut got: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
-    for line in std::fs::read_to_string(&results).unwrap().lines() {
-        let result: WindowResult = serde_json::from_str(line).unwrap();
-        let key = result.key.as_str().unwrap().to_string();
-        got.insert(
-            (key, result.window_start),
-            (
-                result.result["count"].as_u64().unwrap(),
-                result.result["sum"].as_i64().unwrap(),
-            ),
-        );
-    }
-    assert_eq!(got, model);
+    assert_eq!(count_sum_results(&results), model);
     // One batch of 600 records over 42 keys and windows: `init`, the
     // `projected-fields` it reads, a `create` and a `finish` per window, and
     // one `add-projected` (the typed path would make one `add` per window:
@@ -1038,19 +1044,7 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             bad as usize,
             "{case}: {reasons}"
         );
-        let mut got: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
-        for line in std::fs::read_to_string(&results).unwrap().lines() {
-            let result: WindowResult = serde_json::from_str(line).unwrap();
-            let key = result.key.as_str().unwrap().to_string();
-            got.insert(
-                (key, result.window_start),
-                (
-                    result.result["count"].as_u64().unwrap(),
-                    result.result["sum"].as_i64().unwrap(),
-                ),
-            );
-        }
-        assert_eq!(got, model, "{case}");
+        assert_eq!(count_sum_results(&results), model, "{case}");
     }
 }
 
