@@ -293,27 +293,42 @@ impl PluginAggregator {
         if self.host.exports.fast.is_none() {
             return Ok(BatchAdd::NotTaken);
         }
+        self.add_batch(
+            groups,
+            "add-packed",
+            |_, input, groups| {
+                encode_groups(input, sluice_wire::AGGREGATE_FORMAT_VERSION, groups, true)
+            },
+            |b, store, input| match &b.fast {
+                Some(fast) => fast
+                    .sluice_plugin_packed_aggregator()
+                    .call_add_packed(store, input),
+                None => Err(wasmtime::Error::msg("no packed add")),
+            },
+        )
+    }
+
+    /// One call adding every group of a batch: `encode` writes its input
+    /// (into the buffer reused from batch to batch), `call` makes it, and
+    /// the answer (`call_name`'s) sets each group's accumulator.
+    fn add_batch(
+        &mut self,
+        groups: &mut [GroupAdd<'_>],
+        call_name: &str,
+        encode: impl FnOnce(&mut Self, &mut Vec<u8>, &[GroupAdd<'_>]) -> Result<(), AggregateError>,
+        call: impl Fn(&AggregateBindings, &mut Store<PluginState>, &[u8]) -> wasmtime::Result<Vec<u8>>,
+    ) -> Result<BatchAdd, AggregateError> {
         let mut input = std::mem::take(&mut self.packed_input);
         input.clear();
-        let encoded = encode_groups(
-            &mut input,
-            sluice_wire::AGGREGATE_FORMAT_VERSION,
-            groups,
-            true,
-        );
+        let encoded = encode(self, &mut input, groups);
         if let Err(error) = encoded {
             self.packed_input = input;
             return Err(error);
         }
-        let output = self.call(|b, store| match &b.fast {
-            Some(fast) => fast
-                .sluice_plugin_packed_aggregator()
-                .call_add_packed(store, &input),
-            None => Err(wasmtime::Error::msg("no packed add")),
-        });
+        let output = self.call(|b, store| call(b, store, &input));
         self.packed_input = input;
         match output {
-            Ok(output) => self.take_added(groups, &output, "add-packed"),
+            Ok(output) => self.take_added(groups, &output, call_name),
             Err(_) => Ok(BatchAdd::Faulted),
         }
     }
@@ -345,24 +360,17 @@ impl PluginAggregator {
         let Some(fields) = self.projected_fields() else {
             return Ok(BatchAdd::NotTaken);
         };
-        let mut input = std::mem::take(&mut self.packed_input);
-        input.clear();
-        let encoded = self.encode_projected(&mut input, &fields, groups);
-        if let Err(error) = encoded {
-            self.packed_input = input;
-            return Err(error);
-        }
-        let output = self.call(|b, store| match &b.projected {
-            Some(projected) => projected
-                .sluice_plugin_projected_aggregator()
-                .call_add_projected(store, &input),
-            None => Err(wasmtime::Error::msg("no projected add")),
-        });
-        self.packed_input = input;
-        match output {
-            Ok(output) => self.take_added(groups, &output, "add-projected"),
-            Err(_) => Ok(BatchAdd::Faulted),
-        }
+        self.add_batch(
+            groups,
+            "add-projected",
+            |this, input, groups| this.encode_projected(input, &fields, groups),
+            |b, store, input| match &b.projected {
+                Some(projected) => projected
+                    .sluice_plugin_projected_aggregator()
+                    .call_add_projected(store, input),
+                None => Err(wasmtime::Error::msg("no projected add")),
+            },
+        )
     }
 
     /// Writes the `add-projected` input for `groups` into `input`: the

@@ -1048,6 +1048,59 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     }
 }
 
+/// An aggregate plugin that traps on some records (`hostile-aggregate`, on
+/// the projected path) loses only those: the batch call that faults is
+/// redone group by group and the group that faults record by record, so
+/// each trapping record is a dead letter counted as a plugin fault, every
+/// other record counts once, and the run goes on to its end.
+#[test]
+fn an_aggregate_plugin_that_traps_on_a_record_loses_only_that_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let results = dir.path().join("out.jsonl");
+    let mut lines = String::new();
+    let mut model: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
+    let mut traps = 0;
+    for i in 0..1000i64 {
+        let user = format!("u{}", i % 13);
+        let ts = i * 5;
+        let trap = i % 97 == 5;
+        lines.push_str(&format!(
+            "{{\"user\":\"{user}\",\"ts\":{ts},\"trap\":{trap},\"amount\":{i}}}\n"
+        ));
+        if trap {
+            traps += 1;
+            continue;
+        }
+        let entry = model.entry((user, ts - ts % 1000)).or_default();
+        entry.0 += 1;
+        entry.1 += i;
+    }
+    std::fs::write(&input, lines).unwrap();
+    let plugin = sluice_tests::plugin("hostile-aggregate");
+    let (_, snapshot) = sluice_tests::run_pipeline_to_end(
+        &format!(
+            "[pipeline]\nname = \"trapping\"\nbatch_size = 200\n\n\
+             [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
+             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\n\
+             window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
+             [sink.file]\npath = {results:?}\n\n\
+             [dead_letter.file]\npath = \"{}\"\n",
+            dir.path().join("dead.jsonl").display()
+        ),
+        std::time::Duration::from_secs(120),
+    );
+    assert_eq!(count_sum_results(&results), model);
+    let operator = snapshot
+        .operators
+        .iter()
+        .find(|o| o.name.starts_with("totals"))
+        .unwrap();
+    assert_eq!(snapshot.dead_letters, traps, "{snapshot:?}");
+    assert_eq!(operator.faulted_records, traps, "{operator:?}");
+    assert!(operator.traps >= traps, "{operator:?}");
+}
+
 /// The fields a window reads (key and aggregate fields) are read by a file
 /// source in the pass that checks each line, and the window takes them from
 /// the record instead of parsing the value again: results are the same as
