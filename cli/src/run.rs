@@ -65,6 +65,14 @@ pub fn run_pipeline(file: &Path, progress: bool, from: &RestoreFrom) -> Result<R
 /// [`run_pipeline`] with every option.
 pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport> {
     let progress = options.progress;
+    // First of all, so that a stop asked for while the pipeline opens
+    // (restoring a checkpoint, compiling plugins, joining the consumer
+    // group) is a clean stop once it has opened, not the default action's
+    // death by signal.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handler")?;
+    }
     let loaded = LoadedConfig::load(file)?;
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
     let pipeline = Pipeline::open(
@@ -95,11 +103,6 @@ pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport>
         }
         None => None,
     };
-
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("installing signal handler")?;
-    }
 
     let started = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
