@@ -39,6 +39,7 @@ use super::{PluginLimits, RuntimeError};
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
 use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
+use crate::window::RECORDS_PROJECTED_AHEAD_COUNTER;
 use crate::window::aggregate::{AggregateError, Aggregator, GroupAdd, add_group_by_group};
 use std::sync::Arc;
 use wasmtime::Store;
@@ -394,11 +395,19 @@ impl PluginAggregator {
         let mut writer =
             sluice_wire::projected::ProjectedBatchWriter::append_to(input, records, fields.len())
                 .map_err(projected_error)?;
+        let mut found_by_source = 0;
         for record in groups.iter().flat_map(|group| group.records) {
-            super::projection::record_slots(record, fields, &mut self.field_slots);
+            if super::projection::record_slots(record, fields, &mut self.field_slots) {
+                found_by_source += 1;
+            }
             writer
                 .push(&to_wire_record(record), &self.field_slots)
                 .map_err(projected_error)?;
+        }
+        if found_by_source > 0 {
+            self.host
+                .metrics
+                .add_plugin_counter(RECORDS_PROJECTED_AHEAD_COUNTER, found_by_source);
         }
         Ok(())
     }

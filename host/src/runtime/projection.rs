@@ -34,13 +34,13 @@ pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>
 
 /// The projected slots of `record`'s fields `names`, written to `slots`
 /// (cleared first): the spans its source found in its own pass
-/// ([`crate::record::FieldSpans`]) if it found these, else found here
-/// ([`project`]).
+/// ([`crate::record::FieldSpans`]) if it found these (`true`), else found
+/// here ([`project`]; `false`).
 pub(crate) fn record_slots(
     record: &crate::record::Record,
     names: &[String],
     slots: &mut Vec<FieldSlot>,
-) {
+) -> bool {
     let spans = record
         .read_fields
         .as_deref()
@@ -49,8 +49,12 @@ pub(crate) fn record_slots(
         Some(spans) => {
             slots.clear();
             slots.extend(spans.iter().map(|span| slot_of(*span)));
+            true
         }
-        None => project(&record.value, names, slots),
+        None => {
+            project(&record.value, names, slots);
+            false
+        }
     }
 }
 

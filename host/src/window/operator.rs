@@ -136,6 +136,12 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
 /// instead of parsing the value.
 pub const RECORDS_READ_AHEAD_COUNTER: &str = "records_read_ahead";
 
+/// The operator counter of records whose fields an aggregate plugin on
+/// the projected path got from its source's parse (the spans of
+/// [`crate::record::FieldSpans`]) instead of the host finding them while
+/// packing the batch.
+pub const RECORDS_PROJECTED_AHEAD_COUNTER: &str = "records_projected_ahead";
+
 /// Where a batch's records for one window are added.
 #[derive(Debug, Clone, Copy)]
 enum AddTarget {

@@ -907,6 +907,61 @@ fn count_sum_results(path: &std::path::Path) -> BTreeMap<(String, i64), (u64, i6
     got
 }
 
+/// What [`run_user_windows`] gives back.
+struct UserWindows {
+    snapshot: sluice_host::metrics::PipelineSnapshot,
+    /// (count, sum) by user and window start.
+    results: BTreeMap<(String, i64), (u64, i64)>,
+    /// The dead-letter file's text.
+    dead_letters: String,
+}
+
+impl UserWindows {
+    /// The window operator's snapshot.
+    fn totals(&self) -> &sluice_host::metrics::OperatorSnapshot {
+        self.snapshot
+            .operators
+            .iter()
+            .find(|o| o.name.starts_with("totals"))
+            .expect("the totals operator")
+    }
+}
+
+/// Runs the JSON lines `input` (fields `user`, `ts`, ...) through the
+/// operators `before`, then 1 s tumbling windows per `user` computed by
+/// the aggregate `plugin` (a count-sum: operator `totals`, its `config`
+/// table), into a file sink, dead letters into a file, with the `[pipeline]`
+/// settings `settings`.
+fn run_user_windows(
+    dir: &std::path::Path,
+    case: &str,
+    input: &std::path::Path,
+    settings: &str,
+    before: &str,
+    plugin: &std::path::Path,
+    config: &str,
+) -> UserWindows {
+    let results = dir.join(format!("{case}.jsonl"));
+    let dead = dir.join(format!("{case}-dead.jsonl"));
+    let (_, snapshot) = sluice_tests::run_pipeline_to_end(
+        &format!(
+            "[pipeline]\nname = \"{case}\"\n{settings}\n\n\
+             [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
+             {before}\
+             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
+             window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
+             [sink.file]\npath = {results:?}\n\n\
+             [dead_letter.file]\npath = {dead:?}\n"
+        ),
+        std::time::Duration::from_secs(120),
+    );
+    UserWindows {
+        snapshot,
+        results: count_sum_results(&results),
+        dead_letters: std::fs::read_to_string(&dead).unwrap_or_default(),
+    }
+}
+
 /// A Rust aggregate plugin (`count-sum`, which exports the packed and the
 /// projected `add`) gets all the keys and windows of a batch in one call:
 /// the same results and dead letters as a model, with fewer plugin calls
@@ -915,7 +970,6 @@ fn count_sum_results(path: &std::path::Path) -> BTreeMap<(String, i64), (u64, i6
 fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
-    let results = dir.path().join("out.jsonl");
     let mut lines = String::new();
     let mut model: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
     let mut bad = 0;
@@ -938,27 +992,22 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
     }
     std::fs::write(&input, lines).unwrap();
     let plugin = sluice_tests::plugin("count-sum");
-    let (_, snapshot) = sluice_tests::run_pipeline_to_end(
-        &format!(
-            "[pipeline]\nname = \"packed\"\nbatch_size = 1000\n\n\
-             [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
-             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\nconfig = {{ field = \"amount\" }}\n\
-             window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
-             [sink.file]\npath = {results:?}\n"
-        ),
-        std::time::Duration::from_secs(120),
+    let run = run_user_windows(
+        dir.path(),
+        "packed",
+        &input,
+        "batch_size = 1000",
+        "",
+        &plugin,
+        "field = \"amount\"",
     );
-    assert_eq!(snapshot.dead_letters, bad, "{snapshot:?}");
-    assert_eq!(count_sum_results(&results), model);
+    assert_eq!(run.snapshot.dead_letters, bad, "{:?}", run.snapshot);
+    assert_eq!(run.results, model);
     // One batch of 600 records over 42 keys and windows: `init`, the
     // `projected-fields` it reads, a `create` and a `finish` per window, and
     // one `add-projected` (the typed path would make one `add` per window:
     // 3 calls per window).
-    let operator = snapshot
-        .operators
-        .iter()
-        .find(|o| o.name.starts_with("totals"))
-        .unwrap();
+    let operator = run.totals();
     let windows = model.len() as u64;
     assert_eq!(operator.plugin_calls, 2 + 2 * windows + 1, "{operator:?}");
 }
@@ -973,6 +1022,7 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
 /// integers.
 #[test]
 fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
+    use sluice_host::window::RECORDS_PROJECTED_AHEAD_COUNTER;
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     let mut lines = String::new();
@@ -1014,37 +1064,46 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     std::fs::write(&input, lines).unwrap();
     let count_sum = sluice_tests::plugin("count-sum");
     let identity = sluice_tests::plugin("identity");
-    for (case, before, workers) in [
-        ("found-by-the-source", String::new(), 1),
-        ("found-by-the-source-two-workers", String::new(), 2),
+    let all = 3000;
+    for (case, before, workers, found_by_source) in [
+        ("found-by-the-source", String::new(), 1, all),
+        ("found-by-the-source-two-workers", String::new(), 2, all),
         (
             "found-by-the-host",
             format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n"),
             1,
+            0,
         ),
     ] {
-        let results = dir.path().join(format!("{case}.jsonl"));
-        let dead = dir.path().join(format!("{case}-dead.jsonl"));
-        let (_, snapshot) = sluice_tests::run_pipeline_to_end(
-            &format!(
-                "[pipeline]\nname = \"{case}\"\nbatch_size = 256\nworkers = {workers}\n\n\
-                 [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
-                 {before}\
-                 [[operators]]\nname = \"totals\"\nplugin = {count_sum:?}\nconfig = {{ field = \"amount\" }}\n\
-                 window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
-                 [sink.file]\npath = {results:?}\n\n\
-                 [dead_letter.file]\npath = {dead:?}\n"
-            ),
-            std::time::Duration::from_secs(120),
+        let run = run_user_windows(
+            dir.path(),
+            case,
+            &input,
+            &format!("batch_size = 256\nworkers = {workers}"),
+            &before,
+            &count_sum,
+            "field = \"amount\"",
         );
-        assert_eq!(snapshot.dead_letters, bad, "{case}: {snapshot:?}");
-        let reasons = std::fs::read_to_string(&dead).unwrap();
+        assert_eq!(run.snapshot.dead_letters, bad, "{case}: {:?}", run.snapshot);
         assert_eq!(
-            reasons.matches("field `amount` is not an integer").count(),
+            run.dead_letters
+                .matches("field `amount` is not an integer")
+                .count(),
             bad as usize,
-            "{case}: {reasons}"
+            "{case}: {}",
+            run.dead_letters
         );
-        assert_eq!(count_sum_results(&results), model, "{case}");
+        assert_eq!(run.results, model, "{case}");
+        // Where the plugin's field was found: by the source in its own
+        // pass (every record), or by the host (none counted).
+        let projected_ahead: u64 = run
+            .snapshot
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("totals"))
+            .filter_map(|o| o.plugin_counters.get(RECORDS_PROJECTED_AHEAD_COUNTER))
+            .sum();
+        assert_eq!(projected_ahead, found_by_source, "{case}");
     }
 }
 
@@ -1057,7 +1116,6 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
 fn an_aggregate_plugin_that_traps_on_a_record_loses_only_that_record() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
-    let results = dir.path().join("out.jsonl");
     let mut lines = String::new();
     let mut model: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
     let mut traps = 0;
@@ -1078,25 +1136,18 @@ fn an_aggregate_plugin_that_traps_on_a_record_loses_only_that_record() {
     }
     std::fs::write(&input, lines).unwrap();
     let plugin = sluice_tests::plugin("hostile-aggregate");
-    let (_, snapshot) = sluice_tests::run_pipeline_to_end(
-        &format!(
-            "[pipeline]\nname = \"trapping\"\nbatch_size = 200\n\n\
-             [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
-             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\n\
-             window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
-             [sink.file]\npath = {results:?}\n\n\
-             [dead_letter.file]\npath = \"{}\"\n",
-            dir.path().join("dead.jsonl").display()
-        ),
-        std::time::Duration::from_secs(120),
+    let run = run_user_windows(
+        dir.path(),
+        "trapping",
+        &input,
+        "batch_size = 200",
+        "",
+        &plugin,
+        "",
     );
-    assert_eq!(count_sum_results(&results), model);
-    let operator = snapshot
-        .operators
-        .iter()
-        .find(|o| o.name.starts_with("totals"))
-        .unwrap();
-    assert_eq!(snapshot.dead_letters, traps, "{snapshot:?}");
+    assert_eq!(run.results, model);
+    let operator = run.totals();
+    assert_eq!(run.snapshot.dead_letters, traps, "{:?}", run.snapshot);
     assert_eq!(operator.faulted_records, traps, "{operator:?}");
     assert!(operator.traps >= traps, "{operator:?}");
 }
