@@ -100,15 +100,9 @@ impl FieldSpans {
 
 impl ReadFields {
     /// The values of `paths` if these were read first (the list of fields
-    /// an operator asked the source for), else `None`: the caller reads
-    /// them itself.
-    pub fn into_values_of(mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
-        self.take_values_of(paths)
-    }
-
-    /// [`ReadFields::into_values_of`] that leaves the spans: the values
-    /// are taken out (empty after), the spans stay for the plugin that
-    /// reads them.
+    /// an operator asked the source for), taken out (empty after; the
+    /// spans stay, for the plugin that reads them); else `None`: the
+    /// caller reads them itself.
     pub fn take_values_of(&mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
         // The operator's own list (shared with the source) is recognised
         // without comparing paths.

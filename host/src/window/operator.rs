@@ -318,16 +318,18 @@ impl WindowOperator {
             unread(fields);
             return Err(Unusable::Invalid(reason));
         }
-        let taken = match record.read_fields.take() {
-            // The spans stay for the aggregate plugin's projected batch.
-            Some(mut read) if read.spans.is_some() => {
-                let values = read.take_values_of(&self.record_fields);
-                record.read_fields = Some(read);
-                values
-            }
-            Some(read) => (*read).into_values_of(&self.record_fields),
-            None => None,
-        };
+        let taken = record
+            .read_fields
+            .as_mut()
+            .and_then(|read| read.take_values_of(&self.record_fields));
+        // The spans stay for the aggregate plugin's projected batch.
+        if record
+            .read_fields
+            .as_ref()
+            .is_some_and(|read| read.spans.is_none())
+        {
+            record.read_fields = None;
+        }
         if let Some(mut values) = taken {
             *read_ahead += 1;
             fields.append(&mut values);
