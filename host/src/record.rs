@@ -67,8 +67,9 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub struct ReadFields {
     /// The fields read, in order; the same list for every record of a
-    /// source.
-    pub paths: Arc<[FieldPath]>,
+    /// source. `None` when none was (the record carries only spans): no
+    /// shared list to count a reference to per record.
+    pub paths: Option<Arc<[FieldPath]>>,
     /// Their values, one per path (`None`: the field is missing).
     pub values: Vec<Option<FieldValue>>,
     /// Where the fields a plugin right after the source reads lie in the
@@ -86,9 +87,14 @@ pub struct FieldSpans {
     /// source.
     pub names: Arc<[String]>,
     /// One per name: its value's `(start, end)` byte range in the record's
-    /// value, `None` if the object has no such field.
-    pub spans: Vec<Option<(usize, usize)>>,
+    /// value, `None` if the object has no such field. Kept inline for a
+    /// few names, so that a record's spans cost no allocation of their own.
+    pub spans: SpanList,
 }
+
+/// The spans of [`FieldSpans`]: inline up to four names (a plugin reads a
+/// few fields), on the heap beyond.
+pub type SpanList = smallvec::SmallVec<[Option<(usize, usize)>; 4]>;
 
 impl FieldSpans {
     /// The spans, if they are of `names` (the list a plugin gave).
@@ -106,8 +112,9 @@ impl ReadFields {
     pub fn take_values_of(&mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
         // The operator's own list (shared with the source) is recognised
         // without comparing paths.
-        let same_list = std::ptr::eq(&self.paths[..], paths);
-        if !same_list && !self.paths.starts_with(paths) {
+        let read: &[FieldPath] = self.paths.as_deref().unwrap_or_default();
+        let same_list = std::ptr::eq(read, paths);
+        if !same_list && !read.starts_with(paths) {
             return None;
         }
         let mut values = std::mem::take(&mut self.values);
@@ -117,7 +124,8 @@ impl ReadFields {
 
     /// The value of the first field read, if it is `path`.
     pub fn first_value_of(&self, path: &FieldPath) -> Option<&Option<FieldValue>> {
-        (self.paths.first() == Some(path))
+        let read: &[FieldPath] = self.paths.as_deref().unwrap_or_default();
+        (read.first() == Some(path))
             .then(|| self.values.first())
             .flatten()
     }

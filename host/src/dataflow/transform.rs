@@ -1,7 +1,7 @@
 //! The transform operator: a plugin called on batches, with fault isolation.
 
 use super::{Collector, DataflowError, Operator};
-use crate::metrics::{DeadLetterClass, OperatorMetrics, add};
+use crate::metrics::{DeadLetterClass, OperatorMetrics, add, record_bytes};
 use crate::record::Record;
 use crate::runtime::{
     BatchResult, EmitRoute, FaultKind, PluginFault, PluginInstance, SwappablePlugin,
@@ -262,6 +262,10 @@ impl TransformOperator {
     }
 
     fn route(&self, batch: &[Record], result: BatchResult, out: &mut Collector) {
+        out.main.reserve(result.emitted.len());
+        // Counted once per batch: two atomic adds per record were a few
+        // percent of a cheap plugin's record.
+        let (mut main_records, mut main_bytes) = (0, 0);
         for emitted in result.emitted {
             if let Some(Err(reason)) = emitted.record.event_time.map(check_event_time) {
                 self.dead_letter(
@@ -274,7 +278,8 @@ impl TransformOperator {
             }
             match emitted.route {
                 EmitRoute::Main => {
-                    self.metrics.count_out(&emitted.record);
+                    main_records += 1;
+                    main_bytes += record_bytes(std::slice::from_ref(&emitted.record));
                     out.main.push(emitted.record);
                 }
                 EmitRoute::Side(name) => {
@@ -286,6 +291,7 @@ impl TransformOperator {
                 }
             }
         }
+        self.metrics.count_out_many(main_records, main_bytes);
         for (index, reason) in result.failed {
             if let Some(record) = batch.get(index) {
                 self.dead_letter(record.clone(), DeadLetterClass::Rejected, &reason, out);

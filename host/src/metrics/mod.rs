@@ -254,6 +254,13 @@ impl OperatorMetrics {
         add(&self.bytes_out, record_bytes(std::slice::from_ref(record)));
     }
 
+    /// Counts `records` emitted on the main output, of `bytes` in all
+    /// ([`record_bytes`]): [`OperatorMetrics::count_out`] for a batch.
+    pub fn count_out_many(&self, records: u64, bytes: u64) {
+        add(&self.records_out, records);
+        add(&self.bytes_out, bytes);
+    }
+
     /// Records which plugin the operator runs (at start and at a swap).
     pub fn set_plugin(&self, component: &crate::runtime::PluginComponent) {
         *self.plugin.lock().unwrap_or_else(|p| p.into_inner()) = Some(PluginIdentity {

@@ -686,7 +686,14 @@ fn decode_output(
     projection: Option<Projection<'_>>,
 ) -> Result<BatchResult, PluginFault> {
     let mut result = BatchResult::default();
+    // Most plugins emit about one record per input: sized once rather than
+    // grown by doubling (each step copying every emit so far).
+    result.emitted.reserve(inputs.len());
     let mut contract = OutputContract::default();
+    // The values of replacing emits, one after another in one buffer per
+    // batch; each record's value is set to its slice once all are written.
+    let mut spliced = Vec::new();
+    let mut spliced_ranges: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
     for item in sluice_wire::decode_all::<OutputItem<'_>>(&output) {
         let item = item.map_err(|e| bad_output(format!("malformed packed output: {e}")))?;
         let input_of = |index: u32| {
@@ -704,15 +711,28 @@ fn decode_output(
                 let known = projection
                     .as_ref()
                     .and_then(|projection| projection.slot(input as usize, field));
-                let value = super::projection::replace_field(&source.value, field, json, known)
-                    .map_err(|reason| bad_output(format!("input record {input}: {reason}")))?;
+                if spliced.is_empty() {
+                    // About one value per input, each about as long.
+                    let input_bytes: usize = inputs.iter().map(|input| input.value.len()).sum();
+                    spliced.reserve(input_bytes + input_bytes / 8);
+                }
+                let start = spliced.len();
+                super::projection::replace_field_into(
+                    &source.value,
+                    field,
+                    json,
+                    known,
+                    &mut spliced,
+                )
+                .map_err(|reason| bad_output(format!("input record {input}: {reason}")))?;
+                spliced_ranges.push((result.emitted.len(), start..spliced.len()));
                 result.emitted.push(Emitted {
                     input: input as usize,
                     route: EmitRoute::Main,
                     record: Record {
                         read_fields: None,
                         key: source.key.clone(),
-                        value: Bytes::from(value),
+                        value: Bytes::new(),
                         headers: source.headers.clone(),
                         event_time: source.event_time,
                         source: source.source.clone(),
@@ -754,6 +774,10 @@ fn decode_output(
                 });
             }
         }
+    }
+    let spliced = Bytes::from(spliced);
+    for (emitted, range) in spliced_ranges {
+        result.emitted[emitted].record.value = spliced.slice(range);
     }
     Ok(result)
 }

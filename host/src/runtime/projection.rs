@@ -1,7 +1,7 @@
 //! Top-level fields of JSON object records, found natively for plugins
 //! that read them through the projected batch format
 //! ([`sluice_wire::projected`]), and the splice behind
-//! [`sluice_wire::OutputItem::EmitReplacing`].
+//! [`sluice_wire::OutputItem::EmitReplacing`] ([`replace_field_into`]).
 //!
 //! serde_json does the parsing (strict: the whole value is checked, as a
 //! plugin's own parse would), in the window extractor's one pass over an
@@ -66,33 +66,40 @@ pub(crate) fn slot_of(span: Option<(usize, usize)>) -> FieldSlot {
     }
 }
 
-/// `value` (a JSON object) with the value of its top-level field `field`
-/// replaced by the JSON text `json`, or the field added at the end if the
-/// object has none; every other byte as it was. `known` is where the
-/// projection of the same batch found the field in `value` (a
-/// [`FieldSlot::At`] from [`project`]): the value is then not parsed again.
-pub(crate) fn replace_field(
+/// Appends to `out` `value` (a JSON object) with the value of its
+/// top-level field `field` replaced by the JSON text `json`, or the field
+/// added at the end if the object has none; every other byte as it was.
+/// `known` is where the projection of the same batch found the field in
+/// `value` (a [`FieldSlot::At`] from [`project`]): the value is then not
+/// parsed again. On an error `out` is left as it was.
+///
+/// Appending lets a batch's replaced values share one buffer (one
+/// allocation per batch rather than one per record).
+pub(crate) fn replace_field_into(
     value: &[u8],
     field: &str,
     json: &[u8],
     known: Option<FieldSlot>,
-) -> Result<Vec<u8>, String> {
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     if serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err() {
         return Err(format!(
             "the new value of field `{field}` is not one JSON value"
         ));
     }
-    let fields = match known {
-        Some(FieldSlot::At { start, end }) if start <= end && end <= value.len() => ObjectFields {
-            found: vec![Some((start, end))],
-            entries: 1,
-        },
-        _ => scan_object(value, &[field.to_string()]).ok_or_else(|| {
-            "a field was replaced in a record that is not a JSON object".to_string()
-        })?,
+    let (span, entries) = match known {
+        Some(FieldSlot::At { start, end }) if start <= end && end <= value.len() => {
+            (Some((start, end)), 1)
+        }
+        _ => {
+            let fields = scan_object(value, &[field.to_string()]).ok_or_else(|| {
+                "a field was replaced in a record that is not a JSON object".to_string()
+            })?;
+            (fields.found[0], fields.entries)
+        }
     };
-    let mut out = Vec::with_capacity(value.len() + json.len() + field.len() + 4);
-    match fields.found[0] {
+    out.reserve(value.len() + json.len() + field.len() + 4);
+    match span {
         Some((start, end)) => {
             out.extend_from_slice(&value[..start]);
             out.extend_from_slice(json);
@@ -105,16 +112,18 @@ pub(crate) fn replace_field(
                 .rposition(|byte| *byte == b'}')
                 .ok_or_else(|| "a JSON object without its closing brace".to_string())?;
             out.extend_from_slice(&value[..close]);
-            if fields.entries > 0 {
+            if entries > 0 {
                 out.push(b',');
             }
-            serde_json::to_writer(&mut out, field).map_err(|e| e.to_string())?;
+            // A `String`'s JSON form cannot fail to be written to a Vec.
+            let quoted = serde_json::Value::from(field).to_string();
+            out.extend_from_slice(quoted.as_bytes());
             out.push(b':');
             out.extend_from_slice(json);
             out.extend_from_slice(&value[close..]);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The fields `names` of the JSON object `value`, or `None` if `value` is
@@ -137,6 +146,17 @@ fn scan_object(value: &[u8], names: &[String]) -> Option<ObjectFields> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`replace_field_into`] into a buffer of its own.
+    fn replace_field(
+        value: &[u8],
+        field: &str,
+        json: &[u8],
+        known: Option<FieldSlot>,
+    ) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        replace_field_into(value, field, json, known, &mut out).map(|()| out)
+    }
 
     fn names(names: &[&str]) -> Vec<String> {
         names.iter().map(|name| name.to_string()).collect()

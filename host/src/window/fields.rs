@@ -29,7 +29,7 @@ impl FieldValue {
     pub fn key_bytes(&self) -> Vec<u8> {
         match self {
             FieldValue::Str(s) => s.as_bytes().to_vec(),
-            FieldValue::Int(i) => i.to_string().into_bytes(),
+            FieldValue::Int(i) => itoa::Buffer::new().format(*i).as_bytes().to_vec(),
             FieldValue::Float(f) => Value::from(*f).to_string().into_bytes(),
             FieldValue::Other(v) => v.to_string().into_bytes(),
         }
@@ -60,10 +60,10 @@ impl FieldValue {
         match self {
             FieldValue::Str(s) => out.extend_from_slice(s.as_bytes()),
             FieldValue::Int(i) => {
-                use std::io::Write;
                 out.push(TYPED_KEY_MARKER);
-                // Writing to a Vec cannot fail.
-                let _ = write!(out, "{i}");
+                // itoa: a few times cheaper than `write!`'s formatting
+                // machinery, once per record of an integer-keyed window.
+                out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes());
             }
             other => {
                 out.push(TYPED_KEY_MARKER);
@@ -185,7 +185,8 @@ fn extract_at<P: AsRef<FieldPath>>(
         .iter()
         .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
     {
-        return scan_top_level(document, paths, found, None)
+        let text = utf8_text(document)?;
+        return scan_top_level(text, paths, found, None)
             .map(|_| ())
             .map_err(|e| format!("value is not a JSON object: {e}"));
     }
@@ -229,10 +230,37 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
     {
         return Err("field spans are found for top-level paths only".to_string());
     }
-    std::str::from_utf8(document).map_err(|e| format!("value is not UTF-8: {e}"))?;
+    let text = utf8_text(document)?;
     fill_appended(found, paths.len(), |slots| {
-        scan_top_level(document, paths, slots, Some(spans))
+        scan_top_level(text, paths, slots, Some(spans))
             .map_err(|e| format!("value is not a JSON object: {e}"))
+    })
+}
+
+/// Checks that `document` is one JSON value in UTF-8 (all of it, skipped
+/// strings too), building nothing: what a JSON-lines source asks of a line
+/// it reads no field of.
+pub fn check_json(document: &[u8]) -> Result<(), String> {
+    let text = utf8_text(document).map_err(|e| format!("invalid JSON: {e}"))?;
+    serde_json::from_str::<IgnoredAny>(text)
+        .map(|_| ())
+        .map_err(|e| format!("invalid JSON: {e}"))
+}
+
+/// `document` as text, or why it is not UTF-8 (which JSON must be:
+/// RFC 8259, section 8.1).
+///
+/// The whole value is checked at once, skipped strings too, with SIMD
+/// (simdutf8), so that the parse after it reads `str`s and checks no
+/// string again: cheaper than serde_json checking each key it borrows
+/// from a byte slice (ADR 0015, twelfth step).
+fn utf8_text(document: &[u8]) -> Result<&str, String> {
+    simdutf8::basic::from_utf8(document).map_err(|_| {
+        // The fast check says only that it failed; std says where.
+        match std::str::from_utf8(document) {
+            Err(e) => format!("value is not UTF-8: {e}"),
+            Ok(_) => "value is not UTF-8".to_string(),
+        }
     })
 }
 
@@ -240,14 +268,14 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
 /// [`FieldPath::Top`]) into `found` and, if asked, the spans of fields;
 /// returns how many fields the object has.
 fn scan_top_level<P: AsRef<FieldPath>>(
-    document: &[u8],
+    text: &str,
     paths: &[P],
     found: &mut [Option<FieldValue>],
     spans: Option<Spans<'_>>,
 ) -> Result<usize, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_slice(document);
+    let mut deserializer = serde_json::Deserializer::from_str(text);
     let entries = deserializer.deserialize_map(FieldsVisitor {
-        document,
+        document: text.as_bytes(),
         paths,
         found,
         spans,
@@ -465,6 +493,28 @@ mod tests {
         );
         assert!(extract(b"[1,2]", &[&a]).is_err());
         assert!(extract(b"{\"a\":1} x", &[&a]).is_err());
+    }
+
+    #[test]
+    fn a_value_must_be_utf8_everywhere_even_in_skipped_strings() {
+        let a = FieldPath::parse("a");
+        let bad = b"{\"a\":1,\"skipped\":\"\xff\"}";
+        let reason = extract(bad, &[&a]).unwrap_err();
+        assert!(reason.contains("not UTF-8"), "{reason}");
+        assert!(check_json(bad).unwrap_err().contains("not UTF-8"));
+        assert!(check_json(b"[1,\"\xc3\"]").is_err());
+        // Non-ASCII text, written out or escaped, is fine.
+        let good = "{\"a\":2,\"t\":\"\u{e9}t\u{e9}\",\"e\":\"\\u00e9\"}";
+        assert_eq!(
+            extract(good.as_bytes(), &[&a]).unwrap(),
+            vec![Some(FieldValue::Int(2))]
+        );
+        assert!(check_json(good.as_bytes()).is_ok());
+        assert!(
+            check_json(b"{\"a\":1} x")
+                .unwrap_err()
+                .starts_with("invalid JSON")
+        );
     }
 
     proptest::proptest! {

@@ -7,12 +7,13 @@
 //! front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{FieldSpans, ReadFields, Record, SourcePosition, into_dead_letter};
+use crate::record::{FieldSpans, ReadFields, Record, SourcePosition, SpanList, into_dead_letter};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
-use crate::window::fields::{FieldPath, FieldValue, Spans, extract_into, extract_into_with_spans};
+use crate::window::fields::{
+    FieldPath, FieldValue, Spans, check_json, extract_into, extract_into_with_spans,
+};
 use bytes::Bytes;
-use serde::de::IgnoredAny;
 use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -71,9 +72,6 @@ pub struct FileSource {
     /// ([`Source::project_ahead`]), found in the same pass and kept on
     /// each record ([`FieldSpans`]).
     project_ahead: Option<Arc<[String]>>,
-    /// An empty list of fields read ahead, shared by the records that only
-    /// carry spans.
-    no_fields: Arc<[FieldPath]>,
     input: Input,
     offset: i64,
 }
@@ -273,7 +271,6 @@ impl FileSource {
             read_ahead: None,
             found: Vec::new(),
             project_ahead: None,
-            no_fields: Arc::from(Vec::new()),
             options,
             input,
             offset: 0,
@@ -289,9 +286,7 @@ impl FileSource {
     /// pass and kept on the record.
     fn read_line_fields(&mut self, record: &mut Record) -> Result<(), String> {
         if self.fields_read.is_empty() && self.project_ahead.is_none() {
-            serde_json::from_slice::<IgnoredAny>(&record.value)
-                .map_err(|e| format!("invalid JSON: {e}"))?;
-            return Ok(());
+            return check_json(&record.value);
         }
         // The values go into the record when read ahead for the next
         // operator; otherwise one list serves every line.
@@ -300,13 +295,13 @@ impl FileSource {
             None => std::mem::take(&mut self.found),
         };
         found.clear();
-        let mut spans = Vec::new();
+        let mut spans = SpanList::new();
         let scanned = match &self.project_ahead {
             Some(names) => {
                 spans.resize(names.len(), None);
                 let spans = Spans {
                     names,
-                    found: &mut spans,
+                    found: &mut spans[..],
                 };
                 extract_into_with_spans(&record.value, &self.fields_read, &mut found, spans)
                     .map(|_| ())
@@ -353,7 +348,7 @@ impl FileSource {
         match (&self.read_ahead, spans) {
             (Some(paths), spans) => {
                 record.read_fields = Some(Box::new(ReadFields {
-                    paths: paths.clone(),
+                    paths: Some(paths.clone()),
                     values: found,
                     spans,
                 }))
@@ -362,7 +357,7 @@ impl FileSource {
                 self.found = found;
                 record.read_fields = spans.map(|spans| {
                     Box::new(ReadFields {
-                        paths: self.no_fields.clone(),
+                        paths: None,
                         values: Vec::new(),
                         spans: Some(spans),
                     })
