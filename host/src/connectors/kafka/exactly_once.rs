@@ -378,10 +378,28 @@ fn check_transaction_timeout(
     admin: &AdminClient<DefaultClientContext>,
     options: &KafkaTransactionOptions,
 ) -> Result<(), String> {
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, options.operation_timeout)
-        .map_err(|e| format!("cannot reach Kafka at {}: {e}", options.bootstrap_servers))?;
+    // A transport failure comes back at once (a broker restarting or
+    // busy accepting connections): tried again, with a short pause, until
+    // the operation timeout has passed.
+    let started = Instant::now();
+    let metadata = loop {
+        match admin
+            .inner()
+            .fetch_metadata(None, options.operation_timeout)
+        {
+            Ok(metadata) => break metadata,
+            Err(e) if started.elapsed() < options.operation_timeout => {
+                tracing::debug!(error = %e, "Kafka metadata not fetched yet; trying again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot reach Kafka at {}: {e}",
+                    options.bootstrap_servers
+                ));
+            }
+        }
+    };
     let Some(broker) = metadata.brokers().first() else {
         return Err("the Kafka cluster reported no broker".into());
     };
