@@ -112,7 +112,7 @@ impl ReadFields {
     pub fn take_values_of(&mut self, paths: &[FieldPath]) -> Option<Vec<Option<FieldValue>>> {
         // The operator's own list (shared with the source) is recognised
         // without comparing paths.
-        let read: &[FieldPath] = self.paths.as_deref().unwrap_or_default();
+        let read = self.paths_read();
         let same_list = std::ptr::eq(read, paths);
         if !same_list && !read.starts_with(paths) {
             return None;
@@ -122,10 +122,14 @@ impl ReadFields {
         Some(values)
     }
 
+    /// The fields read (none when the record carries only spans).
+    fn paths_read(&self) -> &[FieldPath] {
+        self.paths.as_deref().unwrap_or_default()
+    }
+
     /// The value of the first field read, if it is `path`.
     pub fn first_value_of(&self, path: &FieldPath) -> Option<&Option<FieldValue>> {
-        let read: &[FieldPath] = self.paths.as_deref().unwrap_or_default();
-        (read.first() == Some(path))
+        (self.paths_read().first() == Some(path))
             .then(|| self.values.first())
             .flatten()
     }

@@ -710,5 +710,12 @@ mod tests {
         let batch = source.next_batch(10).unwrap().unwrap();
         assert!(batch.records.is_empty());
         assert_eq!(batch.dead_letters.len(), 1);
+
+        // The same without any field read (no timestamp, no plugin's
+        // fields): the line is still checked whole, its skipped string too.
+        let mut source = FileSource::open("file", &path, FileSourceOptions::default()).unwrap();
+        let batch = source.next_batch(10).unwrap().unwrap();
+        assert!(batch.records.is_empty());
+        assert_eq!(batch.dead_letters.len(), 1);
     }
 }

@@ -378,17 +378,15 @@ fn check_transaction_timeout(
     admin: &AdminClient<DefaultClientContext>,
     options: &KafkaTransactionOptions,
 ) -> Result<(), String> {
-    // A transport failure comes back at once (a broker restarting or
-    // busy accepting connections): tried again, with a short pause, until
-    // the operation timeout has passed.
-    let started = Instant::now();
+    // A transport failure can come back at once (a broker restarting or
+    // busy accepting connections): tried again, with a short pause, within
+    // one operation timeout in all.
+    let deadline = Instant::now() + options.operation_timeout;
     let metadata = loop {
-        match admin
-            .inner()
-            .fetch_metadata(None, options.operation_timeout)
-        {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match admin.inner().fetch_metadata(None, left) {
             Ok(metadata) => break metadata,
-            Err(e) if started.elapsed() < options.operation_timeout => {
+            Err(e) if Instant::now() + Duration::from_millis(200) < deadline => {
                 tracing::debug!(error = %e, "Kafka metadata not fetched yet; trying again");
                 std::thread::sleep(Duration::from_millis(200));
             }
