@@ -51,9 +51,10 @@ built() { realpath "$("$sluice" plugin build "$1" | awk '{print $1; exit}')"; }
 rust_filter=$(built plugins/filter-rewrite)
 rust_count_sum=$(built plugins/count-sum)
 python_filter=$(built plugins/python/filter-rewrite)
+c_filter=$(built plugins/c/filter-rewrite)
 # Compiled to native code (and cached) here too, so that no run measures
 # Cranelift.
-for component in "$rust_filter" "$rust_count_sum" "$python_filter"; do
+for component in "$rust_filter" "$rust_count_sum" "$python_filter" "$c_filter"; do
   "$sluice" plugin inspect "$component" >/dev/null
 done
 
@@ -96,6 +97,13 @@ pipeline "rust-filter-rewrite-document" "$input" "[[operators]]
 name = \"filter-rewrite\"
 plugin = \"$rust_filter\"
 config = { mode = \"document\" }" ""
+pipeline "c-filter-rewrite" "$input" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$c_filter\"" ""
+pipeline "c-filter-rewrite-typed" "$input" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$c_filter\"
+call_mode = \"typed\"" ""
 pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
 pipeline "window-count-sum-plugin" "$input" "$window_plugin" ""
 pipeline "window-count-sum-builtin-rocksdb" "$input" "$window_builtin" "state_cache_mb = 0"
@@ -108,7 +116,7 @@ memory_limit_mb = 64" ""
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document \
-  window-count-sum-builtin window-count-sum-plugin \
+  c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
   window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb python-filter-rewrite; do
   case "$name" in *"$only"*) ;; *) continue ;; esac
   # Runs moved by up to a third with the shared machine's load: each row

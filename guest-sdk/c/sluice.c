@@ -90,8 +90,151 @@ bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf 
   return false;
 }
 
-/* The record view handed to the plugin. */
-static sluice_record record_view(const sluice_plugin_types_input_record_t *input) {
+/* The `start` of a projected slot that holds nothing, and the `end` of such
+ * a field slot when the value is not a JSON object (sluice-wire's
+ * `projected` module). */
+#define PROJECTED_ABSENT UINT32_MAX
+#define PROJECTED_NOT_AN_OBJECT 1u
+/* The projected batch format version this SDK reads. */
+#define PROJECTED_FORMAT_VERSION 1u
+/* Slots per record before the fields: value, key, topic, headers. */
+#define PROJECTED_FIXED_SLOTS 4u
+
+struct sluice_record_fields {
+  /* Projected path: the batch buffer and this record's field slots (two
+   * little-endian u32 per named field: a range of the buffer); NULL
+   * otherwise. */
+  const uint8_t *batch;
+  const uint8_t *slots;
+  /* The SDK's own parse of the value, made on first need. */
+  bool parsed, parse_ok;
+  sluice_json json;
+};
+
+/* The fields named with sluice_set_json_fields. */
+static char **json_fields;
+static size_t json_field_count;
+
+void sluice_set_json_fields(const char *const *names, size_t count) {
+  for (size_t i = 0; i < json_field_count; i++) free(json_fields[i]);
+  free(json_fields);
+  json_fields = count ? malloc(count * sizeof *json_fields) : NULL;
+  if (count && json_fields == NULL) abort();
+  for (size_t i = 0; i < count; i++) {
+    json_fields[i] = strdup(names[i]);
+    if (json_fields[i] == NULL) abort();
+  }
+  json_field_count = count;
+}
+
+static uint32_t read_u32(const uint8_t *at) {
+  uint32_t value;
+  memcpy(&value, at, sizeof value); /* wasm32 is little-endian, as the format */
+  return value;
+}
+
+static int64_t read_i64(const uint8_t *at) {
+  int64_t value;
+  memcpy(&value, at, sizeof value);
+  return value;
+}
+
+/* The record's value parsed by the SDK (once per record); false if it is
+ * not JSON (the error is in fields->json.error). */
+static bool parse_record(const sluice_record *record) {
+  sluice_record_fields *fields = record->fields;
+  if (!fields->parsed) {
+    fields->parsed = true;
+    fields->parse_ok = sluice_json_parse(&fields->json, record->value, record->value_len);
+  }
+  return fields->parse_ok;
+}
+
+static bool parsed_object(const sluice_record *record) {
+  return parse_record(record) && record->fields->json.tokens[0].type == SLUICE_JSON_OBJECT;
+}
+
+const char *sluice_record_error(const sluice_record *record) {
+  if (!parse_record(record)) return record->fields->json.error;
+  return "invalid JSON value: a record must be a JSON object";
+}
+
+/* The JSON text of token `token` of a parsed document (a string's token
+ * spans its contents: the quotes are added back). */
+static void token_text(const sluice_json *json, size_t token, const uint8_t **text, size_t *len) {
+  const sluice_json_token *tok = &json->tokens[token];
+  size_t quote = tok->type == SLUICE_JSON_STRING ? 1 : 0;
+  *text = json->text + tok->start - quote;
+  *len = tok->end - tok->start + 2 * quote;
+}
+
+/* Index of `name` among the named fields, or -1. */
+static long named_field(const char *name) {
+  for (size_t i = 0; i < json_field_count; i++)
+    if (strcmp(json_fields[i], name) == 0) return (long)i;
+  return -1;
+}
+
+sluice_field_status sluice_field(const sluice_record *record, const char *name, const uint8_t **json,
+                                 size_t *len) {
+  const sluice_record_fields *fields = record->fields;
+  long index = fields->slots ? named_field(name) : -1;
+  if (index >= 0) {
+    uint32_t start = read_u32(fields->slots + 8 * (size_t)index);
+    uint32_t end = read_u32(fields->slots + 8 * (size_t)index + 4);
+    if (start != PROJECTED_ABSENT) {
+      *json = fields->batch + start;
+      *len = end - start;
+      return SLUICE_FIELD_FOUND;
+    }
+    if (end != PROJECTED_NOT_AN_OBJECT) return SLUICE_FIELD_MISSING;
+    /* Not an object: the parse below says why. */
+  }
+  if (!parsed_object(record)) return SLUICE_FIELD_NOT_AN_OBJECT;
+  size_t token = sluice_json_get(&record->fields->json, 0, name);
+  if (token == 0) return SLUICE_FIELD_MISSING;
+  token_text(&record->fields->json, token, json, len);
+  return SLUICE_FIELD_FOUND;
+}
+
+/* Whether the host found the named fields in this record's value, a JSON
+ * object: it then splices replacing emits itself. */
+static bool projected_object(const sluice_record *record) {
+  const sluice_record_fields *fields = record->fields;
+  if (fields->slots == NULL || json_field_count == 0) return false;
+  return !(read_u32(fields->slots) == PROJECTED_ABSENT && read_u32(fields->slots + 4) == PROJECTED_NOT_AN_OBJECT);
+}
+
+/* Headers of the record being viewed (reused from record to record). */
+static sluice_header *header_views;
+static size_t header_views_cap;
+
+static sluice_header *header_slots(size_t count) {
+  if (count > header_views_cap) {
+    sluice_header *grown = realloc(header_views, count * sizeof *grown);
+    if (grown == NULL) abort();
+    header_views = grown;
+    header_views_cap = count;
+  }
+  return header_views;
+}
+
+/* Makes `fields` ready for a new record (keeping the parse's memory). */
+static void reset_fields(sluice_record_fields *fields, const uint8_t *batch, const uint8_t *slots) {
+  fields->batch = batch;
+  fields->slots = slots;
+  fields->parsed = false;
+  fields->parse_ok = false;
+}
+
+/* The record view of a typed input record. */
+static sluice_record record_view(const sluice_plugin_types_input_record_t *input, sluice_record_fields *fields) {
+  sluice_header *headers = header_slots(input->headers.len);
+  for (size_t i = 0; i < input->headers.len; i++) {
+    const sluice_plugin_types_header_t *from = &input->headers.ptr[i];
+    headers[i] = (sluice_header){from->key.ptr, from->key.len, from->value.ptr, from->value.len};
+  }
+  reset_fields(fields, NULL, NULL);
   sluice_record record = {
       .value = input->value.ptr,
       .value_len = input->value.len,
@@ -100,43 +243,207 @@ static sluice_record record_view(const sluice_plugin_types_input_record_t *input
       .key_len = input->key.is_some ? input->key.val.len : 0,
       .has_event_time = input->event_time.is_some,
       .event_time = input->event_time.val,
-      .raw = input,
+      .headers = headers,
+      .header_count = input->headers.len,
+      .topic = input->source.topic.ptr,
+      .topic_len = input->source.topic.len,
+      .partition = input->source.partition,
+      .offset = input->source.offset,
+      .fields = fields,
   };
   return record;
 }
 
 #if !defined(SLUICE_AGGREGATE)
+
+/* ------------------------------------------------- packed input records */
+
+/* Reads a packed batch (postcard, as sluice-wire writes it). A malformed
+ * batch is a host bug: the SDK traps, and the host reports the fault. */
+typedef struct reader {
+  const uint8_t *at, *end;
+} reader;
+
+static uint64_t read_varint(reader *r) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (r->at >= r->end) abort();
+    uint8_t byte = *r->at++;
+    value |= (uint64_t)(byte & 0x7F) << shift;
+    if (!(byte & 0x80)) return value;
+  }
+  abort();
+}
+
+static int64_t read_zigzag(reader *r) {
+  uint64_t raw = read_varint(r);
+  return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+}
+
+static const uint8_t *read_bytes(reader *r, size_t *len) {
+  uint64_t n = read_varint(r);
+  if (n > (uint64_t)(r->end - r->at)) abort();
+  const uint8_t *bytes = r->at;
+  r->at += n;
+  *len = (size_t)n;
+  return bytes;
+}
+
+static bool read_option_tag(reader *r) {
+  if (r->at >= r->end || *r->at > 1) abort();
+  return *r->at++ == 1;
+}
+
+/* The next record of a packed batch (an `InputRecord`). */
+static sluice_record read_packed_record(reader *r, sluice_record_fields *fields) {
+  sluice_record record = {0};
+  record.has_key = read_option_tag(r);
+  if (record.has_key) record.key = read_bytes(r, &record.key_len);
+  record.value = read_bytes(r, &record.value_len);
+  uint64_t count = read_varint(r);
+  if (count > (uint64_t)(r->end - r->at)) abort(); /* each header takes bytes */
+  sluice_header *headers = header_slots((size_t)count);
+  for (size_t i = 0; i < count; i++) {
+    headers[i].name = read_bytes(r, &headers[i].name_len);
+    headers[i].value = read_bytes(r, &headers[i].value_len);
+  }
+  record.headers = headers;
+  record.header_count = (size_t)count;
+  record.has_event_time = read_option_tag(r);
+  if (record.has_event_time) record.event_time = read_zigzag(r);
+  record.topic = read_bytes(r, &record.topic_len);
+  record.partition = (int32_t)read_zigzag(r);
+  record.offset = read_zigzag(r);
+  reset_fields(fields, NULL, NULL);
+  record.fields = fields;
+  return record;
+}
+
+/* Record `index` of a projected batch of `count` records with `field_count`
+ * fields each. */
+static sluice_record read_projected_record(const uint8_t *batch, size_t count, size_t field_count, size_t index,
+                                           sluice_record_fields *fields) {
+  size_t stride = 8 * (PROJECTED_FIXED_SLOTS + field_count);
+  const uint8_t *slots = batch + 16 + index * stride;
+  const uint8_t *numbers = batch + 16 + count * stride + 24 * index;
+  sluice_record record = {0};
+  record.value = batch + read_u32(slots);
+  record.value_len = read_u32(slots + 4) - read_u32(slots);
+  record.has_key = read_u32(slots + 8) != PROJECTED_ABSENT;
+  if (record.has_key) {
+    record.key = batch + read_u32(slots + 8);
+    record.key_len = read_u32(slots + 12) - read_u32(slots + 8);
+  }
+  record.topic = batch + read_u32(slots + 16);
+  record.topic_len = read_u32(slots + 20) - read_u32(slots + 16);
+  /* Headers: u32 count, then per header u32 name length, name, u32 value
+   * length, value. */
+  size_t header_count = 0;
+  if (read_u32(slots + 24) != PROJECTED_ABSENT) {
+    const uint8_t *at = batch + read_u32(slots + 24);
+    header_count = read_u32(at);
+    at += 4;
+    sluice_header *headers = header_slots(header_count);
+    for (size_t i = 0; i < header_count; i++) {
+      headers[i].name_len = read_u32(at);
+      headers[i].name = at + 4;
+      at += 4 + headers[i].name_len;
+      headers[i].value_len = read_u32(at);
+      headers[i].value = at + 4;
+      at += 4 + headers[i].value_len;
+    }
+    record.headers = headers;
+  }
+  record.header_count = header_count;
+  int64_t event_time = read_i64(numbers);
+  record.has_event_time = event_time != INT64_MIN;
+  record.event_time = record.has_event_time ? event_time : 0;
+  record.partition = (int32_t)read_i64(numbers + 8);
+  record.offset = read_i64(numbers + 16);
+  reset_fields(fields, batch, slots + 8 * PROJECTED_FIXED_SLOTS);
+  record.fields = fields;
+  return record;
+}
+
+/* ------------------------------------------------- emits */
+
 struct sluice_out {
-  const sluice_plugin_types_input_record_t *input;
+  const sluice_record *input;
+  uint32_t index;
+  /* Packed path: the batch's output items (sluice-wire `OutputItem`s) and
+   * where this record's begin; NULL on the typed path. */
+  sluice_buf *packed;
+  size_t packed_start;
+  /* Typed path: this record's emits. */
   sluice_plugin_types_emit_t *emits;
   size_t count, cap;
   bool failed;
   sluice_buf reason;
 };
 
-static void copy_key_and_headers(const sluice_plugin_types_input_record_t *input,
-                                 sluice_plugin_types_output_record_t *record) {
-  record->key.is_some = input->key.is_some;
-  if (input->key.is_some) {
-    record->key.val.ptr = copy_bytes(input->key.val.ptr, input->key.val.len);
-    record->key.val.len = input->key.val.len;
+/* Postcard: an unsigned LEB128 varint. */
+static void write_varint(sluice_buf *out, uint64_t value) {
+  while (value > 0x7F) {
+    sluice_buf_push_byte(out, (uint8_t)(value & 0x7F) | 0x80);
+    value >>= 7;
   }
-  size_t headers = input->headers.len;
+  sluice_buf_push_byte(out, (uint8_t)value);
+}
+
+static void write_bytes(sluice_buf *out, const uint8_t *bytes, size_t len) {
+  write_varint(out, len);
+  sluice_buf_push(out, bytes, len);
+}
+
+/* Variant numbers of sluice-wire's `OutputItem` and `Route`. */
+enum { ITEM_EMIT = 0, ITEM_FAILED = 1, ITEM_EMIT_REPLACING = 2, ITEM_NO_EMITS = 3 };
+enum { ROUTE_MAIN = 0, ROUTE_SIDE = 1, ROUTE_DEAD_LETTER = 2 };
+
+/* Appends an `OutputItem::Emit` of `value` with the input's key and
+ * headers on `route`. */
+static void write_emit(sluice_out *out, uint8_t route, const char *route_text, const uint8_t *value, size_t len) {
+  sluice_buf *buf = out->packed;
+  const sluice_record *input = out->input;
+  sluice_buf_push_byte(buf, ITEM_EMIT);
+  write_varint(buf, out->index);
+  sluice_buf_push_byte(buf, route);
+  if (route != ROUTE_MAIN) write_bytes(buf, (const uint8_t *)route_text, strlen(route_text));
+  sluice_buf_push_byte(buf, input->has_key ? 1 : 0);
+  if (input->has_key) write_bytes(buf, input->key, input->key_len);
+  write_bytes(buf, value, len);
+  write_varint(buf, input->header_count);
+  for (size_t i = 0; i < input->header_count; i++) {
+    write_bytes(buf, input->headers[i].name, input->headers[i].name_len);
+    write_bytes(buf, input->headers[i].value, input->headers[i].value_len);
+  }
+  sluice_buf_push_byte(buf, 0); /* event time: the input's */
+}
+
+static void copy_key_and_headers(const sluice_record *input, sluice_plugin_types_output_record_t *record) {
+  record->key.is_some = input->has_key;
+  if (input->has_key) {
+    record->key.val.ptr = copy_bytes(input->key, input->key_len);
+    record->key.val.len = input->key_len;
+  }
+  size_t headers = input->header_count;
   record->headers.len = headers;
   record->headers.ptr = headers ? malloc(headers * sizeof(sluice_plugin_types_header_t)) : NULL;
   if (headers && record->headers.ptr == NULL) abort();
   for (size_t i = 0; i < headers; i++) {
-    const sluice_plugin_types_header_t *from = &input->headers.ptr[i];
+    const sluice_header *from = &input->headers[i];
     sluice_plugin_types_header_t *to = &record->headers.ptr[i];
-    to->key.ptr = copy_bytes(from->key.ptr, from->key.len);
-    to->key.len = from->key.len;
-    to->value.ptr = copy_bytes(from->value.ptr, from->value.len);
-    to->value.len = from->value.len;
+    to->key.ptr = copy_bytes(from->name, from->name_len);
+    to->key.len = from->name_len;
+    to->value.ptr = copy_bytes(from->value, from->value_len);
+    to->value.len = from->value_len;
   }
 }
 
-static sluice_plugin_types_emit_t *push_emit(sluice_out *out, uint8_t route, const char *route_text,
-                                             const uint8_t *value, size_t len) {
+static void push_emit(sluice_out *out, uint8_t route, const char *route_text, const uint8_t *value, size_t len) {
+  if (out->packed) {
+    write_emit(out, route, route_text, value, len);
+    return;
+  }
   if (out->count == out->cap) {
     size_t cap = out->cap ? out->cap * 2 : 2;
     sluice_plugin_types_emit_t *grown = realloc(out->emits, cap * sizeof *grown);
@@ -152,23 +459,63 @@ static sluice_plugin_types_emit_t *push_emit(sluice_out *out, uint8_t route, con
   emit->record.value.ptr = copy_bytes(value, len);
   emit->record.value.len = len;
   copy_key_and_headers(out->input, &emit->record);
-  return emit;
 }
 
 void sluice_forward(sluice_out *out) {
-  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_MAIN, NULL, out->input->value.ptr, out->input->value.len);
+  push_emit(out, ROUTE_MAIN, NULL, out->input->value, out->input->value_len);
 }
 
-void sluice_emit(sluice_out *out, const uint8_t *value, size_t len) {
-  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_MAIN, NULL, value, len);
-}
+void sluice_emit(sluice_out *out, const uint8_t *value, size_t len) { push_emit(out, ROUTE_MAIN, NULL, value, len); }
 
 void sluice_side(sluice_out *out, const char *name, const uint8_t *value, size_t len) {
-  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_SIDE, name, value, len);
+  push_emit(out, ROUTE_SIDE, name, value, len);
 }
 
 void sluice_dead_letter(sluice_out *out, const char *reason) {
-  push_emit(out, SLUICE_PLUGIN_TYPES_ROUTE_DEAD_LETTER, reason, out->input->value.ptr, out->input->value.len);
+  push_emit(out, ROUTE_DEAD_LETTER, reason, out->input->value, out->input->value_len);
+}
+
+/* The spliced value of a replacing emit made by the SDK (reused). */
+static sluice_buf replacing;
+
+bool sluice_emit_replacing(sluice_out *out, const char *field, const uint8_t *json, size_t len) {
+  const sluice_record *input = out->input;
+  if (out->packed && projected_object(input)) {
+    sluice_buf *buf = out->packed;
+    sluice_buf_push_byte(buf, ITEM_EMIT_REPLACING);
+    write_varint(buf, out->index);
+    write_bytes(buf, (const uint8_t *)field, strlen(field));
+    write_bytes(buf, json, len);
+    return true;
+  }
+  /* The SDK splices, as the host would: the last field of that name
+   * replaced, or the field added before the closing brace. */
+  if (!parsed_object(input)) return false;
+  const sluice_json *doc = &input->fields->json;
+  sluice_buf_clear(&replacing);
+  size_t token = sluice_json_get(doc, 0, field);
+  if (token != 0) {
+    const uint8_t *text;
+    size_t text_len;
+    token_text(doc, token, &text, &text_len);
+    size_t start = (size_t)(text - input->value);
+    sluice_buf_push(&replacing, input->value, start);
+    sluice_buf_push(&replacing, json, len);
+    sluice_buf_push(&replacing, text + text_len, input->value_len - start - text_len);
+  } else {
+    size_t end = input->value_len;
+    while (end > 0 && (input->value[end - 1] == ' ' || input->value[end - 1] == '\t' ||
+                       input->value[end - 1] == '\n' || input->value[end - 1] == '\r'))
+      end--;
+    sluice_buf_push(&replacing, input->value, end - 1); /* up to the closing brace */
+    if (doc->tokens[0].count > 0) sluice_buf_push_byte(&replacing, ',');
+    sluice_json_write_string(&replacing, (const uint8_t *)field, strlen(field));
+    sluice_buf_push_byte(&replacing, ':');
+    sluice_buf_push(&replacing, json, len);
+    sluice_buf_push_byte(&replacing, '}');
+  }
+  sluice_emit(out, replacing.ptr, replacing.len);
+  return true;
 }
 
 void sluice_fail(sluice_out *out, const char *format, ...) {
@@ -195,23 +542,23 @@ void sluice_counter_add(const char *name, uint64_t delta) {
 
 #if !defined(SLUICE_AGGREGATE)
 bool sluice_state_get(const uint8_t *key, size_t key_len, sluice_buf *value) {
-  transform_list_u8_t k = {(uint8_t *)key, key_len};
-  transform_list_u8_t found;
+  SLUICE_WORLD(list_u8_t) k = {(uint8_t *)key, key_len};
+  SLUICE_WORLD(list_u8_t) found;
   if (!sluice_plugin_state_get(&k, &found)) return false;
   sluice_buf_clear(value);
   sluice_buf_push(value, found.ptr, found.len);
-  transform_list_u8_free(&found);
+  SLUICE_WORLD(list_u8_free)(&found);
   return true;
 }
 
 void sluice_state_put(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len) {
-  transform_list_u8_t k = {(uint8_t *)key, key_len};
-  transform_list_u8_t v = {(uint8_t *)value, value_len};
+  SLUICE_WORLD(list_u8_t) k = {(uint8_t *)key, key_len};
+  SLUICE_WORLD(list_u8_t) v = {(uint8_t *)value, value_len};
   sluice_plugin_state_put(&k, &v);
 }
 
 void sluice_state_delete(const uint8_t *key, size_t key_len) {
-  transform_list_u8_t k = {(uint8_t *)key, key_len};
+  SLUICE_WORLD(list_u8_t) k = {(uint8_t *)key, key_len};
   sluice_plugin_state_delete(&k);
 }
 #endif
@@ -233,15 +580,18 @@ static bool run_init(bool (*init)(const sluice_config *, sluice_buf *),
   return ok;
 }
 
-#if defined(SLUICE_AGGREGATE)
-
 /* Hands `buf`'s bytes to the bindings as a list they will free. */
-static void list_from(aggregate_list_u8_t *list, sluice_buf *buf) {
+static void list_from(SLUICE_WORLD(list_u8_t) *list, sluice_buf *buf) {
   list->ptr = buf->ptr ? buf->ptr : copy_bytes(NULL, 0);
   list->len = buf->len;
   buf->ptr = NULL;
   buf->len = buf->cap = 0;
 }
+
+/* What sluice_field reads for the record being processed (reused). */
+static sluice_record_fields record_fields;
+
+#if defined(SLUICE_AGGREGATE)
 
 /* A copy of the host's accumulator bytes, or a new one if empty. */
 static void accumulator_from(sluice_buf *into, const aggregate_list_u8_t *stored) {
@@ -273,7 +623,7 @@ void exports_sluice_plugin_aggregator_add(aggregate_list_u8_t *accumulator,
   size_t rejected = 0;
   ret->rejected.ptr = NULL;
   for (size_t i = 0; i < records->len; i++) {
-    sluice_record record = record_view(&records->ptr[i]);
+    sluice_record record = record_view(&records->ptr[i], &record_fields);
     sluice_buf_clear(&before);
     sluice_buf_push(&before, current.ptr, current.len);
     sluice_buf_clear(&reason);
@@ -324,8 +674,8 @@ void exports_sluice_plugin_aggregator_finish(aggregate_list_u8_t *accumulator, a
 
 #else
 
-bool exports_sluice_plugin_transformer_init(transform_list_tuple2_string_string_t *config,
-                                            transform_string_t *err) {
+bool exports_sluice_plugin_transformer_init(SLUICE_WORLD(list_tuple2_string_string_t) *config,
+                                            SLUICE_WORLD(string_t) *err) {
   return run_init(sluice_plugin_init, config, err);
 }
 
@@ -336,9 +686,9 @@ void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_trans
   if (ret->ptr == NULL) abort();
   sluice_out out = {0};
   for (size_t i = 0; i < batch->len; i++) {
-    const sluice_plugin_types_input_record_t *input = &batch->ptr[i];
-    sluice_record record = record_view(input);
-    out.input = input;
+    sluice_record record = record_view(&batch->ptr[i], &record_fields);
+    out.input = &record;
+    out.index = (uint32_t)i;
     out.emits = NULL;
     out.count = out.cap = 0;
     out.failed = false;
@@ -358,6 +708,75 @@ void exports_sluice_plugin_transformer_process_batch(exports_sluice_plugin_trans
   }
   sluice_buf_free(&out.reason);
   exports_sluice_plugin_transformer_list_input_record_free(batch);
+}
+
+/* Runs the plugin on record `index` of a packed or projected batch: its
+ * emits, or its failure alone, appended to `out->packed`. */
+static void process_packed(const sluice_record *record, uint32_t index, sluice_out *out) {
+  out->input = record;
+  out->index = index;
+  out->packed_start = out->packed->len;
+  out->failed = false;
+  sluice_plugin_process(record, out);
+  if (out->failed) {
+    out->packed->len = out->packed_start;
+    sluice_buf_push_byte(out->packed, ITEM_FAILED);
+    write_varint(out->packed, index);
+    write_bytes(out->packed, out->reason.ptr, out->reason.len);
+  }
+}
+
+void exports_sluice_plugin_packed_transformer_process_packed(SLUICE_WORLD(list_u8_t) *batch,
+                                                             SLUICE_WORLD(list_u8_t) *ret) {
+  sluice_buf output = {0};
+  buf_reserve(&output, batch->len);
+  sluice_out out = {0};
+  out.packed = &output;
+  reader r = {batch->ptr, batch->ptr + batch->len};
+  for (uint32_t index = 0; r.at < r.end; index++) {
+    sluice_record record = read_packed_record(&r, &record_fields);
+    process_packed(&record, index, &out);
+  }
+  list_from(ret, &output);
+  sluice_buf_free(&out.reason);
+  SLUICE_WORLD(list_u8_free)(batch);
+}
+
+void exports_sluice_plugin_projected_packed_transformer_projected_fields(SLUICE_WORLD(list_string_t) *ret) {
+  ret->len = json_field_count;
+  ret->ptr = malloc((json_field_count ? json_field_count : 1) * sizeof *ret->ptr);
+  if (ret->ptr == NULL) abort();
+  for (size_t i = 0; i < json_field_count; i++) string_from(&ret->ptr[i], json_fields[i]);
+}
+
+/* An empty output (a format version this SDK does not read, or fields
+ * other than those named) makes the host send the batch packed instead;
+ * a batch read that emitted nothing says so with a `NoEmits` item. */
+void exports_sluice_plugin_projected_packed_transformer_process_projected_packed(SLUICE_WORLD(list_u8_t) *batch,
+                                                                                 SLUICE_WORLD(list_u8_t) *ret) {
+  sluice_buf output = {0};
+  const uint8_t *data = batch->ptr;
+  if (batch->len >= 16 && read_u32(data) == PROJECTED_FORMAT_VERSION && read_u32(data + 8) == json_field_count) {
+    size_t count = read_u32(data + 4);
+    size_t tables = 16 + count * (8 * (PROJECTED_FIXED_SLOTS + json_field_count) + 24);
+    if (tables > batch->len) abort(); /* a host bug: trap, the host reports it */
+    buf_reserve(&output, batch->len / 2);
+    sluice_out out = {0};
+    out.packed = &output;
+    for (size_t index = 0; index < count; index++) {
+      sluice_record record = read_projected_record(data, count, json_field_count, index, &record_fields);
+      process_packed(&record, (uint32_t)index, &out);
+    }
+    if (output.len == 0 && count > 0) {
+      /* Nothing emitted: say the batch was read (an empty output would
+       * make the host send it again). */
+      sluice_buf_push_byte(&output, ITEM_NO_EMITS);
+      write_varint(&output, count - 1);
+    }
+    sluice_buf_free(&out.reason);
+  }
+  list_from(ret, &output);
+  SLUICE_WORLD(list_u8_free)(batch);
 }
 
 #endif
@@ -771,4 +1190,33 @@ void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len) 
   }
   sluice_buf_push(out, text + run, len - run);
   sluice_buf_push_byte(out, '"');
+}
+
+bool sluice_json_text_i64(const uint8_t *json, size_t len, int64_t *value) {
+  size_t at = len > 0 && json[0] == '-' ? 1 : 0;
+  if (at == len) return false;
+  bool negative = at == 1;
+  uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  uint64_t v = 0;
+  for (; at < len; at++) {
+    if (!is_digit(json[at])) return false;
+    uint64_t d = (uint64_t)(json[at] - '0');
+    if (v > (limit - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *value = negative ? (int64_t)(0 - v) : (int64_t)v;
+  return true;
+}
+
+bool sluice_json_text_string(const uint8_t *json, size_t len, sluice_buf *out) {
+  if (len < 2 || json[0] != '"' || json[len - 1] != '"') return false;
+  if (memchr(json + 1, '\\', len - 2) == NULL) {
+    sluice_buf_push(out, json + 1, len - 2);
+    return true;
+  }
+  sluice_json parsed = {0};
+  bool ok = sluice_json_parse(&parsed, json, len) && parsed.tokens[0].type == SLUICE_JSON_STRING;
+  if (ok) sluice_json_string(&parsed, 0, out);
+  sluice_json_free(&parsed);
+  return ok;
 }

@@ -9,17 +9,29 @@
  * `init` runs once with the operator's config table; returning false (with a
  * message in `error`) stops the pipeline at start-up. `process` runs for
  * every record: it emits with sluice_emit / sluice_forward / sluice_side /
- * sluice_dead_letter, or fails the record with sluice_fail (the record alone
- * goes to the dead-letter output with the reason).
+ * sluice_dead_letter / sluice_emit_replacing, or fails the record with
+ * sluice_fail (the record alone goes to the dead-letter output with the
+ * reason).
  *
  * A window aggregate instead starts with `#define SLUICE_AGGREGATE 1`
  * (before including this header) and implements the sluice_aggregate_*
  * functions at the end of this file.
  *
  * `sluice plugin build` compiles the plugin with clang's wasm32-wasi target
- * against bindings generated from the WIT world `transform` (transform.h),
- * or `aggregate` (aggregate.h), and this SDK, both embedded in the `sluice`
- * binary. C plugins get no WASI: use sluice_log rather than printf.
+ * against bindings generated from the WIT world `fast-projected-transform`
+ * (fast_projected_transform.h), or `aggregate` (aggregate.h), and this SDK,
+ * both embedded in the `sluice` binary. C plugins get no WASI: use
+ * sluice_log rather than printf.
+ *
+ * How batches cross: a transform's batch comes as one buffer (the packed
+ * format of the `sluice-wire` crate) and its outcomes go back as one
+ * buffer, so a record costs no allocation of its own at the boundary. A
+ * plugin that reads a few top-level fields of JSON object records names
+ * them in init (sluice_set_json_fields): the host then finds them in each
+ * record (the projected path), sluice_field reads one without parsing the
+ * record, and sluice_emit_replacing has the host splice a new value into
+ * the record. Without named fields, sluice_field and sluice_emit_replacing
+ * still work: the SDK parses the record itself (once per record).
  *
  * JSON: sluice_json_parse is strict (RFC 8259, UTF-8 validated, as the Rust
  * SDK) and keeps the exact text of numbers; sluice_json_write_string
@@ -39,9 +51,9 @@
 /* A world-level binding type: `aggregate_<name>`. */
 #define SLUICE_WORLD(name) aggregate_##name
 #else
-#include "transform.h"
-/* A world-level binding type: `transform_<name>`. */
-#define SLUICE_WORLD(name) transform_##name
+#include "fast_projected_transform.h"
+/* A world-level binding type: `fast_projected_transform_<name>`. */
+#define SLUICE_WORLD(name) fast_projected_transform_##name
 #endif
 
 /* ------------------------------------------------------------ buffers */
@@ -71,7 +83,19 @@ typedef struct sluice_config {
 /* The value of `key` copied into `value` (NUL-terminated); false if absent. */
 bool sluice_config_get(const sluice_config *config, const char *key, sluice_buf *value);
 
-/* A record handed to sluice_plugin_process. */
+/* A record header: a name (UTF-8) and opaque bytes. */
+typedef struct sluice_header {
+  const uint8_t *name;
+  size_t name_len;
+  const uint8_t *value;
+  size_t value_len;
+} sluice_header;
+
+/* The SDK's per-record view of the fields the host found (opaque). */
+typedef struct sluice_record_fields sluice_record_fields;
+
+/* A record handed to sluice_plugin_process (or sluice_aggregate_add). Its
+ * pointers borrow from the batch: valid until the call returns. */
 typedef struct sluice_record {
   const uint8_t *value;
   size_t value_len;
@@ -80,9 +104,46 @@ typedef struct sluice_record {
   size_t key_len;
   bool has_event_time;
   int64_t event_time;
-  /* Everything else (headers, source position), as the bindings have it. */
-  const sluice_plugin_types_input_record_t *raw;
+  /* Headers in their order. */
+  const sluice_header *headers;
+  size_t header_count;
+  /* Where the record was read: topic or file (UTF-8, not NUL-terminated),
+   * partition and offset. */
+  const uint8_t *topic;
+  size_t topic_len;
+  int32_t partition;
+  int64_t offset;
+  /* The SDK's: what sluice_field reads. */
+  sluice_record_fields *fields;
 } sluice_record;
+
+/* What sluice_field found. */
+typedef enum {
+  /* The object has the field: its JSON text is in *json / *len. */
+  SLUICE_FIELD_FOUND,
+  /* The value is a JSON object without that field. */
+  SLUICE_FIELD_MISSING,
+  /* The value is not a JSON object (or not JSON): sluice_record_error
+   * says why. */
+  SLUICE_FIELD_NOT_AN_OBJECT,
+} sluice_field_status;
+
+/* Names the top-level fields of JSON object records this plugin reads
+ * (call it in sluice_plugin_init; the names are copied). The host then
+ * finds them in every record, and sluice_field reads them without parsing
+ * the record: the projected path. */
+void sluice_set_json_fields(const char *const *names, size_t count);
+
+/* The JSON text of the top-level field `name` of the record's value, as it
+ * is in the record (of a repeated name, the last). A field named with
+ * sluice_set_json_fields was found by the host; any other is read from a
+ * parse of the record the SDK makes once per record. */
+sluice_field_status sluice_field(const sluice_record *record, const char *name, const uint8_t **json,
+                                 size_t *len);
+
+/* Why the record's value is not a JSON object ("invalid JSON value: ..."),
+ * after sluice_field said SLUICE_FIELD_NOT_AN_OBJECT. */
+const char *sluice_record_error(const sluice_record *record);
 
 #if !defined(SLUICE_AGGREGATE)
 /* What process emits for one record. */
@@ -94,6 +155,14 @@ void sluice_forward(sluice_out *out);
 void sluice_emit(sluice_out *out, const uint8_t *value, size_t len);
 /* Emits `value` to the side output `name`. */
 void sluice_side(sluice_out *out, const char *name, const uint8_t *value, size_t len);
+/* Emits the input record with the value of its top-level JSON field `field`
+ * replaced by the JSON text `json` (the field added at the end if the object
+ * has none), keeping its key, headers and event time: every other byte of
+ * the value as it came. `json` must be one JSON value (e.g. written with
+ * sluice_json_write_string). On the projected path the host splices it;
+ * otherwise the SDK does. False (nothing emitted) if the value is not a
+ * JSON object: sluice_record_error says why. */
+bool sluice_emit_replacing(sluice_out *out, const char *field, const uint8_t *json, size_t len);
 /* Sends the input record to the dead-letter output with `reason`. */
 void sluice_dead_letter(sluice_out *out, const char *reason);
 /* Fails the record: it goes to the dead-letter output with the formatted
@@ -181,6 +250,12 @@ bool sluice_json_i64(const sluice_json *json, size_t token, int64_t *value);
  * writes it: as written, but an exponent as `e`, sign, digits (`1E3` becomes
  * `1e+3`). */
 void sluice_json_write_number(sluice_buf *out, const sluice_json *json, size_t token);
+/* A JSON text (a field from sluice_field) as an i64: false if it is not an
+ * integer within i64. */
+bool sluice_json_text_i64(const uint8_t *json, size_t len, int64_t *value);
+/* A JSON text that is a string: its decoded (UTF-8) contents appended to
+ * `out`; false (nothing appended) if it is not a string. */
+bool sluice_json_text_string(const uint8_t *json, size_t len, sluice_buf *out);
 /* Appends `text` as a JSON string literal, escaped as serde_json does. */
 void sluice_json_write_string(sluice_buf *out, const uint8_t *text, size_t len);
 

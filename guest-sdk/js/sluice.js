@@ -17,6 +17,14 @@
 //
 //     export const transformer = exportTransform(Upper);
 //
+// Reading a few fields: a plugin that sets `this.jsonFields` (the top-level
+// fields of JSON object records it reads, e.g. `["price", "text"]`) in its
+// constructor gets them found by the host while it packs each batch (the
+// projected path): `record.field(name)` then parses only that field's text,
+// and `out.emitReplacing(field, value)` has the host splice the new value
+// into the record, every other byte as it came. Without `jsonFields` both
+// work too: the record is parsed (and, for `emitReplacing`, written again).
+//
 // A window aggregate extends `Aggregate` (`create`, `add`, `merge`, `finish`
 // over an accumulator: any JSON value, stored by the host per key and
 // window, that comes back parsed like `record.json()`: objects as Maps,
@@ -350,12 +358,136 @@ export class Record {
   json() {
     return parseJson(this.input.value);
   }
+  /** The top-level field `name` of the JSON object value, parsed as
+   * `parseJson` does, or `fallback` if the object has no such field (of a
+   * name given twice, the last). RecordError if the value is not a JSON
+   * object. Fields the plugin lists in `jsonFields` were found by the host:
+   * only that field's text is parsed; others parse the whole record. */
+  field(name, fallback = undefined) {
+    const value = this.json();
+    if (!(value instanceof Map)) throw new RecordError(NOT_AN_OBJECT_REASON);
+    return value.has(name) ? value.get(name) : fallback;
+  }
+}
+
+const NOT_AN_OBJECT_REASON = "invalid JSON value: a record must be a JSON object";
+
+// The projected batch format (`sluice-wire`'s `projected` module): a header
+// of four u32 (version, records, fields, 0), then per record (4 + fields)
+// (start, end) u32 slots into the whole buffer (value, key, topic, headers,
+// then the fields), then three i64 per record (event time, partition,
+// offset), then the bytes the slots point into. Little-endian.
+const PROJECTED_FORMAT_VERSION = 1;
+const ABSENT = 0xffffffff;
+const NOT_AN_OBJECT = 1;
+const NO_EVENT_TIME = -(2n ** 63n);
+const DIGITS = /^-?[0-9]{1,18}$/;
+
+/** One projected batch: its buffer and tables, shared by its records. */
+class ProjectedBatch {
+  constructor(data, records, fields, names) {
+    this.data = data;
+    this.view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    this.stride = 8 * (4 + fields);
+    this.numbersAt = 16 + records * this.stride;
+    // Name -> byte offset of its slot within a record's slots.
+    this.fieldSlot = new Map(names.map((name, i) => [name, 32 + 8 * i]));
+  }
+  u32(at) {
+    return this.view.getUint32(at, true);
+  }
+}
+
+/** A record of a projected batch: read from the batch's buffer when asked. */
+class ProjectedRecord extends Record {
+  constructor(batch, index) {
+    super(undefined);
+    this.batch = batch;
+    this.index = index;
+    this.base = 16 + index * batch.stride;
+  }
+  slot(offset) {
+    const start = this.batch.u32(this.base + offset);
+    if (start === ABSENT) return undefined;
+    return this.batch.data.subarray(start, this.batch.u32(this.base + offset + 4));
+  }
+  get key() {
+    return this.slot(8);
+  }
+  get value() {
+    return this.slot(0);
+  }
+  get headers() {
+    const raw = this.slot(24);
+    if (raw === undefined) return [];
+    const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+    const headers = [];
+    let at = 4;
+    for (let i = view.getUint32(0, true); i > 0; i--) {
+      const nameLength = view.getUint32(at, true);
+      const key = utf8Decoder.decode(raw.subarray(at + 4, at + 4 + nameLength));
+      at += 4 + nameLength;
+      const valueLength = view.getUint32(at, true);
+      headers.push({ key, value: raw.subarray(at + 4, at + 4 + valueLength) });
+      at += 4 + valueLength;
+    }
+    return headers;
+  }
+  get eventTime() {
+    const time = this.batch.view.getBigInt64(this.batch.numbersAt + 24 * this.index, true);
+    return time === NO_EVENT_TIME ? undefined : time;
+  }
+  get source() {
+    const at = this.batch.numbersAt + 24 * this.index;
+    return {
+      topic: utf8Decoder.decode(this.slot(16)),
+      partition: Number(this.batch.view.getBigInt64(at + 8, true)),
+      offset: this.batch.view.getBigInt64(at + 16, true),
+    };
+  }
+  text() {
+    try {
+      return utf8Decoder.decode(this.value);
+    } catch {
+      throw new RecordError("value is not UTF-8");
+    }
+  }
+  json() {
+    return parseJson(this.value);
+  }
+  field(name, fallback = undefined) {
+    const slot = this.batch.fieldSlot.get(name);
+    if (slot === undefined) return super.field(name, fallback);
+    const at = this.base + slot;
+    const start = this.batch.u32(at);
+    if (start === ABSENT) {
+      if (this.batch.u32(at + 4) === NOT_AN_OBJECT) return super.field(name, fallback);
+      return fallback;
+    }
+    const bytes = this.batch.data.subarray(start, this.batch.u32(at + 4));
+    // The host checked the whole value (well-formed JSON, UTF-8): a string
+    // without escapes is its inner bytes, digits alone an integer.
+    if (bytes[0] === 0x22 && bytes.indexOf(0x5c) < 0) return utf8Decoder.decode(bytes.subarray(1, bytes.length - 1));
+    if (bytes.length < 20) {
+      const text = String.fromCharCode.apply(null, bytes);
+      if (DIGITS.test(text) && text !== "-0") return new JsonNumber(text, true);
+    }
+    return parseJson(bytes);
+  }
+  /** Whether the host found the value to be a JSON object (a batch with no
+   * fields says nothing: parse to know). */
+  isObject() {
+    if (this.batch.fieldSlot.size === 0) return this.json() instanceof Map;
+    return !(this.batch.u32(this.base + 32) === ABSENT && this.batch.u32(this.base + 36) === NOT_AN_OBJECT);
+  }
 }
 
 /** Collects what `process` emits for one input record. */
 export class Emitter {
-  constructor(input) {
+  /** `input`: the record's typed form, or the `Record` itself. */
+  constructor(input, record = undefined) {
     this.input = input;
+    this.record = record;
     this.emits = [];
   }
   push(route, value, key, headers, eventTime) {
@@ -384,6 +516,143 @@ export class Emitter {
   deadLetter(reason) {
     this.push({ tag: "dead-letter", val: reason }, this.input.value, this.input.key, this.input.headers, undefined);
   }
+  /** Emits the input record to the main output with the value of its
+   * top-level JSON field `field` replaced by `value` (any value
+   * `stringifyJson` encodes), or the field added at the end if it has none.
+   * In a projected batch the host splices the new value into the record:
+   * every other byte stays as it came. Otherwise the record is parsed,
+   * changed and written with `stringifyJson`. RecordError if the value is
+   * not a JSON object. */
+  emitReplacing(field, value) {
+    const event = parseJson(this.input.value);
+    if (!(event instanceof Map)) throw new RecordError(NOT_AN_OBJECT_REASON);
+    event.set(field, value);
+    this.emitJson(event);
+  }
+}
+
+/** The emitter of a projected batch: `emitReplacing` leaves the splice to
+ * the host. */
+class ProjectedEmitter extends Emitter {
+  emitReplacing(field, value) {
+    if (!this.record.isObject()) throw new RecordError(NOT_AN_OBJECT_REASON);
+    this.emits.push({ replacing: field, json: encodeJson(value) });
+  }
+}
+
+// ------------------------------------------------------------------ packed output
+//
+// `text-packed-transformer` and `projected-transformer` return a batch's
+// outcomes as one buffer in the packed output format of the `sluice-wire`
+// crate (postcard-encoded `OutputItem`s), carried as ISO-8859-1 text (each
+// character U+0000-U+00FF stands for one byte): one string per batch
+// instead of typed lists per record.
+
+/** A growing byte buffer for packed output. */
+class PackedWriter {
+  constructor(capacity) {
+    this.bytes = new Uint8Array(capacity);
+    this.length = 0;
+  }
+  reserve(extra) {
+    if (this.length + extra <= this.bytes.length) return;
+    let capacity = this.bytes.length * 2;
+    while (capacity < this.length + extra) capacity *= 2;
+    const grown = new Uint8Array(capacity);
+    grown.set(this.bytes.subarray(0, this.length));
+    this.bytes = grown;
+  }
+  byte(value) {
+    this.reserve(1);
+    this.bytes[this.length++] = value;
+  }
+  varint(value) {
+    this.reserve(10);
+    let n = value;
+    if (typeof n === "bigint") {
+      while (n > 0x7fn) {
+        this.bytes[this.length++] = Number(n & 0x7fn) | 0x80;
+        n >>= 7n;
+      }
+      this.bytes[this.length++] = Number(n);
+      return;
+    }
+    while (n > 0x7f) {
+      this.bytes[this.length++] = (n & 0x7f) | 0x80;
+      n = Math.floor(n / 128);
+    }
+    this.bytes[this.length++] = n;
+  }
+  data(bytes) {
+    this.varint(bytes.length);
+    this.reserve(bytes.length);
+    this.bytes.set(bytes, this.length);
+    this.length += bytes.length;
+  }
+  string(text) {
+    this.data(utf8Encoder.encode(text));
+  }
+  /** The buffer as ISO-8859-1 text. */
+  latin1() {
+    const parts = [];
+    for (let at = 0; at < this.length; at += 8192) {
+      parts.push(String.fromCharCode.apply(null, this.bytes.subarray(at, Math.min(at + 8192, this.length))));
+    }
+    return parts.join("");
+  }
+}
+
+// Variant numbers of sluice-wire's `OutputItem` and `Route`.
+const ITEM_EMIT = 0;
+const ITEM_FAILED = 1;
+const ITEM_EMIT_REPLACING = 2;
+const ITEM_NO_EMITS = 3;
+const ROUTES = { main: 0, side: 1, "dead-letter": 2 };
+
+const asBytes = (value) => (typeof value === "string" ? utf8Encoder.encode(value) : value);
+
+/** Appends one input record's emits to `out`. */
+function packEmits(out, index, emits) {
+  for (const emit of emits) {
+    if (emit.replacing !== undefined) {
+      out.byte(ITEM_EMIT_REPLACING);
+      out.varint(index);
+      out.string(emit.replacing);
+      out.data(emit.json);
+      continue;
+    }
+    const { route, record } = emit;
+    out.byte(ITEM_EMIT);
+    out.varint(index);
+    out.byte(ROUTES[route.tag]);
+    if (route.tag !== "main") out.string(route.val);
+    if (record.key === undefined || record.key === null) {
+      out.byte(0);
+    } else {
+      out.byte(1);
+      out.data(asBytes(record.key));
+    }
+    out.data(asBytes(record.value));
+    const headers = record.headers ?? [];
+    out.varint(headers.length);
+    for (const header of headers) {
+      out.string(header.key);
+      out.data(asBytes(header.value));
+    }
+    if (record.eventTime === undefined || record.eventTime === null) {
+      out.byte(0);
+    } else {
+      const time = BigInt(record.eventTime);
+      out.byte(1);
+      out.varint(BigInt.asUintN(64, (time << 1n) ^ (time >> 63n))); // zigzag
+    }
+  }
+}
+
+function packFailed(out, index, reason) {
+  out.byte(ITEM_FAILED);
+  out.varint(index);
+  out.string(reason);
 }
 
 // ------------------------------------------------------------------ host
@@ -423,10 +692,33 @@ function message(error) {
   return String(error);
 }
 
-/** The `transformer` export running `PluginClass`. */
+/** The packed exports of each `transformer` made by `exportTransform`. */
+const packedExportsOf = new WeakMap();
+
+/** Runs `plugin` on each record of a batch, packing the outcomes into a new
+ * writer; `recordAt(index)` gives the record and its emitter. */
+function processPacked(plugin, count, capacity, recordAt) {
+  const out = new PackedWriter(Math.max(capacity, 64));
+  for (let index = 0; index < count; index++) {
+    const [record, emitter] = recordAt(index);
+    try {
+      plugin.process(record, emitter);
+    } catch (error) {
+      packFailed(out, index, message(error));
+      continue;
+    }
+    packEmits(out, index, emitter.emits);
+  }
+  return out;
+}
+
+/** The `transformer` export running `PluginClass`. `sluice plugin build`
+ * also exports the same plugin as `textPackedTransformer` and
+ * `projectedTransformer` (the `projected-transform` world), which the host
+ * prefers: see `packedExports`. */
 export function exportTransform(PluginClass) {
   let plugin = null;
-  return {
+  const transformer = {
     init(config) {
       try {
         plugin = new PluginClass(new Config(config));
@@ -444,6 +736,76 @@ export function exportTransform(PluginClass) {
         }
         return { tag: "ok", val: out.emits };
       });
+    },
+  };
+  packedExportsOf.set(transformer, {
+    textPackedTransformer: {
+      processBatchText(batch) {
+        const out = processPacked(plugin, batch.length, 256 * batch.length, (index) => {
+          const input = batch[index];
+          return [new Record(input), new Emitter(input)];
+        });
+        return out.latin1();
+      },
+    },
+    projectedTransformer: {
+      projectedFields() {
+        const fields = plugin.jsonFields ?? [];
+        if (!Array.isArray(fields) || !fields.every((f) => typeof f === "string")) {
+          throw new Error("jsonFields must be an array of field names (strings)");
+        }
+        return fields;
+      },
+      processProjected(data) {
+        const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+        const names = plugin.jsonFields ?? [];
+        const count = view.getUint32(4, true);
+        // A version this SDK does not read, or other fields: the host sends
+        // the batch the text-packed way.
+        if (view.getUint32(0, true) !== PROJECTED_FORMAT_VERSION || view.getUint32(8, true) !== names.length) return "";
+        const batch = new ProjectedBatch(data, count, names.length, names);
+        const out = processPacked(plugin, count, data.length, (index) => {
+          const record = new ProjectedRecord(batch, index);
+          return [record, new ProjectedEmitter(record, record)];
+        });
+        if (out.length === 0 && count > 0) {
+          // Nothing emitted: say the batch was read (an empty output would
+          // make the host send it again).
+          out.byte(ITEM_NO_EMITS);
+          out.varint(count - 1);
+        }
+        return out.latin1();
+      },
+    },
+  });
+  return transformer;
+}
+
+/** The `textPackedTransformer` and `projectedTransformer` exports of
+ * `transformer` (the build's entry module exports them beside the plugin's
+ * own). A `transformer` not made by `exportTransform` gets exports that
+ * pack what its `processBatch` returns and name no fields. */
+export function packedExports(transformer) {
+  const known = packedExportsOf.get(transformer);
+  if (known !== undefined) return known;
+  return {
+    textPackedTransformer: {
+      processBatchText(batch) {
+        const out = new PackedWriter(256 * batch.length + 64);
+        transformer.processBatch(batch).forEach((outcome, index) => {
+          if (outcome.tag === "err") packFailed(out, index, outcome.val);
+          else packEmits(out, index, outcome.val);
+        });
+        return out.latin1();
+      },
+    },
+    projectedTransformer: {
+      projectedFields() {
+        return [];
+      },
+      processProjected() {
+        return "";
+      },
     },
   };
 }

@@ -712,6 +712,11 @@ def _pack_emits(out, index, input_record, emits, no_input_headers):
             _packed_emit(out, index, input_record, emit)
 
 
+def _packed_no_emits(out, index):
+    out.append(3)  # OutputItem::NoEmits
+    _varint(out, index)
+
+
 def _packed_failed(out, index, reason):
     out.append(1)  # OutputItem::Failed
     _varint(out, index)
@@ -858,6 +863,10 @@ def export(plugin_class):
                     _packed_failed(out, index, f"{type(error).__name__}: {error}")
                     continue
                 _pack_emits(out, index, record, emitter._emits, slots[base + 6] == _ABSENT)
+            if not out and count:
+                # Nothing emitted: say the batch was read (an empty output
+                # would make the host send it again).
+                _packed_no_emits(out, count - 1)
             return out.decode("latin-1")
 
     # componentize-py finds each export by name in the app module.

@@ -94,6 +94,7 @@ pub fn process_projected_packed<T: Transform>(batch: &[u8]) -> Vec<u8> {
                 process_one(transform, index as u32, &record, &mut output);
             }
         });
+        say_processed(&mut output, projected.len());
         output
     })
 }
@@ -118,6 +119,17 @@ fn process_one<T: Transform>(
     if let Err(reason) = result {
         output.truncate(mark);
         append_failed(output, index, &reason);
+    }
+}
+
+/// Makes the output of a processed projected batch of `records` records
+/// non-empty: an empty one would mean "not read" to the host, which would
+/// send the batch again ([`OutputItem::NoEmits`]).
+fn say_processed(output: &mut Vec<u8>, records: usize) {
+    if output.is_empty() && records > 0 {
+        let input = (records - 1) as u32;
+        // Encoding into a Vec cannot fail (no size limit, no I/O).
+        let _ = sluice_wire::append(output, &OutputItem::NoEmits { input });
     }
 }
 

@@ -162,6 +162,17 @@ pub enum OutputItem<'a> {
         #[serde(borrow)]
         json: &'a Bytes,
     },
+    /// Input record `input` emitted nothing and did not fail, said out
+    /// loud. Optional (an input no item names emitted nothing), except in
+    /// one place: on the projected paths an empty output means "the plugin
+    /// does not read this batch's format" and makes the host send the
+    /// batch again another way, so an SDK whose projected batch emitted
+    /// nothing at all writes this item (for the batch's last input) to
+    /// say the batch was processed, and no record is processed twice.
+    NoEmits {
+        /// Index of the input record in the batch.
+        input: u32,
+    },
 }
 
 /// The version of the packed aggregate format that this crate writes and

@@ -1,8 +1,9 @@
 //! C plugins: `plugin.c` (plus any `.c` files beside it), compiled with
 //! clang's `wasm32-wasi` target.
 //!
-//! The bindings for the plugin's world (`transform`, or `aggregate` when
-//! `plugin.c` says `#define SLUICE_AGGREGATE 1`) are generated at build time
+//! The bindings for the plugin's world (`fast-projected-transform`, or
+//! `aggregate` when `plugin.c` says `#define SLUICE_AGGREGATE 1`) are
+//! generated at build time
 //! with `wit-bindgen c` (as a library, so no extra tool is needed), next to the
 //! `sluice.h`/`sluice.c` SDK embedded in this binary; Debian's `wasi-libc`
 //! provides the C library. The core module is turned into a component with
@@ -20,14 +21,26 @@ fn clang() -> String {
     std::env::var("SLUICE_CLANG").unwrap_or_else(|_| "clang-19".to_string())
 }
 
+/// The WIT world a C plugin of `world` is built for. Transforms export
+/// `fast-projected-transform`: the typed `transformer` and, beside it, the
+/// packed and projected batch exports the host prefers (one buffer each
+/// way per batch; ADR 0015).
+fn c_world_name(world: sdk::World) -> &'static str {
+    match world {
+        sdk::World::Transform => "fast-projected-transform",
+        sdk::World::Aggregate => world.name(),
+    }
+}
+
 /// Writes the `wit-bindgen c` bindings of `world` into `dir` (e.g.
-/// `transform.h`, `transform.c`, `transform_component_type.o`).
+/// `fast_projected_transform.h`, `fast_projected_transform.c`,
+/// `fast_projected_transform_component_type.o`).
 pub fn generate_bindings(dir: &Path, world: sdk::World) -> Result<Vec<PathBuf>> {
     let mut resolve = Resolve::default();
     let package = resolve
         .push_str("plugin.wit", sdk::WIT)
         .context("parsing the embedded WIT package")?;
-    let world = resolve.select_world(&[package], Some(world.name()))?;
+    let world = resolve.select_world(&[package], Some(c_world_name(world)))?;
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
         .build()

@@ -32,6 +32,19 @@ pub fn componentize_js() -> PathBuf {
     }
 }
 
+/// The entry module of a JavaScript transform: the plugin's exports, and
+/// the `text-packed-transformer` and `projected-transformer` exports the
+/// SDK makes of its `transformer` (the host prefers them: one string of
+/// packed outcomes per batch, and the fields the plugin reads found by the
+/// host; ADR 0015).
+const TRANSFORM_ENTRY: &str = r#"export * from "./plugin.js";
+import { transformer } from "./plugin.js";
+import { packedExports } from "./sluice.js";
+const packed = packedExports(transformer);
+export const textPackedTransformer = packed.textPackedTransformer;
+export const projectedTransformer = packed.projectedTransformer;
+"#;
+
 /// Builds the JavaScript plugin in `dir` for `world`; intermediate files go
 /// to `scratch`.
 pub(super) fn build(
@@ -59,14 +72,24 @@ pub(super) fn build(
         sdk::World::Aggregate => sdk::JS_NO_STATE,
     };
     sdk::write(&staged, "sluice-state.js", state)?;
+    // Transforms are built for `projected-transform`: an entry module
+    // exports the plugin's own exports and, beside its `transformer`, the
+    // SDK's packed-text and projected exports of the same plugin.
+    let (entry, world_name) = match world {
+        sdk::World::Transform => (
+            sdk::write(&staged, "sluice-entry.js", TRANSFORM_ENTRY)?,
+            "projected-transform",
+        ),
+        sdk::World::Aggregate => (staged.join("plugin.js"), world.name()),
+    };
     let output = scratch.join("component.wasm");
     progress.step("componentize-js");
     run_tool(
         Command::new(componentize_js())
-            .arg(staged.join("plugin.js"))
+            .arg(entry)
             .arg("--wit")
             .arg(&wit)
-            .args(["--world-name", world.name()])
+            .args(["--world-name", world_name])
             .args(["--disable", "http", "fetch-event"])
             .arg("--out")
             .arg(&output),

@@ -230,12 +230,12 @@ fn python_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
 
 #[test]
 fn js_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
-    plugin_dev_loop("js", "sluice:plugin/transform");
+    plugin_dev_loop("js", "sluice:plugin/projected-transform");
 }
 
 #[test]
 fn c_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
-    plugin_dev_loop("c", "sluice:plugin/transform");
+    plugin_dev_loop("c", "sluice:plugin/fast-projected-transform");
 }
 
 /// `sluice plugin new --world aggregate --lang L`, `build`, `inspect` and

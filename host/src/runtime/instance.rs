@@ -739,6 +739,10 @@ fn decode_output(
                     },
                 });
             }
+            OutputItem::NoEmits { input } => {
+                input_of(input)?;
+                contract.no_emits(input)?;
+            }
             OutputItem::Failed { input, reason } => {
                 input_of(input)?;
                 contract.failed(input)?;
@@ -823,6 +827,18 @@ impl OutputContract {
             )));
         }
         self.failed = true;
+        Ok(())
+    }
+
+    /// `input` said it emitted nothing: it must not have emitted or
+    /// failed already.
+    fn no_emits(&mut self, input: u32) -> Result<(), PluginFault> {
+        self.at(input)?;
+        if self.failed || self.emitted {
+            return Err(bad_output(format!(
+                "input record {input} said it emitted nothing after emitting or failing"
+            )));
+        }
         Ok(())
     }
 
@@ -967,6 +983,11 @@ mod tests {
         let result = decode(&[emit(0), emit(0), failed(1), emit(3)], 4).expect("valid");
         assert_eq!(result.emitted.len(), 3);
         assert_eq!(result.failed, vec![(1, "no".to_string())]);
+        // Saying an input emitted nothing changes nothing.
+        let no_emits = |input| OutputItem::NoEmits { input };
+        let result = decode(&[no_emits(0), emit(1), no_emits(3)], 4).expect("valid");
+        assert_eq!(result.emitted.len(), 1);
+        assert!(result.failed.is_empty());
     }
 
     #[test]
@@ -980,6 +1001,15 @@ mod tests {
             (vec![failed(1), emit(1)], "both failed and emitted records"),
             (vec![emit(2), emit(1)], "out of order"),
             (vec![emit(5)], "input record 5 of a batch of 3"),
+            (
+                vec![emit(1), OutputItem::NoEmits { input: 1 }],
+                "said it emitted nothing after emitting",
+            ),
+            (
+                vec![failed(0), OutputItem::NoEmits { input: 0 }],
+                "said it emitted nothing after emitting or failing",
+            ),
+            (vec![OutputItem::NoEmits { input: 3 }], "input record 3"),
         ] {
             let fault = decode(&items, 3).expect_err(says);
             assert_eq!(fault.kind, FaultKind::BadOutput);

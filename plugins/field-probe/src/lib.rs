@@ -7,7 +7,9 @@
 //! [`Transform::json_fields`] (config `project = "no"`: names none), so the
 //! same plugin runs through the host's projected path or the packed one
 //! (or the typed one), and they must agree. The Python plugin of the same
-//! name does the same with the Python SDK.
+//! name does the same with the Python SDK. With config `drop = "yes"` it
+//! emits nothing and counts each record it processes (plugin counter
+//! `processed`): how a test sees that no record is processed twice.
 
 use serde_json::{Value, json};
 use sluice_sdk::json::{JsonField, quote};
@@ -15,6 +17,7 @@ use sluice_sdk::{Config, Emitter, Record, Transform, export_transform};
 
 struct FieldProbe {
     project: bool,
+    drop: bool,
 }
 
 /// A field as JSON (its source text parsed), `null` when missing.
@@ -33,6 +36,7 @@ impl Transform for FieldProbe {
     fn init(config: &Config) -> Result<Self, String> {
         Ok(FieldProbe {
             project: config.get("project").unwrap_or("yes") == "yes",
+            drop: config.get("drop") == Some("yes"),
         })
     }
 
@@ -44,6 +48,10 @@ impl Transform for FieldProbe {
     }
 
     fn process(&mut self, record: &Record<'_>, out: &mut Emitter<'_>) -> Result<(), String> {
+        if self.drop {
+            sluice_sdk::host::counter_add("processed", 1);
+            return Ok(());
+        }
         let s = record.field("s")?;
         let missing = record.field("missing")?;
         let probe = json!({

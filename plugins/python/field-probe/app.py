@@ -5,7 +5,9 @@ other accessors returned, then the record with field ``s`` upper-cased and
 with a field ``added`` added (``out.emit_replacing``). It names its fields
 in ``json_fields`` (config ``project = "no"``: names none), so the same
 plugin runs through the host's projected path or the text-packed one, and
-the two must agree.
+the two must agree. With config ``drop = "yes"`` it emits nothing and
+counts each record it processes (plugin counter ``processed``): how a test
+sees that no record is processed twice.
 """
 
 import sluice
@@ -15,8 +17,12 @@ class FieldProbe(sluice.Transform):
     def __init__(self, config):
         if config.get("project", "yes") == "yes":
             self.json_fields = ("a", "s", "missing", "n")
+        self.drop = config.get("drop") == "yes"
 
     def process(self, record, out):
+        if self.drop:
+            sluice.counter_add("processed", 1)
+            return
         s = record.field("s")
         key = record.key
         out.emit_json({

@@ -8,6 +8,7 @@ use sluice_host::runtime::{CallMode, CallPath, EmitRoute, PluginInstance, Plugin
 use sluice_host::state::OperatorScope;
 use sluice_host::{Header, Record, SourcePosition};
 use sluice_tests::{operator, runtime, state_backend};
+use std::sync::Arc;
 
 fn sample(n: i64) -> Vec<Record> {
     (0..n)
@@ -228,6 +229,33 @@ fn a_python_plugin_forwarding_every_record_keeps_its_memory_flat() {
     );
 }
 
+/// An instance of the test plugin `plugin` under `mode` and `config`, and
+/// its operator's counters.
+fn plugin_instance(
+    plugin: &str,
+    mode: CallMode,
+    config: &[(&str, &str)],
+) -> (PluginInstance, Arc<OperatorMetrics>) {
+    let runtime = runtime();
+    let component = runtime
+        .load(sluice_tests::plugin(plugin))
+        .unwrap_or_else(|e| panic!("load {plugin}: {e}"));
+    let scope = OperatorScope::new("t", "test", plugin);
+    let store = state_backend().open(&scope, None).expect("state");
+    let limits = PluginLimits {
+        call_mode: mode,
+        ..PluginLimits::default()
+    };
+    let config = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let metrics = OperatorMetrics::new(plugin);
+    let instance = PluginInstance::new(component, scope, store, metrics.clone(), limits, config)
+        .expect("instantiate");
+    (instance, metrics)
+}
+
 /// A record of the field-probe test: JSON `value`, and for the first a key,
 /// a header and an event time.
 fn probe_record(value: &str, index: i64) -> Record {
@@ -262,29 +290,7 @@ fn run_field_probe(
     mode: CallMode,
     config: &[(&str, &str)],
 ) -> (CallPath, ByInput, ByInput) {
-    let runtime = runtime();
-    let component = runtime
-        .load(sluice_tests::plugin(plugin))
-        .expect("load field-probe");
-    let scope = OperatorScope::new("t", "test", "field-probe");
-    let store = state_backend().open(&scope, None).expect("state");
-    let limits = PluginLimits {
-        call_mode: mode,
-        ..PluginLimits::default()
-    };
-    let config = config
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let mut instance = PluginInstance::new(
-        component,
-        scope,
-        store,
-        OperatorMetrics::new("field-probe"),
-        limits,
-        config,
-    )
-    .expect("instantiate");
+    let (mut instance, _) = plugin_instance(plugin, mode, config);
     let records: Vec<Record> = (0..)
         .zip(values)
         .map(|(i, value)| probe_record(value, i))
@@ -401,20 +407,23 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     assert!(spliced[0].1.contains(r#""s":"two""#), "{spliced:#?}");
 }
 
+/// The values the Rust and C field probes are run on.
+const FIELD_PROBE_VALUES: [&str; 6] = [
+    r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2]}"#,
+    r#"{"a":{"nested":true},"s":"caf\u00e9","n":12345678901234567890}"#,
+    "[1,2]",
+    r#"{"a":1"#,
+    "{}",
+    r#"{ "s" : "one", "s":"two" , "n":1 }"#,
+];
+
 /// The Rust SDK's field API (`Record::field`, `Emitter::emit_replacing`)
 /// reads the same fields and writes the same bytes on the projected path
 /// (the host finds the fields and splices the replaced value) as on the
 /// packed and typed paths (the plugin splits the record itself).
 #[test]
 fn rust_field_reads_and_replacing_emits_agree_on_every_path() {
-    let values = [
-        r#"{"a":1,"s":"x\"y","n":-5,"u":[1,2]}"#,
-        r#"{"a":{"nested":true},"s":"caf\u00e9","n":12345678901234567890}"#,
-        "[1,2]",
-        r#"{"a":1"#,
-        "{}",
-        r#"{ "s" : "one", "s":"two" , "n":1 }"#,
-    ];
+    let values = FIELD_PROBE_VALUES;
     let probe = "field-probe";
     let (path, projected, failed) = run_field_probe(probe, &values, CallMode::Auto, &[]);
     assert_eq!(path, CallPath::ProjectedPacked);
@@ -470,5 +479,97 @@ fn rust_field_reads_and_replacing_emits_agree_on_every_path() {
         assert_eq!(path, expected);
         assert_eq!(emitted, projected, "{mode:?} {config:?}");
         assert_eq!(failed_here, failed, "{mode:?} {config:?}");
+    }
+}
+
+/// The C SDK's field API (`sluice_field`, `sluice_emit_replacing`) on the
+/// projected, packed and typed paths writes what the Rust SDK's does on
+/// the projected path, byte for byte: the same fields read, the same
+/// splices (the host's, or the C SDK's own), the same records failed.
+#[test]
+fn c_field_reads_and_replacing_emits_agree_with_rust_on_every_path() {
+    let values = FIELD_PROBE_VALUES;
+    let (_, expected, expected_failed) =
+        run_field_probe("field-probe", &values, CallMode::Auto, &[]);
+    assert_eq!(expected.len(), 11, "{expected:#?}");
+    let failed_inputs: Vec<usize> = expected_failed.iter().map(|(input, _)| *input).collect();
+    assert_eq!(failed_inputs, [2, 3]);
+    for (mode, config, expected_path) in [
+        (
+            CallMode::Auto,
+            [("project", "yes")],
+            CallPath::ProjectedPacked,
+        ),
+        (CallMode::Auto, [("project", "no")], CallPath::Packed),
+        (CallMode::Typed, [("project", "yes")], CallPath::Typed),
+    ] {
+        let (path, emitted, failed) = run_field_probe("c/field-probe", &values, mode, &config);
+        assert_eq!(path, expected_path);
+        assert_eq!(emitted, expected, "{mode:?} {config:?}");
+        let inputs: Vec<usize> = failed.iter().map(|(input, _)| *input).collect();
+        assert_eq!(inputs, failed_inputs, "{mode:?} {config:?}: {failed:?}");
+        for (_, reason) in &failed {
+            assert!(reason.starts_with("invalid JSON value"), "{failed:?}");
+        }
+    }
+}
+
+/// A projected batch none of whose records emits anything is processed
+/// once, in every SDK: an empty output would mean "format not read" to the
+/// host, which would send the batch again (a second time for each record's
+/// state writes and counters), so the SDKs answer `NoEmits`.
+#[test]
+fn a_projected_batch_that_emits_nothing_is_processed_once() {
+    let records: Vec<Record> = (0..3)
+        .map(|i| probe_record(&format!(r#"{{"a":{i},"s":"t"}}"#), i))
+        .collect();
+    for (plugin, path) in [
+        ("field-probe", CallPath::ProjectedPacked),
+        ("c/field-probe", CallPath::ProjectedPacked),
+        ("python/field-probe", CallPath::Projected),
+        ("js/field-probe", CallPath::Projected),
+    ] {
+        // Each record counted, none emitted.
+        let (mut instance, metrics) = plugin_instance(plugin, CallMode::Auto, &[("drop", "yes")]);
+        for batch in 1..=2 {
+            let result = instance.call_batch(&records).expect("batch");
+            assert!(result.emitted.is_empty(), "{plugin}: {:?}", result.emitted);
+            assert!(result.failed.is_empty(), "{plugin}: {:?}", result.failed);
+            assert_eq!(instance.call_path(), path, "{plugin}");
+            let processed = metrics
+                .plugin_counters
+                .lock()
+                .unwrap()
+                .get("processed")
+                .copied();
+            assert_eq!(processed, Some(3 * batch), "{plugin}, batch {batch}");
+        }
+    }
+}
+
+/// The JavaScript SDK's field API (`record.field`, `out.emitReplacing`)
+/// writes what the Python SDK's does, byte for byte, on each path: the
+/// projected one (the host finds the fields and splices), the text-packed
+/// one (the plugin names no fields: it parses and writes the record) and
+/// the typed one; the same records fail.
+#[test]
+fn js_field_reads_and_replacing_emits_agree_with_python_on_every_path() {
+    let values = FIELD_PROBE_VALUES;
+    for (mode, config, expected_path) in [
+        (CallMode::Auto, [("project", "yes")], CallPath::Projected),
+        (CallMode::Auto, [("project", "no")], CallPath::TextPacked),
+        (CallMode::Typed, [("project", "yes")], CallPath::Typed),
+    ] {
+        let (_, expected, expected_failed) =
+            run_field_probe("python/field-probe", &values, mode, &config);
+        let (path, emitted, failed) = run_field_probe("js/field-probe", &values, mode, &config);
+        assert_eq!(path, expected_path);
+        assert_eq!(emitted, expected, "{mode:?} {config:?}");
+        assert_eq!(failed.len(), 2, "{mode:?} {config:?}: {failed:?}");
+        // The same records fail, the non-object with the same reason; a
+        // parse error's wording is each parser's own.
+        assert_eq!(failed[0], expected_failed[0], "{mode:?} {config:?}");
+        assert_eq!(failed[1].0, expected_failed[1].0);
+        assert!(failed[1].1.starts_with("invalid JSON value"), "{failed:?}");
     }
 }
