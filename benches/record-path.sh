@@ -3,7 +3,7 @@
 # event time, through each kind of operator, to a blackhole. Prints a
 # markdown table.
 #
-#   benches/record-path.sh            # 2,000,000 records (Python: 1/10 of that)
+#   benches/record-path.sh            # 2,000,000 records (Python, JavaScript: 1/10 of that)
 #   RECORDS=500000 benches/record-path.sh
 #   benches/record-path.sh window     # only the rows whose name contains "window"
 #   REPEAT=5 benches/record-path.sh   # runs per row (default 3); the run
@@ -52,9 +52,10 @@ rust_filter=$(built plugins/filter-rewrite)
 rust_count_sum=$(built plugins/count-sum)
 python_filter=$(built plugins/python/filter-rewrite)
 c_filter=$(built plugins/c/filter-rewrite)
+js_filter=$(built plugins/js/filter-rewrite)
 # Compiled to native code (and cached) here too, so that no run measures
 # Cranelift.
-for component in "$rust_filter" "$rust_count_sum" "$python_filter" "$c_filter"; do
+for component in "$rust_filter" "$rust_count_sum" "$python_filter" "$c_filter" "$js_filter"; do
   "$sluice" plugin inspect "$component" >/dev/null
 done
 
@@ -112,12 +113,20 @@ pipeline "python-filter-rewrite" "$work/records-python.jsonl" "[[operators]]
 name = \"filter-rewrite\"
 plugin = \"$python_filter\"
 memory_limit_mb = 64" ""
+pipeline "js-filter-rewrite" "$work/records-python.jsonl" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$js_filter\"" ""
+pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "[[operators]]
+name = \"filter-rewrite\"
+plugin = \"$js_filter\"
+call_mode = \"typed\"" ""
 
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document \
   c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
-  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb python-filter-rewrite; do
+  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb python-filter-rewrite \
+  js-filter-rewrite js-filter-rewrite-typed; do
   case "$name" in *"$only"*) ;; *) continue ;; esac
   # Runs moved by up to a third with the shared machine's load: each row
   # is the run with the median CPU time of $REPEAT.

@@ -2,7 +2,8 @@
 //
 // A plugin is a class with `constructor(config)` and `process(record, out)`;
 // `exportTransform(MyPlugin)` turns it into the `transformer` export of the
-// `sluice:plugin/transform` world:
+// `sluice:plugin/projected-transform` world (`sluice plugin build` adds the
+// world's other exports, `packedExports` below):
 //
 //     import { exportTransform } from "./sluice.js";
 //
