@@ -339,6 +339,12 @@ impl Operator for TransformOperator {
         if self.in_fault_storm() {
             return self.process_in_storm(&batch, out);
         }
+        if self.instance.grew_near_memory_limit() {
+            // Replaced before it fails a batch at its memory limit.
+            tracing::debug!(operator = %self.name, plugin = %self.plugin_label,
+                "plugin memory grew near its limit since its first batch; replacing the instance between batches");
+            self.reinstantiate(batch.len())?;
+        }
         let fault = match self.instance.call_batch(&batch) {
             Ok(result) => {
                 if !batch.is_empty() {

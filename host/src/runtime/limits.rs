@@ -77,6 +77,11 @@ impl CallLimits {
         }
     }
 
+    /// Linear memory the instance has grown to, and its limit, in bytes.
+    pub(crate) fn memory(&self) -> (usize, usize) {
+        (self.memory_now, self.memory_bytes)
+    }
+
     /// Charges this instance's calls to `share` (its tenant's).
     pub(crate) fn with_cpu_share(mut self, share: Option<std::sync::Arc<CpuShare>>) -> Self {
         self.cpu_share = share;

@@ -146,6 +146,43 @@ fn unbounded_allocation_is_stopped_at_its_memory_limit() {
     }
 }
 
+/// A plugin whose memory only grows (a guest runtime that never frees:
+/// componentize-js keeps every batch it is given) is replaced between
+/// batches once it has grown past three quarters of its limit since its
+/// first batch, before a batch fails at the limit: no record faults, is
+/// dead-lettered or is retried.
+#[test]
+fn a_leaking_plugin_is_replaced_between_batches_before_its_memory_limit() {
+    let _load = cpu_load();
+    let runtime = runtime();
+    let store = state_backend();
+    let limits = PluginLimits {
+        memory_bytes: 16 << 20,
+        ..PluginLimits::default()
+    };
+    let mut leaking = operator(&runtime, &store, "leaky", "hostile-alloc", limits, &[]);
+    // 1 MiB kept per batch: 40 batches would need 40 MiB of one instance.
+    for round in 0..40 {
+        let mut out = Collector::default();
+        leaking
+            .process_batch(batch(&["ok", "leak", "ok"]), &mut out)
+            .unwrap();
+        assert_eq!(out.main.len(), 3, "batch {round}");
+        assert!(
+            out.dead_letter.is_empty(),
+            "batch {round}: {:?}",
+            reasons(&out)
+        );
+    }
+    let metrics = leaking.metrics();
+    assert_eq!(metrics.traps.load(Ordering::Relaxed), 0);
+    assert_eq!(metrics.memory_limit_hits.load(Ordering::Relaxed), 0);
+    assert_eq!(metrics.faulted_records.load(Ordering::Relaxed), 0);
+    // At least one replacement per 12 MiB kept (three quarters of 16).
+    let replaced = metrics.reinstantiations.load(Ordering::Relaxed);
+    assert!((3..=40).contains(&replaced), "{replaced} replacements");
+}
+
 #[test]
 fn trap_is_isolated_to_its_record() {
     let _load = cpu_load();
