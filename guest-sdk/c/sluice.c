@@ -197,14 +197,6 @@ sluice_field_status sluice_field(const sluice_record *record, const char *name, 
   return SLUICE_FIELD_FOUND;
 }
 
-/* Whether the host found the named fields in this record's value, a JSON
- * object: it then splices replacing emits itself. */
-static bool projected_object(const sluice_record *record) {
-  const sluice_record_fields *fields = record->fields;
-  if (fields->slots == NULL || json_field_count == 0) return false;
-  return !(read_u32(fields->slots) == PROJECTED_ABSENT && read_u32(fields->slots + 4) == PROJECTED_NOT_AN_OBJECT);
-}
-
 /* Headers of the record being viewed (reused from record to record). */
 static sluice_header *header_views;
 static size_t header_views_cap;
@@ -253,8 +245,6 @@ static sluice_record record_view(const sluice_plugin_types_input_record_t *input
   };
   return record;
 }
-
-#if !defined(SLUICE_AGGREGATE)
 
 /* ------------------------------------------------- packed input records */
 
@@ -365,7 +355,32 @@ static sluice_record read_projected_record(const uint8_t *batch, size_t count, s
   return record;
 }
 
+/* Postcard: an unsigned LEB128 varint. */
+static void write_varint(sluice_buf *out, uint64_t value) {
+  while (value > 0x7F) {
+    sluice_buf_push_byte(out, (uint8_t)(value & 0x7F) | 0x80);
+    value >>= 7;
+  }
+  sluice_buf_push_byte(out, (uint8_t)value);
+}
+
+static void write_bytes(sluice_buf *out, const uint8_t *bytes, size_t len) {
+  write_varint(out, len);
+  sluice_buf_push(out, bytes, len);
+}
+
+#if !defined(SLUICE_AGGREGATE)
+
 /* ------------------------------------------------- emits */
+
+/* Whether the host found the named fields in this record's value, a JSON
+ * object: it then splices replacing emits itself. */
+static bool projected_object(const sluice_record *record) {
+  const sluice_record_fields *fields = record->fields;
+  if (fields->slots == NULL || json_field_count == 0) return false;
+  return !(read_u32(fields->slots) == PROJECTED_ABSENT && read_u32(fields->slots + 4) == PROJECTED_NOT_AN_OBJECT);
+}
+
 
 struct sluice_out {
   const sluice_record *input;
@@ -380,20 +395,6 @@ struct sluice_out {
   bool failed;
   sluice_buf reason;
 };
-
-/* Postcard: an unsigned LEB128 varint. */
-static void write_varint(sluice_buf *out, uint64_t value) {
-  while (value > 0x7F) {
-    sluice_buf_push_byte(out, (uint8_t)(value & 0x7F) | 0x80);
-    value >>= 7;
-  }
-  sluice_buf_push_byte(out, (uint8_t)value);
-}
-
-static void write_bytes(sluice_buf *out, const uint8_t *bytes, size_t len) {
-  write_varint(out, len);
-  sluice_buf_push(out, bytes, len);
-}
 
 /* Variant numbers of sluice-wire's `OutputItem` and `Route`. */
 enum { ITEM_EMIT = 0, ITEM_FAILED = 1, ITEM_EMIT_REPLACING = 2, ITEM_NO_EMITS = 3 };
@@ -591,85 +592,217 @@ static void list_from(SLUICE_WORLD(list_u8_t) *list, sluice_buf *buf) {
 /* What sluice_field reads for the record being processed (reused). */
 static sluice_record_fields record_fields;
 
+/* The named fields as a WIT list the bindings will free (the
+ * `projected-fields` export of transforms and aggregates). */
+static void json_fields_list(SLUICE_WORLD(list_string_t) *ret) {
+  ret->len = json_field_count;
+  ret->ptr = malloc((json_field_count ? json_field_count : 1) * sizeof *ret->ptr);
+  if (ret->ptr == NULL) abort();
+  for (size_t i = 0; i < json_field_count; i++) string_from(&ret->ptr[i], json_fields[i]);
+}
+
 #if defined(SLUICE_AGGREGATE)
 
+/* The packed and projected aggregate format versions this SDK reads
+ * (sluice-wire's AGGREGATE_FORMAT_VERSION, AGGREGATE_PROJECTED_FORMAT_VERSION). */
+#define AGGREGATE_FORMAT_VERSION 1u
+#define AGGREGATE_PROJECTED_FORMAT_VERSION 1u
+
 /* A copy of the host's accumulator bytes, or a new one if empty. */
-static void accumulator_from(sluice_buf *into, const aggregate_list_u8_t *stored) {
+static void accumulator_from(sluice_buf *into, const uint8_t *stored, size_t len) {
   sluice_buf_clear(into);
-  if (stored->len == 0) {
+  if (len == 0) {
     sluice_aggregate_create(into);
   } else {
-    sluice_buf_push(into, stored->ptr, stored->len);
+    sluice_buf_push(into, stored, len);
   }
 }
 
-bool exports_sluice_plugin_aggregator_init(aggregate_list_tuple2_string_string_t *config, aggregate_string_t *err) {
+/* Adds `record` to `current`; if the aggregate rejects it, puts `current`
+ * back as it was (the record does not count) and leaves the reason in
+ * `reason`. `before` is scratch. */
+static bool add_one(sluice_buf *current, const sluice_record *record, sluice_buf *before, sluice_buf *reason) {
+  sluice_buf_clear(before);
+  sluice_buf_push(before, current->ptr, current->len);
+  sluice_buf_clear(reason);
+  if (sluice_aggregate_add(current, record, reason)) return true;
+  sluice_buf_clear(current);
+  sluice_buf_push(current, before->ptr, before->len);
+  if (reason->len == 0) sluice_buf_push_str(reason, "rejected by the aggregate");
+  return false;
+}
+
+bool exports_sluice_plugin_aggregator_init(SLUICE_WORLD(list_tuple2_string_string_t) *config, SLUICE_WORLD(string_t) *err) {
   return run_init(sluice_aggregate_init, config, err);
 }
 
-void exports_sluice_plugin_aggregator_create(aggregate_list_u8_t *ret) {
+void exports_sluice_plugin_aggregator_create(SLUICE_WORLD(list_u8_t) *ret) {
   sluice_buf accumulator = {0};
   sluice_aggregate_create(&accumulator);
   list_from(ret, &accumulator);
 }
 
-void exports_sluice_plugin_aggregator_add(aggregate_list_u8_t *accumulator,
+void exports_sluice_plugin_aggregator_add(SLUICE_WORLD(list_u8_t) *accumulator,
                                           exports_sluice_plugin_aggregator_list_input_record_t *records,
                                           exports_sluice_plugin_aggregator_added_t *ret) {
   sluice_buf current = {0};
   sluice_buf before = {0};
   sluice_buf reason = {0};
-  accumulator_from(&current, accumulator);
+  accumulator_from(&current, accumulator->ptr, accumulator->len);
   size_t rejected = 0;
   ret->rejected.ptr = NULL;
   for (size_t i = 0; i < records->len; i++) {
     sluice_record record = record_view(&records->ptr[i], &record_fields);
-    sluice_buf_clear(&before);
-    sluice_buf_push(&before, current.ptr, current.len);
-    sluice_buf_clear(&reason);
-    if (sluice_aggregate_add(&current, &record, &reason)) continue;
-    /* Rejected: the record does not count. */
-    sluice_buf_clear(&current);
-    sluice_buf_push(&current, before.ptr, before.len);
-    aggregate_tuple2_u32_string_t *grown =
-        realloc(ret->rejected.ptr, (rejected + 1) * sizeof *ret->rejected.ptr);
+    if (add_one(&current, &record, &before, &reason)) continue;
+    SLUICE_WORLD(tuple2_u32_string_t) *grown = realloc(ret->rejected.ptr, (rejected + 1) * sizeof *ret->rejected.ptr);
     if (grown == NULL) abort();
     ret->rejected.ptr = grown;
     sluice_buf_push_byte(&reason, 0);
     grown[rejected].f0 = (uint32_t)i;
-    string_from(&grown[rejected].f1, reason.len > 1 ? (const char *)reason.ptr : "rejected by the aggregate");
+    string_from(&grown[rejected].f1, (const char *)reason.ptr);
     rejected++;
   }
   ret->rejected.len = rejected;
   list_from(&ret->accumulator, &current);
   sluice_buf_free(&before);
   sluice_buf_free(&reason);
-  aggregate_list_u8_free(accumulator);
+  SLUICE_WORLD(list_u8_free)(accumulator);
   exports_sluice_plugin_aggregator_list_input_record_free(records);
 }
 
-void exports_sluice_plugin_aggregator_merge(aggregate_list_u8_t *a, aggregate_list_u8_t *b, aggregate_list_u8_t *ret) {
+/* One group of a packed or projected `add`: its accumulator, its records'
+ * rejections (postcard `Rejected`s) and their number. */
+typedef struct group_add {
+  sluice_buf current, before, reason, rejections;
+  uint64_t rejected;
+} group_add;
+
+static void group_begin(group_add *group, const uint8_t *accumulator, size_t len) {
+  accumulator_from(&group->current, accumulator, len);
+  sluice_buf_clear(&group->rejections);
+  group->rejected = 0;
+}
+
+static void group_record(group_add *group, const sluice_record *record, uint32_t index) {
+  if (add_one(&group->current, record, &group->before, &group->reason)) return;
+  write_varint(&group->rejections, index);
+  write_bytes(&group->rejections, group->reason.ptr, group->reason.len);
+  group->rejected++;
+}
+
+/* Appends the group's `GroupAdded`: the new accumulator, then the records
+ * not added. */
+static void group_end(group_add *group, sluice_buf *output) {
+  write_bytes(output, group->current.ptr, group->current.len);
+  write_varint(output, group->rejected);
+  sluice_buf_push(output, group->rejections.ptr, group->rejections.len);
+}
+
+static void group_free(group_add *group) {
+  sluice_buf_free(&group->current);
+  sluice_buf_free(&group->before);
+  sluice_buf_free(&group->reason);
+  sluice_buf_free(&group->rejections);
+}
+
+/* An empty output (a format version this SDK does not read) makes the host
+ * add group by group through the typed `add`. */
+void exports_sluice_plugin_packed_aggregator_add_packed(SLUICE_WORLD(list_u8_t) *groups, SLUICE_WORLD(list_u8_t) *ret) {
+  sluice_buf output = {0};
+  reader r = {groups->ptr, groups->ptr + groups->len};
+  if (groups->len > 0 && read_varint(&r) == AGGREGATE_FORMAT_VERSION) {
+    uint64_t count = read_varint(&r);
+    group_add group = {0};
+    for (uint64_t g = 0; g < count; g++) {
+      size_t len;
+      const uint8_t *accumulator = read_bytes(&r, &len);
+      uint64_t records = read_varint(&r);
+      group_begin(&group, accumulator, len);
+      for (uint64_t i = 0; i < records; i++) {
+        sluice_record record = read_packed_record(&r, &record_fields);
+        group_record(&group, &record, (uint32_t)i);
+      }
+      group_end(&group, &output);
+    }
+    group_free(&group);
+  }
+  list_from(ret, &output);
+  SLUICE_WORLD(list_u8_free)(groups);
+}
+
+void exports_sluice_plugin_projected_aggregator_projected_fields(SLUICE_WORLD(list_string_t) *ret) {
+  json_fields_list(ret);
+}
+
+/* The groups' header (as `add-packed`'s), then every group's records as one
+ * projected batch. An empty output (a version this SDK does not read, or
+ * fields other than those named) makes the host call `add-packed`. */
+void exports_sluice_plugin_projected_aggregator_add_projected(SLUICE_WORLD(list_u8_t) *groups,
+                                                              SLUICE_WORLD(list_u8_t) *ret) {
+  sluice_buf output = {0};
+  reader r = {groups->ptr, groups->ptr + groups->len};
+  if (groups->len > 0 && read_varint(&r) == AGGREGATE_PROJECTED_FORMAT_VERSION) {
+    uint64_t count = read_varint(&r);
+    if (count > (uint64_t)(r.end - r.at)) abort(); /* each group takes bytes */
+    const uint8_t **accumulators = malloc((count ? count : 1) * sizeof *accumulators);
+    size_t *lengths = malloc((count ? count : 1) * sizeof *lengths);
+    uint64_t *records = malloc((count ? count : 1) * sizeof *records);
+    if (accumulators == NULL || lengths == NULL || records == NULL) abort();
+    uint64_t total = 0;
+    for (uint64_t g = 0; g < count; g++) {
+      accumulators[g] = read_bytes(&r, &lengths[g]);
+      records[g] = read_varint(&r);
+      total += records[g];
+    }
+    const uint8_t *batch = r.at;
+    size_t batch_len = (size_t)(r.end - r.at);
+    if (batch_len >= 16 && read_u32(batch) == PROJECTED_FORMAT_VERSION && read_u32(batch + 4) == total &&
+        read_u32(batch + 8) == json_field_count) {
+      size_t tables = 16 + (size_t)total * (8 * (PROJECTED_FIXED_SLOTS + json_field_count) + 24);
+      if (tables > batch_len) abort(); /* a host bug: trap, the host reports it */
+      group_add group = {0};
+      size_t index = 0;
+      for (uint64_t g = 0; g < count; g++) {
+        group_begin(&group, accumulators[g], lengths[g]);
+        for (uint64_t i = 0; i < records[g]; i++, index++) {
+          sluice_record record = read_projected_record(batch, (size_t)total, json_field_count, index, &record_fields);
+          group_record(&group, &record, (uint32_t)i);
+        }
+        group_end(&group, &output);
+      }
+      group_free(&group);
+    }
+    free(accumulators);
+    free(lengths);
+    free(records);
+  }
+  list_from(ret, &output);
+  SLUICE_WORLD(list_u8_free)(groups);
+}
+
+void exports_sluice_plugin_aggregator_merge(SLUICE_WORLD(list_u8_t) *a, SLUICE_WORLD(list_u8_t) *b,
+                                            SLUICE_WORLD(list_u8_t) *ret) {
   sluice_buf left = {0};
   sluice_buf right = {0};
   sluice_buf merged = {0};
-  accumulator_from(&left, a);
-  accumulator_from(&right, b);
+  accumulator_from(&left, a->ptr, a->len);
+  accumulator_from(&right, b->ptr, b->len);
   sluice_aggregate_merge(left.ptr, left.len, right.ptr, right.len, &merged);
   list_from(ret, &merged);
   sluice_buf_free(&left);
   sluice_buf_free(&right);
-  aggregate_list_u8_free(a);
-  aggregate_list_u8_free(b);
+  SLUICE_WORLD(list_u8_free)(a);
+  SLUICE_WORLD(list_u8_free)(b);
 }
 
-void exports_sluice_plugin_aggregator_finish(aggregate_list_u8_t *accumulator, aggregate_list_u8_t *ret) {
+void exports_sluice_plugin_aggregator_finish(SLUICE_WORLD(list_u8_t) *accumulator, SLUICE_WORLD(list_u8_t) *ret) {
   sluice_buf current = {0};
   sluice_buf result = {0};
-  accumulator_from(&current, accumulator);
+  accumulator_from(&current, accumulator->ptr, accumulator->len);
   sluice_aggregate_finish(current.ptr, current.len, &result);
   list_from(ret, &result);
   sluice_buf_free(&current);
-  aggregate_list_u8_free(accumulator);
+  SLUICE_WORLD(list_u8_free)(accumulator);
 }
 
 #else
@@ -743,10 +876,7 @@ void exports_sluice_plugin_packed_transformer_process_packed(SLUICE_WORLD(list_u
 }
 
 void exports_sluice_plugin_projected_packed_transformer_projected_fields(SLUICE_WORLD(list_string_t) *ret) {
-  ret->len = json_field_count;
-  ret->ptr = malloc((json_field_count ? json_field_count : 1) * sizeof *ret->ptr);
-  if (ret->ptr == NULL) abort();
-  for (size_t i = 0; i < json_field_count; i++) string_from(&ret->ptr[i], json_fields[i]);
+  json_fields_list(ret);
 }
 
 /* An empty output (a format version this SDK does not read, or fields

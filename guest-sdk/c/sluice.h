@@ -19,8 +19,9 @@
  *
  * `sluice plugin build` compiles the plugin with clang's wasm32-wasi target
  * against bindings generated from the WIT world `fast-projected-transform`
- * (fast_projected_transform.h), or `aggregate` (aggregate.h), and this SDK,
- * both embedded in the `sluice` binary. C plugins get no WASI: use
+ * (fast_projected_transform.h), or `fast-projected-aggregate`
+ * (fast_projected_aggregate.h), and this SDK, both embedded in the `sluice`
+ * binary. C plugins get no WASI: use
  * sluice_log rather than printf.
  *
  * How batches cross: a transform's batch comes as one buffer (the packed
@@ -31,7 +32,9 @@
  * record (the projected path), sluice_field reads one without parsing the
  * record, and sluice_emit_replacing has the host splice a new value into
  * the record. Without named fields, sluice_field and sluice_emit_replacing
- * still work: the SDK parses the record itself (once per record).
+ * still work: the SDK parses the record itself (once per record). An
+ * aggregate's `add` gets every key and window of a batch in one call the
+ * same way (and sluice_field, with fields named in its init).
  *
  * JSON: sluice_json_parse is strict (RFC 8259, UTF-8 validated, as the Rust
  * SDK) and keeps the exact text of numbers; sluice_json_write_string
@@ -47,9 +50,9 @@
 #include <stdint.h>
 
 #if defined(SLUICE_AGGREGATE)
-#include "aggregate.h"
-/* A world-level binding type: `aggregate_<name>`. */
-#define SLUICE_WORLD(name) aggregate_##name
+#include "fast_projected_aggregate.h"
+/* A world-level binding type: `fast_projected_aggregate_<name>`. */
+#define SLUICE_WORLD(name) fast_projected_aggregate_##name
 #else
 #include "fast_projected_transform.h"
 /* A world-level binding type: `fast_projected_transform_<name>`. */

@@ -2,8 +2,8 @@
 //! clang's `wasm32-wasi` target.
 //!
 //! The bindings for the plugin's world (`fast-projected-transform`, or
-//! `aggregate` when `plugin.c` says `#define SLUICE_AGGREGATE 1`) are
-//! generated at build time
+//! `fast-projected-aggregate` when `plugin.c` says `#define
+//! SLUICE_AGGREGATE 1`) are generated at build time
 //! with `wit-bindgen c` (as a library, so no extra tool is needed), next to the
 //! `sluice.h`/`sluice.c` SDK embedded in this binary; Debian's `wasi-libc`
 //! provides the C library. The core module is turned into a component with
@@ -21,14 +21,14 @@ fn clang() -> String {
     std::env::var("SLUICE_CLANG").unwrap_or_else(|_| "clang-19".to_string())
 }
 
-/// The WIT world a C plugin of `world` is built for. Transforms export
-/// `fast-projected-transform`: the typed `transformer` and, beside it, the
-/// packed and projected batch exports the host prefers (one buffer each
-/// way per batch; ADR 0015).
+/// The WIT world a C plugin of `world` is built for: the Rust SDK's
+/// `fast-projected-transform` or `fast-projected-aggregate`, the typed
+/// exports and, beside them, the packed and projected batch exports the
+/// host prefers (one buffer each way per batch; ADR 0015).
 fn c_world_name(world: sdk::World) -> &'static str {
     match world {
         sdk::World::Transform => "fast-projected-transform",
-        sdk::World::Aggregate => world.name(),
+        sdk::World::Aggregate => "fast-projected-aggregate",
     }
 }
 

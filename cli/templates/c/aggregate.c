@@ -37,7 +37,12 @@ bool sluice_aggregate_init(const sluice_config *config, sluice_buf *error) {
   sluice_buf value = {0};
   field = strdup(sluice_config_get(config, "field", &value) ? (const char *)value.ptr : "amount");
   sluice_buf_free(&value);
-  return field != NULL;
+  if (field == NULL) return false;
+  /* The field `add` reads: the host finds it in each record, so
+   * sluice_field below parses nothing. */
+  const char *fields[] = {field};
+  sluice_set_json_fields(fields, 1);
+  return true;
 }
 
 void sluice_aggregate_create(sluice_buf *accumulator) {
@@ -48,18 +53,18 @@ void sluice_aggregate_create(sluice_buf *accumulator) {
 /* Returning false sends this record to the dead-letter output with
  * `reason`; it does not count. */
 bool sluice_aggregate_add(sluice_buf *accumulator, const sluice_record *record, sluice_buf *reason) {
-  sluice_json json = {0};
+  const uint8_t *json;
+  size_t len;
   int64_t amount = 0;
-  bool ok = sluice_json_parse(&json, record->value, record->value_len);
-  if (!ok) {
-    sluice_buf_push_str(reason, json.error);
-  } else {
-    size_t token = json.tokens[0].type == SLUICE_JSON_OBJECT ? sluice_json_get(&json, 0, field) : 0;
-    ok = token != 0 && sluice_json_i64(&json, token, &amount);
-    if (!ok) sluice_buf_printf(reason, "field `%s` must be an integer", field);
+  sluice_field_status found = sluice_field(record, field, &json, &len);
+  if (found == SLUICE_FIELD_NOT_AN_OBJECT) {
+    sluice_buf_push_str(reason, sluice_record_error(record));
+    return false;
   }
-  sluice_json_free(&json);
-  if (!ok) return false;
+  if (found != SLUICE_FIELD_FOUND || !sluice_json_text_i64(json, len, &amount)) {
+    sluice_buf_printf(reason, "field `%s` must be an integer", field);
+    return false;
+  }
   totals t = totals_of(accumulator->ptr, accumulator->len);
   t.count += 1;
   t.sum += amount;

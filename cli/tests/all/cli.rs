@@ -324,5 +324,5 @@ fn js_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
 
 #[test]
 fn c_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("c", "sluice:plugin/aggregate");
+    aggregate_dev_loop("c", "sluice:plugin/fast-projected-aggregate");
 }
