@@ -12,11 +12,15 @@
 //! * warm start: loading the compiled component from the cache, and
 //!   creating an instance (instantiate + `init`);
 //! * records/s through generator -> plugin -> blackhole, with batches of 256
-//!   and with one record per call.
+//!   and with one record per call, each beside its CPU µs per record (user
+//!   + system time of the process over the run / records: the machine is
+//!   shared, and wall-clock rates move with its load).
 //!
-//! Rust plugins use their packed fast path when batched (as a pipeline
-//! would); the other languages implement the typed `transform` world.
+//! Each plugin goes the way a pipeline sends it: Rust and C plugins the
+//! packed path (one buffer each way per batch), Python and JavaScript the
+//! text-packed one (typed records in, packed outcomes back as a string).
 
+use sluice_benches::cpu_seconds;
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
 use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
@@ -66,8 +70,9 @@ fn millis(duration: Duration) -> String {
     format!("{:.1}", duration.as_secs_f64() * 1000.0)
 }
 
-/// Events per second through generator -> `component` -> blackhole.
-fn throughput(component: &std::path::Path, events: u64, batch_size: usize) -> f64 {
+/// Events per second through generator -> `component` -> blackhole, and
+/// CPU µs per event.
+fn throughput(component: &std::path::Path, events: u64, batch_size: usize) -> (f64, f64) {
     let toml = format!(
         "[pipeline]\nname = \"bench-polyglot\"\nbatch_size = {batch_size}\n\n\
          [source.generator]\nprofile = \"nexmark\"\ncount = {events}\n\n\
@@ -75,18 +80,20 @@ fn throughput(component: &std::path::Path, events: u64, batch_size: usize) -> f6
          [sink]\nblackhole = {{}}\n"
     );
     let started = Instant::now();
+    let cpu_before = cpu_seconds();
     let (_, snapshot) = run_pipeline_to_end(&toml, Duration::from_secs(600));
+    let cpu = cpu_seconds() - cpu_before;
     let elapsed = started.elapsed().as_secs_f64();
     assert_eq!(snapshot.records_in, events);
     assert_eq!(snapshot.dead_letters, 0, "{snapshot:?}");
-    events as f64 / elapsed
+    (events as f64 / elapsed, cpu / events as f64 * 1e6)
 }
 
 fn main() {
     println!(
-        "| language | component | cold start (compile) | warm start (load from cache + instantiate) | records/s, batches of 256 | records/s, one record per call |"
+        "| language | component | cold start (compile) | warm start (load from cache + instantiate) | records/s, batches of 256 | CPU µs/record, batches of 256 | records/s, one record per call | CPU µs/record, one record per call |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |");
     for language in LANGUAGES {
         let component = plugin(language.dir);
         let size = std::fs::metadata(&component).map(|m| m.len()).unwrap_or(0);
@@ -131,17 +138,19 @@ fn main() {
 
         // Warm the shared test cache, then measure.
         throughput(&component, 1_000, 256);
-        let batched = throughput(&component, language.batched_events, 256);
-        let per_record = throughput(&component, language.per_record_events, 1);
+        let (batched, batched_cpu) = throughput(&component, language.batched_events, 256);
+        let (per_record, per_record_cpu) = throughput(&component, language.per_record_events, 1);
         println!(
-            "| {} | {:.1} KiB | {} ms | {} ms + {} ms | {:.0} | {:.0} |",
+            "| {} | {:.1} KiB | {} ms | {} ms + {} ms | {:.0} | {:.2} | {:.0} | {:.2} |",
             language.name,
             size as f64 / 1024.0,
             millis(cold),
             millis(load),
             millis(instantiate),
             batched,
+            batched_cpu,
             per_record,
+            per_record_cpu,
         );
     }
 }
