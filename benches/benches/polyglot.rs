@@ -12,9 +12,9 @@
 //! * warm start: loading the compiled component from the cache, and
 //!   creating an instance (instantiate + `init`);
 //! * records/s through generator -> plugin -> blackhole, with batches of 256
-//!   and with one record per call, each beside its CPU µs per record (user
-//!   + system time of the process over the run / records: the machine is
-//!   shared, and wall-clock rates move with its load).
+//!   and with one record per call, each beside its CPU µs per record (the
+//!   process's user and system time over the run, per record: the machine
+//!   is shared, and wall-clock rates move with its load).
 //!
 //! Each plugin goes the way a pipeline sends it: Rust and C plugins the
 //! packed path (one buffer each way per batch), Python and JavaScript the
