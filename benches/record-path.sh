@@ -91,35 +91,22 @@ plugin = \"$rust_count_sum\"
 config = { field = \"id\" }"
 
 pipeline "file-blackhole" "$input" "" ""
-pipeline "rust-filter-rewrite" "$input" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$rust_filter\"" ""
-pipeline "rust-filter-rewrite-document" "$input" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$rust_filter\"
-config = { mode = \"document\" }" ""
-pipeline "c-filter-rewrite" "$input" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$c_filter\"" ""
-pipeline "c-filter-rewrite-typed" "$input" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$c_filter\"
-call_mode = \"typed\"" ""
+# filter_rewrite COMPONENT [EXTRA-TOML]: the filter + rewrite operator.
+filter_rewrite() {
+  printf '[[operators]]\nname = "filter-rewrite"\nplugin = "%s"\n%s' "$1" "${2:-}"
+}
+
+pipeline "rust-filter-rewrite" "$input" "$(filter_rewrite "$rust_filter")" ""
+pipeline "rust-filter-rewrite-document" "$input" "$(filter_rewrite "$rust_filter" 'config = { mode = "document" }')" ""
+pipeline "c-filter-rewrite" "$input" "$(filter_rewrite "$c_filter")" ""
+pipeline "c-filter-rewrite-typed" "$input" "$(filter_rewrite "$c_filter" 'call_mode = "typed"')" ""
 pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
 pipeline "window-count-sum-plugin" "$input" "$window_plugin" ""
 pipeline "window-count-sum-builtin-rocksdb" "$input" "$window_builtin" "state_cache_mb = 0"
 pipeline "window-count-sum-plugin-rocksdb" "$input" "$window_plugin" "state_cache_mb = 0"
-pipeline "python-filter-rewrite" "$work/records-python.jsonl" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$python_filter\"
-memory_limit_mb = 64" ""
-pipeline "js-filter-rewrite" "$work/records-python.jsonl" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$js_filter\"" ""
-pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "[[operators]]
-name = \"filter-rewrite\"
-plugin = \"$js_filter\"
-call_mode = \"typed\"" ""
+pipeline "python-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64')" ""
+pipeline "js-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter")" ""
+pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'call_mode = "typed"')" ""
 
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
