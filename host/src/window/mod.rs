@@ -26,7 +26,9 @@ pub(crate) use aggregate::fold_accumulators;
 pub(crate) use states::fold_window_state;
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
-pub use aggregate::{AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd};
+pub use aggregate::{
+    AccumulatorEncoding, AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd,
+};
 pub use operator::{
     DEFAULT_MINI_BATCH_RECORDS, DEFAULT_WINDOW_CACHE_BYTES, RECORDS_PROJECTED_AHEAD_COUNTER,
     RECORDS_READ_AHEAD_COUNTER, WindowOperator, WindowOperatorOptions, WindowResult,

@@ -226,6 +226,7 @@ impl WindowOperator {
             options.max_parallelism,
             options.cache_bytes,
             aggregator.store_merge(),
+            aggregator.accumulator_encoding(),
             options.mini_batch_records,
         );
         let key_path = options.key_field.as_deref().map(FieldPath::parse);

@@ -43,6 +43,7 @@
 //! [`MINI_BATCH_MAX_BYTES`] over its budget, or the mini-batch ends early.
 
 use super::Window;
+use super::aggregate::AccumulatorEncoding;
 use crate::metrics::OperatorMetrics;
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::merge::{self, MergeKind};
@@ -110,19 +111,20 @@ fn parse_store_key(full: &[u8]) -> Option<(&[u8], Window)> {
     Some((key, Window { start, end }))
 }
 
-/// A window state as stored: results emitted so far, then the accumulator.
-fn encode_state(state: &WindowState) -> Vec<u8> {
+/// A window state as stored: results emitted so far, then the accumulator
+/// in its stored form.
+fn encode_state(encoding: AccumulatorEncoding, state: &WindowState) -> Vec<u8> {
     let mut value = Vec::with_capacity(8 + state.accumulator.len());
     value.extend_from_slice(&state.emitted.to_le_bytes());
-    value.extend_from_slice(&state.accumulator);
+    encoding.write_stored(&state.accumulator, &mut value);
     value
 }
 
 /// A window state read back from the store (`None`: not a window state).
-fn decode_state(value: &[u8]) -> Option<WindowState> {
+fn decode_state(encoding: AccumulatorEncoding, value: &[u8]) -> Option<WindowState> {
     let emitted = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
     Some(WindowState {
-        accumulator: value[8..].to_vec(),
+        accumulator: encoding.read_stored(&value[8..]),
         emitted,
         dirty: false,
         persisted: true,
@@ -201,6 +203,8 @@ pub(super) struct WindowStates {
     /// How the store folds partial accumulators into a window's state, if
     /// it can for this aggregate (see [`Self::merge_into_store`]).
     merge: Option<MergeKind>,
+    /// How accumulators are written to the store.
+    encoding: AccumulatorEncoding,
     /// Partial accumulators of windows kept only in the store, not yet
     /// written as merge operands (the mini-batch, see the module docs), by
     /// key.
@@ -225,18 +229,20 @@ impl WindowStates {
     /// caching up to `budget` bytes in memory; `merge`: how the aggregate's
     /// partial accumulators fold in the store, if they can (used only when
     /// the store supports merges), combined over mini-batches of
-    /// `mini_batch_records`.
+    /// `mini_batch_records`; `encoding`: how accumulators are stored.
     pub(super) fn new(
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
         max_parallelism: u16,
         budget: usize,
         merge: Option<MergeKind>,
+        encoding: AccumulatorEncoding,
         mini_batch_records: usize,
     ) -> Self {
         let merge = merge.filter(|_| store.supports_merge());
         WindowStates {
             merge,
+            encoding,
             partials: HashMap::default(),
             partial_windows: 0,
             mini_batch_seen: 0,
@@ -261,7 +267,8 @@ impl WindowStates {
     ) -> Result<Vec<RestoredWindow>, StateError> {
         let mut restored = Vec::new();
         for (full, value) in self.store.range_of_key_groups(groups)? {
-            let (Some((key, window)), Some(state)) = (parse_store_key(&full), decode_state(&value))
+            let (Some((key, window)), Some(state)) =
+                (parse_store_key(&full), decode_state(self.encoding, &value))
             else {
                 continue;
             };
@@ -296,7 +303,10 @@ impl WindowStates {
         let stored = self
             .store
             .get(&store_key(self.max_parallelism, key, &window))?;
-        match stored.as_deref().and_then(decode_state) {
+        match stored
+            .as_deref()
+            .and_then(|value| decode_state(self.encoding, value))
+        {
             Some(state) => {
                 self.insert_loaded(key, window, state);
                 self.metrics.add_plugin_counter("state_cache_loads", 1);
@@ -334,7 +344,10 @@ impl WindowStates {
         let found = self.store.multi_get(&store_keys)?;
         let mut loaded = 0;
         for ((key, window), value) in missing.into_iter().zip(found) {
-            if let Some(state) = value.as_deref().and_then(decode_state) {
+            if let Some(state) = value
+                .as_deref()
+                .and_then(|value| decode_state(self.encoding, value))
+            {
                 self.insert_loaded(key, window, state);
                 loaded += 1;
             }
@@ -465,11 +478,14 @@ impl WindowStates {
             return Ok(());
         };
         let mut merges = Vec::with_capacity(self.partial_windows);
+        let mut stored = Vec::new();
         for (key, windows) in self.partials.drain() {
             for (window, partial) in windows {
+                stored.clear();
+                self.encoding.write_stored(&partial, &mut stored);
                 merges.push(StateWrite::Merge(
                     store_key(self.max_parallelism, &key, &window),
-                    merge::operand(kind, &partial),
+                    merge::operand(kind, &stored),
                 ));
             }
         }
@@ -507,7 +523,7 @@ impl WindowStates {
                     .cache
                     .get(key)
                     .is_some_and(|cached| cached.windows.contains_key(&window));
-                if let (false, Some(state)) = (cached, decode_state(&value)) {
+                if let (false, Some(state)) = (cached, decode_state(self.encoding, &value)) {
                     self.insert(key, window, state);
                     self.metrics.add_plugin_counter("state_cache_loads", 1);
                 }
@@ -642,7 +658,7 @@ impl WindowStates {
                 if state.dirty {
                     writes.push(StateWrite::Put(
                         store_key(self.max_parallelism, &key, window),
-                        encode_state(state),
+                        encode_state(self.encoding, state),
                     ));
                 }
             }
@@ -674,7 +690,7 @@ impl WindowStates {
             state.dirty = false;
             state.persisted = true;
             let full = store_key(self.max_parallelism, key, window);
-            writes.push(StateWrite::Put(full, encode_state(state)));
+            writes.push(StateWrite::Put(full, encode_state(self.encoding, state)));
         }
         if !writes.is_empty() {
             self.store.write(writes)?;
