@@ -305,6 +305,63 @@ fn aggregate_dev_loop(lang: &str, expected_world: &str) {
         stderr.contains("5 records in: 3 main, 0 side, 1 dead-letter"),
         "{lang}: {stderr}"
     );
+    run_after_the_file_source(lang, expected_world, &dir, &component, &input, &results);
+}
+
+/// The same aggregate in a pipeline, right after a file source: the same
+/// results; and a plugin built for the projected world has its field
+/// (`amount`) found by the source in the pass that reads each line's
+/// timestamp (`records_projected_ahead`, one per record in the run
+/// summary) and its `add-projected` is what ran (no call faulted into a
+/// fallback). Other worlds never count any.
+fn run_after_the_file_source(
+    lang: &str,
+    world: &str,
+    dir: &tempfile::TempDir,
+    component: &Path,
+    input: &Path,
+    expected: &[(String, i64, u64, i64)],
+) {
+    let pipeline = dir.path().join("windows.toml");
+    let out = dir.path().join("windows.jsonl");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "[pipeline]\nname = \"windows\"\n\n\
+             [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
+             [[operators]]\nname = \"totals\"\nplugin = {component:?}\n\
+             window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
+             [sink.file]\npath = {out:?}\n"
+        ),
+    )
+    .unwrap();
+    let output = sluice().arg("run").arg(&pipeline).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{lang}: {stdout} {stderr}");
+    let mut results: Vec<(String, i64, u64, i64)> = std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .map(|window| {
+            (
+                window["key"].as_str().unwrap_or_default().to_string(),
+                window["window_start"].as_i64().unwrap_or(-1),
+                window["result"]["count"].as_u64().unwrap_or_default(),
+                window["result"]["sum"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    results.sort();
+    assert_eq!(results, expected, "{lang}: {stderr}");
+    let projected_ahead = stderr
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("records_projected_ahead = "))
+        .map(str::to_string);
+    let expected_ahead =
+        (world == "sluice:plugin/fast-projected-aggregate").then(|| "5".to_string());
+    assert_eq!(projected_ahead, expected_ahead, "{lang}: {stderr}");
+    // Not a fallback after a faulting call: no call faulted.
+    assert!(stderr.contains("traps 0 restarts 0"), "{lang}: {stderr}");
 }
 
 #[test]
