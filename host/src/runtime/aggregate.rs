@@ -545,15 +545,28 @@ impl Aggregator for PluginAggregator {
         Ok(rejected)
     }
 
+    /// A batch's groups, in one call where the plugin can. An instance
+    /// whose memory grew near its limit since its first batch is replaced
+    /// first (the accumulators are the host's, so nothing is lost), as
+    /// transforms are, rather than left to fail a batch at the limit.
     fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+        if self.host.grew_near_memory_limit() {
+            tracing::debug!(plugin = %self.host.component.label(),
+                "aggregate plugin memory grew near its limit since its first batch; replacing the instance between batches");
+            self.reinstantiate()?;
+        }
         let mut added = self.add_projected(groups)?;
         if added == BatchAdd::NotTaken {
             added = self.add_packed(groups)?;
         }
-        match added {
+        let result = match added {
             BatchAdd::Added => Ok(()),
             BatchAdd::NotTaken | BatchAdd::Faulted => add_group_by_group(self, groups),
+        };
+        if result.is_ok() {
+            self.host.note_call_memory();
         }
+        result
     }
 
     fn projects_fields(&mut self) -> Option<Arc<[String]>> {

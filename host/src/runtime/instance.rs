@@ -237,9 +237,6 @@ pub struct PluginInstance {
     /// The field slots of the batch being called, record after record
     /// (reused): where the host's splice finds a replaced field.
     batch_slots: Vec<sluice_wire::projected::FieldSlot>,
-    /// The instance's linear memory after its first batch: what it needs
-    /// to work ([`PluginInstance::grew_near_memory_limit`]).
-    first_batch_memory: Option<usize>,
 }
 
 impl PluginInstance {
@@ -269,7 +266,6 @@ impl PluginInstance {
             projected_fields: None,
             field_slots: Vec::new(),
             batch_slots: Vec::new(),
-            first_batch_memory: None,
         })
     }
 
@@ -288,23 +284,15 @@ impl PluginInstance {
     /// Replaces the instance with a fresh one (same component, config,
     /// limits and state scope). Needed after any [`PluginFault`].
     pub fn reinstantiate(&mut self) -> Result<(), RuntimeError> {
-        self.first_batch_memory = None;
         self.host.reinstantiate()
     }
 
     /// Whether the instance's linear memory has grown past three quarters
-    /// of its limit since its first batch: a guest that keeps memory it no
-    /// longer uses (componentize-js keeps a copy of every batch it is
-    /// given: ADR 0015, thirteenth step). Replacing it between batches
-    /// ([`PluginInstance::reinstantiate`]) costs an instantiation; letting
-    /// it reach the limit would fail the batch that crosses it, which is
-    /// then retried record by record. An instance that needed that much
-    /// from its first batch on is left alone: a new one would too.
+    /// of its limit since its first batch, so that it is better replaced
+    /// between batches ([`PluginInstance::reinstantiate`]) than left to
+    /// fail a batch at its limit (see `PluginHost::grew_near_memory_limit`).
     pub fn grew_near_memory_limit(&self) -> bool {
-        let (now, limit) = self.host.store.data().limits.memory();
-        let near = limit / 4 * 3;
-        self.first_batch_memory
-            .is_some_and(|first| first < near && now >= near)
+        self.host.grew_near_memory_limit()
     }
 
     /// Runs the plugin on `records`, within the CPU deadline and memory limit.
@@ -318,8 +306,8 @@ impl PluginInstance {
             CallPath::Typed => self.call_typed(records),
         };
         end_call(&mut self.host.store);
-        if self.first_batch_memory.is_none() && result.is_ok() {
-            self.first_batch_memory = Some(self.host.store.data().limits.memory().0);
+        if result.is_ok() {
+            self.host.note_call_memory();
         }
         let state = self.host.store.data_mut();
         let result = match result {
@@ -936,7 +924,6 @@ impl SwappablePlugin for PluginInstance {
         let previous = self.host.swap(component)?;
         self.path = path;
         self.projected_fields = None;
-        self.first_batch_memory = None;
         Ok(previous)
     }
 }

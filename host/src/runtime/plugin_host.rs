@@ -77,6 +77,9 @@ pub(crate) struct PluginHost<W: HostedWorld> {
     pub(crate) store: Store<PluginState>,
     /// The instance's exports.
     pub(crate) exports: W::Exports,
+    /// The instance's linear memory after its first successful call: what
+    /// it needs to work ([`Self::grew_near_memory_limit`]).
+    first_call_memory: Option<usize>,
 }
 
 impl<W: HostedWorld> PluginHost<W> {
@@ -101,7 +104,31 @@ impl<W: HostedWorld> PluginHost<W> {
             config,
             store,
             exports,
+            first_call_memory: None,
         })
+    }
+
+    /// Notes the instance's memory after a successful call (the first
+    /// one's is what it needs to work).
+    pub(crate) fn note_call_memory(&mut self) {
+        if self.first_call_memory.is_none() {
+            self.first_call_memory = Some(self.store.data().limits.memory().0);
+        }
+    }
+
+    /// Whether the instance's linear memory has grown past three quarters
+    /// of its limit since its first successful call: a guest that keeps
+    /// memory it no longer uses (componentize-js keeps a copy of every
+    /// batch it is given: ADR 0015, thirteenth step). Replacing it between
+    /// batches ([`Self::reinstantiate`]) costs an instantiation; letting it
+    /// reach the limit would fail the batch that crosses it, which is then
+    /// retried piece by piece. An instance that needed that much from its
+    /// first call on is left alone: a new one would too.
+    pub(crate) fn grew_near_memory_limit(&self) -> bool {
+        let (now, limit) = self.store.data().limits.memory();
+        let near = limit / 4 * 3;
+        self.first_call_memory
+            .is_some_and(|first| first < near && now >= near)
     }
 
     /// Replaces the instance with a fresh one of the same component (after
@@ -110,6 +137,7 @@ impl<W: HostedWorld> PluginHost<W> {
         let (store, exports) = self.instantiate(&self.component)?;
         self.store = store;
         self.exports = exports;
+        self.first_call_memory = None;
         Ok(())
     }
 
@@ -142,6 +170,7 @@ impl<W: HostedWorld> PluginHost<W> {
         let (store, exports) = self.instantiate(&component)?;
         self.store = store;
         self.exports = exports;
+        self.first_call_memory = None;
         self.metrics.set_plugin(&component);
         Ok(std::mem::replace(&mut self.component, component))
     }

@@ -929,8 +929,8 @@ impl UserWindows {
 
 /// Runs the JSON lines `input` (fields `user`, `ts`, ...) through the
 /// operators `before`, then 1 s tumbling windows per `user` computed by
-/// the aggregate `plugin` (a count-sum: operator `totals`, its `config`
-/// table), into a file sink, dead letters into a file, with the `[pipeline]`
+/// the aggregate `plugin` (a count-sum: operator `totals`, with the lines
+/// `operator` added to its table, e.g. its `config`), into a file sink, dead letters into a file, with the `[pipeline]`
 /// settings `settings`.
 fn run_user_windows(
     dir: &std::path::Path,
@@ -939,7 +939,7 @@ fn run_user_windows(
     settings: &str,
     before: &str,
     plugin: &std::path::Path,
-    config: &str,
+    operator: &str,
 ) -> UserWindows {
     let results = dir.join(format!("{case}.jsonl"));
     let dead = dir.join(format!("{case}-dead.jsonl"));
@@ -948,7 +948,7 @@ fn run_user_windows(
             "[pipeline]\nname = \"{case}\"\n{settings}\n\n\
              [source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n\
              {before}\
-             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
+             [[operators]]\nname = \"totals\"\nplugin = {plugin:?}\n{operator}\n\
              window = {{ tumbling_ms = 1000 }}\nkey_field = \"user\"\n\n\
              [sink.file]\npath = {results:?}\n\n\
              [dead_letter.file]\npath = {dead:?}\n"
@@ -999,7 +999,7 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
         "batch_size = 1000",
         "",
         &plugin,
-        "field = \"amount\"",
+        "config = { field = \"amount\" }",
     );
     assert_eq!(run.snapshot.dead_letters, bad, "{:?}", run.snapshot);
     assert_eq!(run.results, model);
@@ -1082,7 +1082,7 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             &format!("batch_size = 256\nworkers = {workers}"),
             &before,
             &count_sum,
-            "field = \"amount\"",
+            "config = { field = \"amount\" }",
         );
         assert_eq!(run.snapshot.dead_letters, bad, "{case}: {:?}", run.snapshot);
         assert_eq!(
@@ -1150,6 +1150,53 @@ fn an_aggregate_plugin_that_traps_on_a_record_loses_only_that_record() {
     assert_eq!(run.snapshot.dead_letters, traps, "{:?}", run.snapshot);
     assert_eq!(operator.faulted_records, traps, "{operator:?}");
     assert!(operator.traps >= traps, "{operator:?}");
+}
+
+/// An aggregate plugin whose memory grows with every batch
+/// (`hostile-aggregate` keeps 1 MiB per `leak` record, one per batch) is
+/// replaced between batches once it has grown past three quarters of its
+/// limit: 40 MiB kept in all against a 16 MiB limit, yet no call meets the
+/// limit, no record is lost and every window is the model's.
+#[test]
+fn a_leaking_aggregate_plugin_is_replaced_between_batches_before_its_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut lines = String::new();
+    let mut model: BTreeMap<(String, i64), (u64, i64)> = BTreeMap::new();
+    let batch = 50;
+    for i in 0..40 * batch {
+        let user = format!("u{}", i % 7);
+        let ts = i * 3;
+        let leak = i % batch == 0;
+        lines.push_str(&format!(
+            "{{\"user\":\"{user}\",\"ts\":{ts},\"leak\":{leak},\"amount\":{i}}}\n"
+        ));
+        let entry = model.entry((user, ts - ts % 1000)).or_default();
+        entry.0 += 1;
+        entry.1 += i;
+    }
+    std::fs::write(&input, lines).unwrap();
+    let plugin = sluice_tests::plugin("hostile-aggregate");
+    let run = run_user_windows(
+        dir.path(),
+        "leaking",
+        &input,
+        &format!("batch_size = {batch}"),
+        "",
+        &plugin,
+        "memory_limit_mb = 16",
+    );
+    assert_eq!(run.results, model);
+    let operator = run.totals();
+    assert_eq!(run.snapshot.dead_letters, 0, "{:?}", run.snapshot);
+    assert_eq!(operator.memory_limit_hits, 0, "{operator:?}");
+    assert_eq!(operator.traps, 0, "{operator:?}");
+    assert_eq!(operator.faulted_records, 0, "{operator:?}");
+    // At least one replacement per 12 MiB kept (three quarters of 16).
+    assert!(
+        (3..=40).contains(&operator.reinstantiations),
+        "{operator:?}"
+    );
 }
 
 /// The fields a window reads (key and aggregate fields) are read by a file
