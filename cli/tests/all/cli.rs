@@ -271,15 +271,7 @@ fn aggregate_dev_loop(lang: &str, expected_world: &str) {
     let mut results: Vec<(String, i64, u64, i64)> = lines
         .iter()
         .filter(|l| l["route"] == "main")
-        .map(|l| {
-            let window = &l["record"]["value"];
-            (
-                window["key"].as_str().unwrap_or_default().to_string(),
-                window["window_start"].as_i64().unwrap_or(-1),
-                window["result"]["count"].as_u64().unwrap_or_default(),
-                window["result"]["sum"].as_i64().unwrap_or_default(),
-            )
-        })
+        .map(|l| window_totals(&l["record"]["value"]))
         .collect();
     results.sort();
     assert_eq!(
@@ -306,6 +298,16 @@ fn aggregate_dev_loop(lang: &str, expected_world: &str) {
         "{lang}: {stderr}"
     );
     run_after_the_file_source(lang, expected_world, &dir, &component, &input, &results);
+}
+
+/// A count-and-sum window result as (key, window start, count, sum).
+fn window_totals(window: &serde_json::Value) -> (String, i64, u64, i64) {
+    (
+        window["key"].as_str().unwrap_or_default().to_string(),
+        window["window_start"].as_i64().unwrap_or(-1),
+        window["result"]["count"].as_u64().unwrap_or_default(),
+        window["result"]["sum"].as_i64().unwrap_or_default(),
+    )
 }
 
 /// The same aggregate in a pipeline, right after a file source: the same
@@ -342,14 +344,7 @@ fn run_after_the_file_source(
         .unwrap_or_default()
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .map(|window| {
-            (
-                window["key"].as_str().unwrap_or_default().to_string(),
-                window["window_start"].as_i64().unwrap_or(-1),
-                window["result"]["count"].as_u64().unwrap_or_default(),
-                window["result"]["sum"].as_i64().unwrap_or_default(),
-            )
-        })
+        .map(|window| window_totals(&window))
         .collect();
     results.sort();
     assert_eq!(results, expected, "{lang}: {stderr}");

@@ -889,6 +889,19 @@ path = "{}"
     );
 }
 
+/// Counts a record of `user` at `ts` with `amount` in a model of 1 s
+/// count-and-sum windows per user.
+fn count_in_model(
+    model: &mut BTreeMap<(String, i64), (u64, i64)>,
+    user: String,
+    ts: i64,
+    amount: i64,
+) {
+    let entry = model.entry((user, ts - ts % 1000)).or_default();
+    entry.0 += 1;
+    entry.1 += amount;
+}
+
 /// The results `count-sum` wrote to the file sink at `path`: (count, sum)
 /// by string key and window start.
 fn count_sum_results(path: &std::path::Path) -> BTreeMap<(String, i64), (u64, i64)> {
@@ -986,9 +999,7 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
         lines.push_str(&format!(
             "{{\"user\":\"{user}\",\"ts\":{ts},\"amount\":{i}}}\n"
         ));
-        let entry = model.entry((user, ts - ts % 1000)).or_default();
-        entry.0 += 1;
-        entry.1 += i;
+        count_in_model(&mut model, user, ts, i);
     }
     std::fs::write(&input, lines).unwrap();
     let plugin = sluice_tests::plugin("count-sum");
@@ -1057,9 +1068,7 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
         if !line.contains(&format!("\"amount\":{i}")) {
             continue;
         }
-        let entry = model.entry((user, ts - ts % 1000)).or_default();
-        entry.0 += 1;
-        entry.1 += i;
+        count_in_model(&mut model, user, ts, i);
     }
     std::fs::write(&input, lines).unwrap();
     let count_sum = sluice_tests::plugin("count-sum");
@@ -1130,9 +1139,7 @@ fn an_aggregate_plugin_that_traps_on_a_record_loses_only_that_record() {
             traps += 1;
             continue;
         }
-        let entry = model.entry((user, ts - ts % 1000)).or_default();
-        entry.0 += 1;
-        entry.1 += i;
+        count_in_model(&mut model, user, ts, i);
     }
     std::fs::write(&input, lines).unwrap();
     let plugin = sluice_tests::plugin("hostile-aggregate");
@@ -1171,9 +1178,7 @@ fn a_leaking_aggregate_plugin_is_replaced_between_batches_before_its_memory_limi
         lines.push_str(&format!(
             "{{\"user\":\"{user}\",\"ts\":{ts},\"leak\":{leak},\"amount\":{i}}}\n"
         ));
-        let entry = model.entry((user, ts - ts % 1000)).or_default();
-        entry.0 += 1;
-        entry.1 += i;
+        count_in_model(&mut model, user, ts, i);
     }
     std::fs::write(&input, lines).unwrap();
     let plugin = sluice_tests::plugin("hostile-aggregate");
