@@ -75,25 +75,67 @@ pub enum EmitRoute {
     DeadLetter(String),
 }
 
-/// A record emitted by a plugin for input record `input`.
+/// Where a record a plugin emitted came from and where it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Emitted {
+pub struct Emit {
     /// Index of the input record in the batch.
     pub input: usize,
     /// Where it goes.
     pub route: EmitRoute,
+}
+
+/// A record emitted by a plugin for input record `input`, as
+/// [`BatchResult::emitted`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emitted<'r> {
+    /// Index of the input record in the batch.
+    pub input: usize,
+    /// Where it goes.
+    pub route: &'r EmitRoute,
     /// The record; its source position and (unless the plugin set one) its
     /// event time are the input record's.
-    pub record: Record,
+    pub record: &'r Record,
 }
 
 /// What a batch call produced.
+///
+/// The emitted records are one list and what each is for another, so
+/// that a batch whose records all go to the main output is handed on as
+/// the list it is, without moving each record out of a wrapper (moving
+/// record structs was ~7 % of a cheap plugin's run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchResult {
     /// Emitted records, grouped by input record in input order.
-    pub emitted: Vec<Emitted>,
+    pub records: Vec<Record>,
+    /// For each of `records` (same index): its input and its route.
+    pub emits: Vec<Emit>,
     /// Input records the plugin failed, with its reason.
     pub failed: Vec<(usize, String)>,
+}
+
+impl BatchResult {
+    /// Adds a record emitted for input `input`.
+    pub fn push(&mut self, input: usize, route: EmitRoute, record: Record) {
+        self.records.push(record);
+        self.emits.push(Emit { input, route });
+    }
+
+    /// Each emitted record with its input and route, in order.
+    pub fn emitted(&self) -> impl Iterator<Item = Emitted<'_>> {
+        self.emits
+            .iter()
+            .zip(&self.records)
+            .map(|(emit, record)| Emitted {
+                input: emit.input,
+                route: &emit.route,
+                record,
+            })
+    }
+
+    /// Whether the plugin emitted no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
 }
 
 /// Why a call did not complete. After a fault the instance is poisoned and
@@ -514,10 +556,10 @@ impl PluginInstance {
                             wit::Route::DeadLetter(reason) => EmitRoute::DeadLetter(reason),
                         };
                         let out = emit.record;
-                        result.emitted.push(Emitted {
-                            input: index,
+                        result.push(
+                            index,
                             route,
-                            record: Record {
+                            Record {
                                 read_fields: None,
                                 key: out.key.map(Bytes::from),
                                 value: Bytes::from(out.value),
@@ -529,7 +571,7 @@ impl PluginInstance {
                                 event_time: out.event_time.or(input.event_time),
                                 source: input.source.clone(),
                             },
-                        });
+                        );
                     }
                 }
             }
@@ -699,7 +741,8 @@ fn decode_output(
     let mut result = BatchResult::default();
     // Most plugins emit about one record per input: sized once rather than
     // grown by doubling (each step copying every emit so far).
-    result.emitted.reserve(inputs.len());
+    result.records.reserve(inputs.len());
+    result.emits.reserve(inputs.len());
     let mut contract = OutputContract::default();
     // The values of replacing emits, one after another in one buffer per
     // batch; each record's value is set to its slice once all are written.
@@ -736,11 +779,11 @@ fn decode_output(
                     &mut spliced,
                 )
                 .map_err(|reason| bad_output(format!("input record {input}: {reason}")))?;
-                spliced_ranges.push((result.emitted.len(), start..spliced.len()));
-                result.emitted.push(Emitted {
-                    input: input as usize,
-                    route: EmitRoute::Main,
-                    record: Record {
+                spliced_ranges.push((result.records.len(), start..spliced.len()));
+                result.push(
+                    input as usize,
+                    EmitRoute::Main,
+                    Record {
                         read_fields: None,
                         key: source.key.clone(),
                         value: Bytes::new(),
@@ -748,7 +791,7 @@ fn decode_output(
                         event_time: source.event_time,
                         source: source.source.clone(),
                     },
-                });
+                );
             }
             OutputItem::NoEmits { input } => {
                 input_of(input)?;
@@ -771,10 +814,10 @@ fn decode_output(
                     Route::Side(name) => EmitRoute::Side(name.to_string()),
                     Route::DeadLetter(reason) => EmitRoute::DeadLetter(reason.to_string()),
                 };
-                result.emitted.push(Emitted {
-                    input: input as usize,
+                result.push(
+                    input as usize,
                     route,
-                    record: Record {
+                    Record {
                         read_fields: None,
                         key: record.key.map(|k| output.slice_ref(k)),
                         value: output.slice_ref(record.value),
@@ -786,13 +829,13 @@ fn decode_output(
                         event_time: record.event_time.or(source.event_time),
                         source: source.source.clone(),
                     },
-                });
+                );
             }
         }
     }
     let spliced = Bytes::from(spliced);
     for (emitted, range) in spliced_ranges {
-        result.emitted[emitted].record.value = spliced.slice(range);
+        result.records[emitted].value = spliced.slice(range);
     }
     Ok(result)
 }
@@ -992,12 +1035,12 @@ mod tests {
     #[test]
     fn packed_output_that_keeps_the_contract_is_accepted() {
         let result = decode(&[emit(0), emit(0), failed(1), emit(3)], 4).expect("valid");
-        assert_eq!(result.emitted.len(), 3);
+        assert_eq!(result.emitted().count(), 3);
         assert_eq!(result.failed, vec![(1, "no".to_string())]);
         // Saying an input emitted nothing changes nothing.
         let no_emits = |input| OutputItem::NoEmits { input };
         let result = decode(&[no_emits(0), emit(1), no_emits(3)], 4).expect("valid");
-        assert_eq!(result.emitted.len(), 1);
+        assert_eq!(result.emitted().count(), 1);
         assert!(result.failed.is_empty());
     }
 
@@ -1041,7 +1084,7 @@ mod tests {
                         prop_assert!(*index < batch);
                         prop_assert!(failed.insert(*index), "two failures");
                     }
-                    for emitted in &result.emitted {
+                    for emitted in result.emitted() {
                         prop_assert!(emitted.input < batch);
                         prop_assert!(!failed.contains(&emitted.input));
                     }

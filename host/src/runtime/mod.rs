@@ -28,7 +28,8 @@ pub use cache::{
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
 pub use instance::{
-    BatchResult, CallMode, CallPath, EmitRoute, Emitted, FaultKind, PluginFault, PluginInstance,
+    BatchResult, CallMode, CallPath, Emit, EmitRoute, Emitted, FaultKind, PluginFault,
+    PluginInstance,
 };
 pub use plugin_host::SwappablePlugin;
 

@@ -38,9 +38,8 @@ fn forwarded(instance: &mut PluginInstance, records: &[Record]) -> Vec<String> {
         .unwrap_or_else(|fault| panic!("{fault:?}"));
     assert!(result.failed.is_empty(), "{:?}", result.failed);
     result
-        .emitted
-        .iter()
-        .filter(|e| e.route == EmitRoute::Main)
+        .emitted()
+        .filter(|e| *e.route == EmitRoute::Main)
         .map(|e| {
             let value: serde_json::Value = serde_json::from_slice(&e.record.value).unwrap();
             value["event_id"].as_str().unwrap().to_string()

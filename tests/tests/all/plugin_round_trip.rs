@@ -296,17 +296,16 @@ fn run_field_probe(
         .map(|(i, value)| probe_record(value, i))
         .collect();
     let result = instance.call_batch(&records).expect("batch");
-    for emitted in &result.emitted {
+    for emitted in result.emitted() {
         let input = &records[emitted.input];
-        assert_eq!(emitted.route, EmitRoute::Main);
+        assert_eq!(*emitted.route, EmitRoute::Main);
         assert_eq!(emitted.record.key, input.key);
         assert_eq!(emitted.record.headers, input.headers);
         assert_eq!(emitted.record.event_time, input.event_time);
         assert_eq!(emitted.record.source, input.source);
     }
     let emitted = result
-        .emitted
-        .iter()
+        .emitted()
         .map(|e| {
             let value = String::from_utf8(e.record.value.to_vec()).expect("UTF-8 output");
             (e.input, value)
@@ -533,7 +532,7 @@ fn a_projected_batch_that_emits_nothing_is_processed_once() {
         let (mut instance, metrics) = plugin_instance(plugin, CallMode::Auto, &[("drop", "yes")]);
         for batch in 1..=2 {
             let result = instance.call_batch(&records).expect("batch");
-            assert!(result.emitted.is_empty(), "{plugin}: {:?}", result.emitted);
+            assert!(result.is_empty(), "{plugin}: {:?}", result.records);
             assert!(result.failed.is_empty(), "{plugin}: {:?}", result.failed);
             assert_eq!(instance.call_path(), path, "{plugin}");
             let processed = metrics
