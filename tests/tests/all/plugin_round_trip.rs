@@ -48,6 +48,71 @@ fn identity_returns_every_record_unchanged_on_both_paths() {
     }
 }
 
+/// A batch whose plugin sends records to several places is routed record
+/// by record: `running-count` emits each keyed record to the main output
+/// and to the side output `counts`, and fails a record without a key (a
+/// dead letter), on both call paths. (A batch that goes only to the main
+/// output is handed on as one list: `identity_returns_every_record...`.)
+#[test]
+fn main_side_and_dead_letter_outputs_of_one_batch_each_get_theirs() {
+    let runtime = runtime();
+    let store = state_backend();
+    for mode in [CallMode::Packed, CallMode::Typed] {
+        let limits = PluginLimits {
+            call_mode: mode,
+            ..PluginLimits::default()
+        };
+        // A tenant per path: the counts are kept in state.
+        let tenant = format!("{mode:?}");
+        let mut counter = operator(&runtime, &store, &tenant, "running-count", limits, &[]);
+        let values = [
+            r#"{"key":"a"}"#,
+            r#"{"other":1}"#,
+            r#"{"key":"a"}"#,
+            r#"{"key":7}"#,
+        ];
+        let input: Vec<Record> = sample(4)
+            .into_iter()
+            .zip(values)
+            .map(|(record, value)| Record {
+                value: Bytes::from(value),
+                ..record
+            })
+            .collect();
+        let mut out = Collector::default();
+        counter.process_batch(input.clone(), &mut out).unwrap();
+        let counts = |records: Vec<&Record>| -> Vec<(String, u64)> {
+            records
+                .into_iter()
+                .map(|r| {
+                    let value: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+                    (
+                        value["key"].to_string(),
+                        value["count"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        };
+        let expected = vec![
+            ("\"a\"".to_string(), 1),
+            ("\"a\"".to_string(), 2),
+            ("7".to_string(), 1),
+        ];
+        assert_eq!(counts(out.main.iter().collect()), expected, "{mode:?}");
+        assert!(
+            out.side.iter().all(|(name, _)| name == "counts"),
+            "{mode:?}"
+        );
+        assert_eq!(
+            counts(out.side.iter().map(|(_, record)| record).collect()),
+            expected,
+            "{mode:?}"
+        );
+        assert_eq!(out.dead_letter.len(), 1, "{mode:?}");
+        assert_eq!(out.dead_letter[0].value, input[1].value, "{mode:?}");
+    }
+}
+
 /// Runs the currency-convert plugin (Nexmark q1) on 2,000 generated events
 /// in `encoding`, batch by batch; returns each batch's input and output.
 fn run_q1(encoding: sluice_nexmark::Encoding) -> Vec<(Vec<Record>, Vec<Record>)> {
