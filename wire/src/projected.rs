@@ -25,7 +25,8 @@
 //! data     the bytes the slots point into
 //! ```
 //!
-//! A slot whose start is [`ABSENT`] holds nothing; its end then says why:
+//! Slots may share bytes (the records of a batch that share a topic point
+//! to one copy of it). A slot whose start is [`ABSENT`] holds nothing; its end then says why:
 //! [`MISSING`] (no key; the object has no such field) or
 //! [`NOT_AN_OBJECT`] (the value is not a well-formed JSON object encoded
 //! in UTF-8: the plugin parses it itself to say why). A field's range is
@@ -107,6 +108,11 @@ pub struct ProjectedBatchWriter<'b> {
     records: usize,
     fields: usize,
     pushed: usize,
+    /// The range of the last topic written: the records of a batch mostly
+    /// share their topic, so its bytes are written once and the slots of
+    /// the records after point to them (slots are ranges; nothing says
+    /// two may not be the same).
+    last_topic: Option<(u32, u32)>,
 }
 
 impl<'b> ProjectedBatchWriter<'b> {
@@ -149,6 +155,7 @@ impl<'b> ProjectedBatchWriter<'b> {
             records,
             fields,
             pushed: 0,
+            last_topic: None,
         })
     }
 
@@ -167,7 +174,16 @@ impl<'b> ProjectedBatchWriter<'b> {
             Some(key) => self.append(key)?,
             None => (ABSENT, MISSING),
         };
-        let topic = self.append(record.topic)?;
+        let topic = match self.last_topic {
+            Some((start, end))
+                if self.buffer[self.base + start as usize..self.base + end as usize]
+                    == **record.topic =>
+            {
+                (start, end)
+            }
+            _ => self.append(record.topic)?,
+        };
+        self.last_topic = Some(topic);
         let headers_start = self.buffer.len() - self.base;
         if !record.headers.is_empty() {
             let count =
@@ -538,6 +554,32 @@ mod tests {
             [0, 1, 2, 3, 4, 5].map(|i| i64_at(&buffer, numbers + i * 8)),
             [7, 3, 42, i64::MIN, 0, -1]
         );
+    }
+
+    #[test]
+    fn records_of_one_topic_share_its_bytes_and_read_back_their_own() {
+        let record = |topic: &'static [u8], offset| InputRecord {
+            key: None,
+            value: Bytes::new(b"{}"),
+            headers: vec![],
+            event_time: None,
+            topic: Bytes::new(topic),
+            partition: 0,
+            offset,
+        };
+        let topics: [&[u8]; 4] = [b"orders", b"orders", b"refunds", b"orders"];
+        let mut buffer = Vec::new();
+        let mut writer = ProjectedBatchWriter::begin(&mut buffer, 4, 0).unwrap();
+        for (offset, topic) in topics.iter().enumerate() {
+            writer.push(&record(topic, offset as i64), &[]).unwrap();
+        }
+        for (index, topic) in topics.iter().enumerate() {
+            assert_eq!(slot(&buffer, 0, index, 2), Ok(*topic));
+        }
+        // `orders` written for the first, `refunds` for the third and
+        // `orders` again for the fourth: the second shares the first's.
+        let data = &buffer[data_offset(4, 0)..];
+        assert_eq!(data, &b"{}orders{}{}refunds{}orders"[..]);
     }
 
     #[test]
