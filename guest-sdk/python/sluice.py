@@ -831,10 +831,7 @@ def export(plugin_class):
             plugin = Transformer.plugin
             if plugin is None:
                 raise RuntimeError("projected-fields called before init")
-            fields = getattr(plugin, "json_fields", ())
-            if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-                raise TypeError("json_fields must be a sequence of field names (strings)")
-            return list(fields)
+            return _json_fields(plugin)
 
         def process_projected(self, data):
             plugin = Transformer.plugin
@@ -877,7 +874,14 @@ def export(plugin_class):
 
 class Aggregate:
     """Base class of a window aggregate. The accumulator is any value
-    ``sluice.dumps`` can encode (it is stored as JSON between calls)."""
+    ``sluice.dumps`` can encode (it is stored as JSON between calls).
+
+    ``add`` reads records as transforms do; the top-level fields it reads
+    with ``record.field``, named in ``json_fields`` (a class attribute, or
+    set in ``__init__``), are found by the host, and all the keys and
+    windows of a batch are added in one call."""
+
+    json_fields = ()
 
     def __init__(self, config):
         pass
@@ -917,10 +921,12 @@ def export_aggregate(aggregate_class):
     """The ``Aggregator`` class componentize-py exports, running
     ``aggregate_class``.
 
-    Also binds ``TextAggregator`` in the calling module (the
-    ``text-aggregate`` world's second export, which ``sluice plugin build``
-    builds Python aggregates for): the same functions with their results
-    returned as strings, which componentize-py frees after the call."""
+    Also binds ``TextAggregator`` and ``TextProjectedAggregator`` in the
+    calling module (the ``text-projected-aggregate`` world's other exports,
+    which ``sluice plugin build`` builds Python aggregates for): the same
+    functions with their results returned as strings, which componentize-py
+    frees after the call, and every group of a batch added in one call with
+    the fields named in ``json_fields`` found by the host."""
     from wit_world.exports.aggregator import Added
 
     class Aggregator(exports.Aggregator):
@@ -942,26 +948,9 @@ def export_aggregate(aggregate_class):
             return dumps(self._aggregate().create())
 
         def add(self, accumulator, records):
-            aggregate = self._aggregate()
-
-            def start():
-                return _decode(aggregate, accumulator)
-
-            current = start()
-            accepted = []
-            rejected = []
-            for index, input_record in enumerate(records):
-                try:
-                    current = aggregate.add(current, Record(input_record))
-                    accepted.append(input_record)
-                except Exception as error:  # noqa: BLE001 - the record is dead-lettered
-                    rejected.append((index, _reason(error)))
-                    # `add` may have changed the accumulator before failing:
-                    # rebuild it from the records that counted.
-                    current = start()
-                    for good in accepted:
-                        current = aggregate.add(current, Record(good))
-            return Added(accumulator=dumps(current), rejected=rejected)
+            new, rejected = _add_records(
+                self._aggregate(), accumulator, [Record(r) for r in records])
+            return Added(accumulator=new, rejected=rejected)
 
         def merge(self, a, b):
             aggregate = self._aggregate()
@@ -991,5 +980,107 @@ def export_aggregate(aggregate_class):
         def finish_text(self, accumulator):
             return self._bytes.finish(accumulator).decode("latin-1")
 
+    class TextProjectedAggregator:
+        # Every group of a batch in one call, the fields the aggregate
+        # reads (`json_fields`) found by the host: the projected aggregate
+        # format in, the `add-packed` output (one `GroupAdded` per group)
+        # out, as ISO-8859-1 text.
+        def projected_fields(self):
+            return _json_fields(Aggregator._aggregate())
+
+        def add_projected_text(self, data):
+            aggregate = Aggregator._aggregate()
+            groups, at = _aggregate_groups(data)
+            if groups is None:
+                return ""  # the host adds group by group instead
+            names = tuple(_json_fields(aggregate))
+            projected = data[at:]
+            version, count, fields, _ = _PROJECTED_HEADER.unpack_from(projected, 0)
+            if (version != _PROJECTED_FORMAT_VERSION or fields != len(names)
+                    or count != sum(records for _, records in groups)):
+                return ""
+            batch = _ProjectedBatch(projected, count, fields, names)
+            stride, first = batch.stride, 0
+            out = bytearray()
+            for accumulator, records in groups:
+                group = [_ProjectedRecord(batch, (first + i) * stride) for i in range(records)]
+                first += records
+                new, rejected = _add_records(aggregate, accumulator, group)
+                _packed_bytes(out, new)  # GroupAdded: the accumulator,
+                _varint(out, len(rejected))  # then the records not added
+                for index, reason in rejected:
+                    _varint(out, index)
+                    _packed_str(out, reason)
+            return out.decode("latin-1")
+
     sys._getframe(1).f_globals.setdefault("TextAggregator", TextAggregator)
+    sys._getframe(1).f_globals.setdefault("TextProjectedAggregator", TextProjectedAggregator)
     return Aggregator
+
+
+def _add_records(aggregate, accumulator, records):
+    """Adds ``records`` (record views) to the stored ``accumulator``: the
+    new accumulator as JSON bytes and the records not added, as (index,
+    reason)."""
+
+    def start():
+        return _decode(aggregate, accumulator)
+
+    current = start()
+    accepted = []
+    rejected = []
+    for index, record in enumerate(records):
+        try:
+            current = aggregate.add(current, record)
+            accepted.append(record)
+        except Exception as error:  # noqa: BLE001 - the record is dead-lettered
+            rejected.append((index, _reason(error)))
+            # `add` may have changed the accumulator before failing:
+            # rebuild it from the records that counted.
+            current = start()
+            for good in accepted:
+                current = aggregate.add(current, good)
+    return dumps(current), rejected
+
+
+# The projected aggregate format (`sluice-wire`): postcard varints — the
+# format version and the number of groups, then per group its accumulator
+# (length and bytes) and record count — then one projected batch holding
+# every group's records, group after group.
+_AGGREGATE_PROJECTED_FORMAT_VERSION = 1
+
+
+def _read_varint(data, at):
+    number = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        number |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return number, at
+        shift += 7
+
+
+def _aggregate_groups(data):
+    """The group table of an ``add-projected`` input, as (accumulator,
+    record count) pairs, and where the projected batch starts; ``None``
+    for a format version this SDK does not read."""
+    version, at = _read_varint(data, 0)
+    if version != _AGGREGATE_PROJECTED_FORMAT_VERSION:
+        return None, at
+    count, at = _read_varint(data, at)
+    groups = []
+    for _ in range(count):
+        length, at = _read_varint(data, at)
+        accumulator = data[at:at + length]
+        records, at = _read_varint(data, at + length)
+        groups.append((accumulator, records))
+    return groups, at
+
+
+def _json_fields(plugin):
+    """The plugin's ``json_fields``, checked: a sequence of names."""
+    fields = getattr(plugin, "json_fields", ())
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise TypeError("json_fields must be a sequence of field names (strings)")
+    return list(fields)

@@ -29,16 +29,36 @@ pub fn plugin(name: &str) -> PathBuf {
     if let Some(path) = built.get(name) {
         return path.clone();
     }
-    let dir = repo_root().join("plugins").join(name);
+    let component = build_plugin_dir(&repo_root().join("plugins").join(name));
+    built.insert(name.to_string(), component.clone());
+    component
+}
+
+/// Builds the plugin in `dir` (as `sluice plugin build` does), Python and
+/// JavaScript builds reused from [`shared_cache_dir`]`("builds")`.
+pub fn build_plugin_dir(dir: &Path) -> PathBuf {
     let mut options = sluice_cli::build::BuildOptions::new();
     options.cache = Some(sluice_cli::build::BuildCache::new(shared_cache_dir(
         "builds",
     )));
-    let component = sluice_cli::build::build_plugin_with(&dir, &options)
-        .unwrap_or_else(|error| panic!("building plugin {name}: {error:#}"))
-        .path;
-    built.insert(name.to_string(), component.clone());
-    component
+    sluice_cli::build::build_plugin_with(dir, &options)
+        .unwrap_or_else(|error| panic!("building plugin {}: {error:#}", dir.display()))
+        .path
+}
+
+/// The aggregate plugin `sluice plugin new NAME --world aggregate --lang
+/// LANGUAGE` scaffolds (a count and sum of the integer field `field`),
+/// made in `parent` and built.
+pub fn scaffolded_aggregate(parent: &Path, language: sluice_cli::build::Language) -> PathBuf {
+    let dir = sluice_cli::scaffold::new_plugin(
+        parent,
+        "count-sum",
+        language,
+        sluice_cli::scaffold::TemplateWorld::Aggregate,
+        &sluice_cli::scaffold::default_sdk_path(),
+    )
+    .unwrap_or_else(|error| panic!("scaffolding an aggregate: {error:#}"));
+    build_plugin_dir(&dir)
 }
 
 /// `<cargo target directory>/sluice-test-cache/<name>`: a cache shared by

@@ -35,11 +35,12 @@ pub(super) fn build(
     // `export_aggregate` bind their second export, which returns results as
     // strings. componentize-py never frees the byte lists an export returns,
     // so the byte-list functions alone would grow the plugin's memory by
-    // every value or accumulator it returns. Transforms also get the
-    // projected path (`projected-transform` includes `text-transform`).
+    // every value or accumulator it returns. Both also get the projected
+    // path (`projected-transform` includes `text-transform`,
+    // `text-projected-aggregate` includes `text-aggregate`).
     let world_name = match world {
         sdk::World::Transform => "projected-transform",
-        sdk::World::Aggregate => "text-aggregate",
+        sdk::World::Aggregate => "text-projected-aggregate",
     };
     progress.step("componentize-py");
     run_tool(

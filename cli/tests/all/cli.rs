@@ -352,8 +352,11 @@ fn run_after_the_file_source(
         .lines()
         .find_map(|line| line.trim().strip_prefix("records_projected_ahead = "))
         .map(str::to_string);
-    let expected_ahead =
-        (world == "sluice:plugin/fast-projected-aggregate").then(|| "5".to_string());
+    let expected_ahead = matches!(
+        world,
+        "sluice:plugin/fast-projected-aggregate" | "sluice:plugin/text-projected-aggregate"
+    )
+    .then(|| "5".to_string());
     assert_eq!(projected_ahead, expected_ahead, "{lang}: {stderr}");
     // Not a fallback after a faulting call: no call faulted.
     assert!(stderr.contains("traps 0 restarts 0"), "{lang}: {stderr}");
@@ -366,7 +369,7 @@ fn rust_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
 
 #[test]
 fn python_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("python", "sluice:plugin/text-aggregate");
+    aggregate_dev_loop("python", "sluice:plugin/text-projected-aggregate");
 }
 
 #[test]

@@ -22,12 +22,16 @@
 //! `add-projected` call per batch: the spans the source found in its own
 //! pass over each record ([`crate::record::FieldSpans`]), or found here.
 //! An answer it does not read goes through `add-packed`; a fault, group by
-//! group as above.
+//! group as above. A `text-projected-aggregate` plugin (the Python SDK's)
+//! gets the same call as `add-projected-text`, its answer as a string; it
+//! has no `add-packed`, so an answer it does not read goes group by group
+//! through `add-text`.
 
 use super::bindings::aggregate::Aggregate;
 use super::bindings::fast_aggregate::FastAggregate;
 use super::bindings::fast_projected_aggregate::FastProjectedAggregate;
 use super::bindings::text_aggregate::TextAggregate;
+use super::bindings::text_projected_aggregate::TextProjectedAggregate;
 use super::bindings::typed::sluice::plugin::types as wit;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
@@ -50,12 +54,14 @@ pub(crate) struct AggregateWorld;
 /// The exports of one aggregate instance: the typed aggregator always, the
 /// packed `add` for `fast-aggregate` plugins (and the projected one for
 /// `fast-projected-aggregate` plugins), the string-returning functions for
-/// `text-aggregate` plugins.
+/// `text-aggregate` plugins (and the projected `add` returning a string for
+/// `text-projected-aggregate` plugins).
 pub(crate) struct AggregateBindings {
     typed: Aggregate,
     fast: Option<FastAggregate>,
     projected: Option<FastProjectedAggregate>,
     text: Option<TextAggregate>,
+    text_projected: Option<TextProjectedAggregate>,
 }
 
 /// How a call that adds a whole batch went.
@@ -82,6 +88,43 @@ fn text_result(text: String) -> wasmtime::Result<Vec<u8>> {
 }
 
 impl AggregateBindings {
+    /// Whether the plugin has a projected `add` (bytes or text).
+    fn has_projected(&self) -> bool {
+        self.projected.is_some() || self.text_projected.is_some()
+    }
+
+    /// `projected-fields` of the plugin's projected `add`.
+    fn projected_fields(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<String>> {
+        match (&self.projected, &self.text_projected) {
+            (Some(projected), _) => projected
+                .sluice_plugin_projected_aggregator()
+                .call_projected_fields(store),
+            (None, Some(text)) => text
+                .sluice_plugin_text_projected_aggregator()
+                .call_projected_fields(store),
+            (None, None) => Err(wasmtime::Error::msg("no projected add")),
+        }
+    }
+
+    /// `add-projected`, through `add-projected-text` where the plugin has
+    /// that instead.
+    fn add_projected(
+        &self,
+        store: &mut Store<PluginState>,
+        groups: &[u8],
+    ) -> wasmtime::Result<Vec<u8>> {
+        match (&self.projected, &self.text_projected) {
+            (Some(projected), _) => projected
+                .sluice_plugin_projected_aggregator()
+                .call_add_projected(store, groups),
+            (None, Some(text)) => text
+                .sluice_plugin_text_projected_aggregator()
+                .call_add_projected_text(store, groups)
+                .and_then(text_result),
+            (None, None) => Err(wasmtime::Error::msg("no projected add")),
+        }
+    }
+
     /// `create`, through `create-text` where the plugin has it.
     fn create(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<u8>> {
         match &self.text {
@@ -188,11 +231,16 @@ impl HostedWorld for AggregateWorld {
             Some(indices) => Some(indices.load(&mut *store, instance)?),
             None => None,
         };
+        let text_projected = match &component.pre.text_projected_aggregator {
+            Some(indices) => Some(indices.load(&mut *store, instance)?),
+            None => None,
+        };
         Ok(AggregateBindings {
             typed,
             fast,
             projected,
             text,
+            text_projected,
         })
     }
 
@@ -336,22 +384,22 @@ impl PluginAggregator {
 
     /// The fields the plugin reads on the projected path, asked now
     /// (within the call deadline) if not yet; `None` if it has no
-    /// projected `add` or names no field. A plugin whose answer faults
-    /// is taken to name none: the packed path serves it.
+    /// projected `add`, or names no field and has the packed `add` (which
+    /// then serves it). A plugin whose answer faults is taken to name none.
+    /// A `text-projected-aggregate` plugin (no packed `add`) that names
+    /// none still gets whole batches, with no field found.
     fn projected_fields(&mut self) -> Option<Arc<[String]>> {
-        self.host.exports.projected.as_ref()?;
+        if !self.host.exports.has_projected() {
+            return None;
+        }
         if self.projected_fields.is_none() {
-            let asked = self.call(|b, store| match &b.projected {
-                Some(projected) => projected
-                    .sluice_plugin_projected_aggregator()
-                    .call_projected_fields(store),
-                None => Err(wasmtime::Error::msg("no projected add")),
-            });
+            let asked = self.call(|b, store| b.projected_fields(store));
             self.projected_fields = Some(Arc::from(asked.unwrap_or_default()));
         }
+        let batches_without_fields = self.host.exports.fast.is_none();
         self.projected_fields
             .clone()
-            .filter(|fields| !fields.is_empty())
+            .filter(|fields| !fields.is_empty() || batches_without_fields)
     }
 
     /// All `groups` in one `add-projected` call: the records as one
@@ -365,12 +413,7 @@ impl PluginAggregator {
             groups,
             "add-projected",
             |this, input, groups| this.encode_projected(input, &fields, groups),
-            |b, store, input| match &b.projected {
-                Some(projected) => projected
-                    .sluice_plugin_projected_aggregator()
-                    .call_add_projected(store, input),
-                None => Err(wasmtime::Error::msg("no projected add")),
-            },
+            |b, store, input| b.add_projected(store, input),
         )
     }
 
@@ -396,8 +439,11 @@ impl PluginAggregator {
             sluice_wire::projected::ProjectedBatchWriter::append_to(input, records, fields.len())
                 .map_err(projected_error)?;
         let mut found_by_source = 0;
+        self.field_slots.clear();
         for record in groups.iter().flat_map(|group| group.records) {
-            if super::projection::record_slots(record, fields, &mut self.field_slots) {
+            if !fields.is_empty()
+                && super::projection::record_slots(record, fields, &mut self.field_slots)
+            {
                 found_by_source += 1;
             }
             writer

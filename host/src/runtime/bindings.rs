@@ -1,6 +1,6 @@
 //! Host-side bindings generated from the `sluice:plugin` WIT package.
 //!
-//! Nine worlds, sharing import traits with `typed`:
+//! Ten worlds, sharing import traits with `typed`:
 //!
 //! * transforms: `transform` (typed, any language), `fast-transform` (adds
 //!   the packed batch), `fast-projected-transform` (adds the projected
@@ -11,8 +11,9 @@
 //! * window aggregates: `aggregate` (typed), `fast-aggregate` (adds the
 //!   packed `add`), `fast-projected-aggregate` (adds the `add` with the
 //!   JSON fields the plugin reads found by the host; the Rust SDK exports
-//!   it) and `text-aggregate` (results as strings, offered by the Python
-//!   SDK).
+//!   it), `text-aggregate` (results as strings) and
+//!   `text-projected-aggregate` (adds the projected `add` with its answer
+//!   as a string; the Python SDK exports it).
 
 /// Bindings for the `transform` world.
 pub mod typed {
@@ -132,6 +133,21 @@ pub mod text_aggregate {
             "sluice:plugin/types": super::typed::sluice::plugin::types,
             "sluice:plugin/host": super::typed::sluice::plugin::host,
             "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
+        },
+    });
+}
+
+/// Bindings for the `text-projected-aggregate` world (the projected `add`
+/// with its answer as a string).
+pub mod text_projected_aggregate {
+    wasmtime::component::bindgen!({
+        world: "text-projected-aggregate",
+        path: "../wit",
+        with: {
+            "sluice:plugin/types": super::typed::sluice::plugin::types,
+            "sluice:plugin/host": super::typed::sluice::plugin::host,
+            "sluice:plugin/aggregator": super::aggregate::exports::sluice::plugin::aggregator,
+            "sluice:plugin/text-aggregator": super::text_aggregate::exports::sluice::plugin::text_aggregator,
         },
     });
 }

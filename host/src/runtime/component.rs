@@ -3,7 +3,7 @@
 
 use super::bindings::{
     aggregate, fast, fast_aggregate, fast_projected, fast_projected_aggregate, projected, text,
-    text_aggregate, typed,
+    text_aggregate, text_projected_aggregate, typed,
 };
 use super::cache::CacheOutcome;
 use super::host_api::PluginState;
@@ -40,8 +40,12 @@ pub enum PluginWorld {
     /// plugins).
     FastProjectedAggregate,
     /// `sluice:plugin/text-aggregate`: a window aggregate whose results
-    /// come back as strings (Python plugins).
+    /// come back as strings.
     TextAggregate,
+    /// `sluice:plugin/text-projected-aggregate`: `text-aggregate` plus the
+    /// projected `add` for whole batches, its answer as a string (Python
+    /// plugins).
+    TextProjectedAggregate,
 }
 
 impl PluginWorld {
@@ -54,6 +58,7 @@ impl PluginWorld {
                 | PluginWorld::FastAggregate
                 | PluginWorld::FastProjectedAggregate
                 | PluginWorld::TextAggregate
+                | PluginWorld::TextProjectedAggregate
         )
     }
 }
@@ -70,6 +75,7 @@ impl std::fmt::Display for PluginWorld {
             PluginWorld::FastAggregate => "fast-aggregate",
             PluginWorld::FastProjectedAggregate => "fast-projected-aggregate",
             PluginWorld::TextAggregate => "text-aggregate",
+            PluginWorld::TextProjectedAggregate => "text-projected-aggregate",
         })
     }
 }
@@ -94,8 +100,11 @@ pub(crate) struct Pre {
     /// Present for `fast-projected-aggregate` plugins.
     pub(crate) projected_aggregator:
         Option<fast_projected_aggregate::FastProjectedAggregateIndices>,
-    /// Present for `text-aggregate` plugins.
+    /// Present for `text-aggregate` and `text-projected-aggregate` plugins.
     pub(crate) text_aggregator: Option<text_aggregate::TextAggregateIndices>,
+    /// Present for `text-projected-aggregate` plugins.
+    pub(crate) text_projected_aggregator:
+        Option<text_projected_aggregate::TextProjectedAggregateIndices>,
 }
 
 /// A plugin ready to instantiate.
@@ -193,6 +202,11 @@ pub(crate) fn load(
         PluginWorld::FastProjectedAggregate
     } else if has_export("aggregator") && has_export("packed-aggregator") {
         PluginWorld::FastAggregate
+    } else if has_export("aggregator")
+        && has_export("text-aggregator")
+        && has_export("text-projected-aggregator")
+    {
+        PluginWorld::TextProjectedAggregate
     } else if has_export("aggregator") && has_export("text-aggregator") {
         PluginWorld::TextAggregate
     } else if has_export("aggregator") {
@@ -223,6 +237,7 @@ pub(crate) fn load(
         packed_aggregator: None,
         projected_aggregator: None,
         text_aggregator: None,
+        text_projected_aggregator: None,
         instance_pre,
     };
     match world {
@@ -237,7 +252,8 @@ pub(crate) fn load(
         PluginWorld::Aggregate
         | PluginWorld::FastAggregate
         | PluginWorld::FastProjectedAggregate
-        | PluginWorld::TextAggregate => {
+        | PluginWorld::TextAggregate
+        | PluginWorld::TextProjectedAggregate => {
             pre.aggregator =
                 Some(aggregate::AggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
         }
@@ -265,9 +281,18 @@ pub(crate) fn load(
         pre.projected =
             Some(projected::ProjectedTransformIndices::new(&pre.instance_pre).map_err(link_error)?);
     }
-    if world == PluginWorld::TextAggregate {
+    if matches!(
+        world,
+        PluginWorld::TextAggregate | PluginWorld::TextProjectedAggregate
+    ) {
         pre.text_aggregator =
             Some(text_aggregate::TextAggregateIndices::new(&pre.instance_pre).map_err(link_error)?);
+    }
+    if world == PluginWorld::TextProjectedAggregate {
+        pre.text_projected_aggregator = Some(
+            text_projected_aggregate::TextProjectedAggregateIndices::new(&pre.instance_pre)
+                .map_err(link_error)?,
+        );
     }
     if matches!(
         world,

@@ -1030,7 +1030,7 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
 /// made the records. Both give the model's results and dead letters, for
 /// one worker and for several, with the field anywhere in the record,
 /// escaped keys, duplicates (the last counts) and values that are not
-/// integers.
+/// integers; so does the Python SDK's batched `add-projected-text`.
 #[test]
 fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     use sluice_host::window::RECORDS_PROJECTED_AHEAD_COUNTER;
@@ -1071,15 +1071,24 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
         count_in_model(&mut model, user, ts, i);
     }
     std::fs::write(&input, lines).unwrap();
-    let count_sum = sluice_tests::plugin("count-sum");
+    let rust = sluice_tests::plugin("count-sum");
+    // The Python template `sluice plugin new --world aggregate` makes.
+    let python =
+        sluice_tests::scaffolded_aggregate(dir.path(), sluice_cli::build::Language::Python);
     let identity = sluice_tests::plugin("identity");
     let all = 3000;
-    for (case, before, workers, found_by_source) in [
-        ("found-by-the-source", String::new(), 1, all),
-        ("found-by-the-source-two-workers", String::new(), 2, all),
+    let after_identity = format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n");
+    for (case, count_sum, before, workers, found_by_source) in [
+        ("found-by-the-source", &rust, "", 1, all),
+        ("found-by-the-source-two-workers", &rust, "", 2, all),
+        ("found-by-the-host", &rust, after_identity.as_str(), 1, 0),
+        // The Python SDK's `add-projected-text`: the same batch and
+        // answer, as a string.
+        ("python-found-by-the-source", &python, "", 1, all),
         (
-            "found-by-the-host",
-            format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n"),
+            "python-found-by-the-host",
+            &python,
+            after_identity.as_str(),
             1,
             0,
         ),
@@ -1089,15 +1098,17 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             case,
             &input,
             &format!("batch_size = 256\nworkers = {workers}"),
-            &before,
-            &count_sum,
+            before,
+            count_sum,
             "config = { field = \"amount\" }",
         );
         assert_eq!(run.snapshot.dead_letters, bad, "{case}: {:?}", run.snapshot);
+        let reason = match count_sum == &python {
+            true => "field `amount` must be an integer",
+            false => "field `amount` is not an integer",
+        };
         assert_eq!(
-            run.dead_letters
-                .matches("field `amount` is not an integer")
-                .count(),
+            run.dead_letters.matches(reason).count(),
             bad as usize,
             "{case}: {}",
             run.dead_letters
@@ -1113,6 +1124,17 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             .filter_map(|o| o.plugin_counters.get(RECORDS_PROJECTED_AHEAD_COUNTER))
             .sum();
         assert_eq!(projected_ahead, found_by_source, "{case}");
+        // One `add-projected` call per batch of 256 (12), not one `add` per
+        // key and window of each batch (~30 each): beside `init`,
+        // `projected-fields` and a `create` and a `finish` per window.
+        if workers == 1 {
+            let windows = model.len() as u64;
+            let calls = run.totals().plugin_calls;
+            assert!(
+                calls <= 2 + 2 * windows + 3000_u64.div_ceil(256),
+                "{case}: {calls} calls for {windows} windows"
+            );
+        }
     }
 }
 
