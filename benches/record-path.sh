@@ -51,16 +51,21 @@ built() { realpath "$("$sluice" plugin build "$1" | awk '{print $1; exit}')"; }
 rust_filter=$(built plugins/filter-rewrite)
 rust_count_sum=$(built plugins/count-sum)
 python_filter=$(built plugins/python/filter-rewrite)
-# The Python aggregate is the one `sluice plugin new --world aggregate`
-# scaffolds (a count and a sum of `field`), made afresh for each run.
-rm -rf "$work/python-count-sum"
-"$sluice" plugin new count-sum --dir "$work/python-count-sum" --world aggregate --lang python >/dev/null
-python_count_sum=$(built "$work/python-count-sum/count-sum")
+# The Python and JavaScript aggregates are the ones `sluice plugin new
+# --world aggregate` scaffolds (a count and a sum of `field`), made afresh
+# for each run.
+scaffolded_aggregate() {
+  rm -rf "$work/$1-count-sum"
+  "$sluice" plugin new count-sum --dir "$work/$1-count-sum" --world aggregate --lang "$1" >/dev/null
+  built "$work/$1-count-sum/count-sum"
+}
+python_count_sum=$(scaffolded_aggregate python)
+js_count_sum=$(scaffolded_aggregate js)
 c_filter=$(built plugins/c/filter-rewrite)
 js_filter=$(built plugins/js/filter-rewrite)
 # Compiled to native code (and cached) here too, so that no run measures
 # Cranelift.
-for component in "$rust_filter" "$rust_count_sum" "$python_filter" "$python_count_sum" "$c_filter" "$js_filter"; do
+for component in "$rust_filter" "$rust_count_sum" "$python_filter" "$python_count_sum" "$js_count_sum" "$c_filter" "$js_filter"; do
   "$sluice" plugin inspect "$component" >/dev/null
 done
 
@@ -110,6 +115,7 @@ pipeline "window-count-sum-plugin" "$input" "$window_plugin" ""
 pipeline "window-count-sum-builtin-rocksdb" "$input" "$window_builtin" "state_cache_mb = 0"
 pipeline "window-count-sum-plugin-rocksdb" "$input" "$window_plugin" "state_cache_mb = 0"
 pipeline "window-count-sum-python" "$work/records-python.jsonl" "${window_plugin/$rust_count_sum/$python_count_sum}" ""
+pipeline "window-count-sum-js" "$work/records-python.jsonl" "${window_plugin/$rust_count_sum/$js_count_sum}" ""
 pipeline "python-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64')" ""
 pipeline "js-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter")" ""
 pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'call_mode = "typed"')" ""
@@ -118,7 +124,7 @@ echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS 
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document \
   c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
-  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python python-filter-rewrite \
+  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite \
   js-filter-rewrite js-filter-rewrite-typed; do
   case "$name" in *"$only"*) ;; *) continue ;; esac
   # Runs moved by up to a third with the shared machine's load: each row

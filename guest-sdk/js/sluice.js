@@ -31,7 +31,9 @@
 // window, that comes back parsed like `record.json()`: objects as Maps,
 // numbers as JsonNumbers) and is exported as
 // `export const aggregator = exportAggregate(MyAggregate);`, which makes
-// `sluice plugin build` build the `sluice:plugin/aggregate` world.
+// `sluice plugin build` build the `sluice:plugin/text-projected-aggregate`
+// world: every key and window of a batch in one call, the fields named in
+// `this.jsonFields` found by the host for `record.field`.
 //
 // `sluice plugin build` compiles it with componentize-js; this file is
 // embedded in the `sluice` binary and placed beside the plugin at build time.
@@ -595,12 +597,18 @@ class PackedWriter {
   }
   /** The buffer as ISO-8859-1 text. */
   latin1() {
-    const parts = [];
-    for (let at = 0; at < this.length; at += 8192) {
-      parts.push(String.fromCharCode.apply(null, this.bytes.subarray(at, Math.min(at + 8192, this.length))));
-    }
-    return parts.join("");
+    return latin1(this.bytes.subarray(0, this.length));
   }
+}
+
+/** `bytes` as ISO-8859-1 text: one character U+0000-U+00FF per byte (how
+ * the `text-` interfaces carry bytes in the strings they return). */
+function latin1(bytes) {
+  const parts = [];
+  for (let at = 0; at < bytes.length; at += 8192) {
+    parts.push(String.fromCharCode.apply(null, bytes.subarray(at, Math.min(at + 8192, bytes.length))));
+  }
+  return parts.join("");
 }
 
 // Variant numbers of sluice-wire's `OutputItem` and `Route`.
@@ -751,11 +759,7 @@ export function exportTransform(PluginClass) {
     },
     projectedTransformer: {
       projectedFields() {
-        const fields = plugin.jsonFields ?? [];
-        if (!Array.isArray(fields) || !fields.every((f) => typeof f === "string")) {
-          throw new Error("jsonFields must be an array of field names (strings)");
-        }
-        return fields;
+        return jsonFieldsOf(plugin);
       },
       processProjected(data) {
         const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
@@ -836,11 +840,69 @@ export class Aggregate {
   }
 }
 
-/** The `aggregator` export running `AggregateClass`. */
+/** The text exports of each `aggregator` made by `exportAggregate`. */
+const aggregateExportsOf = new WeakMap();
+
+/** The plugin's `jsonFields`, checked: an array of names. */
+function jsonFieldsOf(plugin) {
+  const fields = plugin.jsonFields ?? [];
+  if (!Array.isArray(fields) || !fields.every((f) => typeof f === "string")) {
+    throw new Error("jsonFields must be an array of field names (strings)");
+  }
+  return fields;
+}
+
+/** Adds `records` (record views) to the stored `accumulator` (bytes; empty:
+ * a new one): the new accumulator's bytes and the records not added, as
+ * [index, reason]. */
+function addRecords(aggregate, accumulator, records) {
+  const start = () => (accumulator.length === 0 ? aggregate.create() : parseJson(accumulator));
+  let current = start();
+  const accepted = [];
+  const rejected = [];
+  records.forEach((record, index) => {
+    try {
+      current = aggregate.add(current, record);
+      accepted.push(record);
+    } catch (error) {
+      rejected.push([index, message(error)]);
+      // `add` may have changed the accumulator before failing: rebuild it
+      // from the records that counted.
+      current = start();
+      for (const good of accepted) current = aggregate.add(current, good);
+    }
+  });
+  return [encodeJson(current), rejected];
+}
+
+// The projected aggregate format (`sluice-wire`): postcard varints — the
+// format version and the number of groups, then per group its accumulator
+// (length and bytes) and record count — then one projected batch holding
+// every group's records, group after group.
+const AGGREGATE_PROJECTED_FORMAT_VERSION = 1;
+
+/** The unsigned varint at `at` in `data`, and where the next item starts. */
+function readVarint(data, at) {
+  let value = 0;
+  let scale = 1;
+  for (;;) {
+    const byte = data[at++];
+    if (byte === undefined) throw new Error("truncated varint");
+    value += (byte & 0x7f) * scale;
+    if (byte < 0x80) return [value, at];
+    scale *= 128;
+  }
+}
+
+/** The `aggregator` export running `AggregateClass`. `sluice plugin build`
+ * also exports the same aggregate as `textAggregator` and
+ * `textProjectedAggregator` (the `text-projected-aggregate` world: every
+ * key and window of a batch in one call, the fields named in `jsonFields`
+ * found by the host), which the host prefers: see `aggregateExports`. */
 export function exportAggregate(AggregateClass) {
   let aggregate = null;
   const decode = (bytes) => (bytes.length === 0 ? aggregate.create() : parseJson(bytes));
-  return {
+  const aggregator = {
     init(config) {
       try {
         aggregate = new AggregateClass(new Config(config));
@@ -852,28 +914,113 @@ export function exportAggregate(AggregateClass) {
       return encodeJson(aggregate.create());
     },
     add(accumulator, records) {
-      let current = decode(accumulator);
-      const accepted = [];
-      const rejected = [];
-      records.forEach((input, index) => {
-        try {
-          current = aggregate.add(current, new Record(input));
-          accepted.push(input);
-        } catch (error) {
-          rejected.push([index, message(error)]);
-          // `add` may have changed the accumulator before failing: rebuild
-          // it from the records that counted.
-          current = decode(accumulator);
-          for (const good of accepted) current = aggregate.add(current, new Record(good));
-        }
-      });
-      return { accumulator: encodeJson(current), rejected };
+      const [bytes, rejected] = addRecords(
+        aggregate,
+        accumulator,
+        records.map((input) => new Record(input)),
+      );
+      return { accumulator: bytes, rejected };
     },
     merge(a, b) {
       return encodeJson(aggregate.merge(decode(a), decode(b)));
     },
     finish(accumulator) {
       return encodeJson(aggregate.finish(decode(accumulator)));
+    },
+  };
+  const text = textAggregatorOf(aggregator);
+  aggregateExportsOf.set(aggregator, {
+    textAggregator: text,
+    textProjectedAggregator: {
+      projectedFields() {
+        return jsonFieldsOf(aggregate);
+      },
+      addProjectedText(data) {
+        let [version, at] = readVarint(data, 0);
+        if (version !== AGGREGATE_PROJECTED_FORMAT_VERSION) return ""; // the host adds group by group
+        let count;
+        [count, at] = readVarint(data, at);
+        const groups = [];
+        let total = 0;
+        for (let i = 0; i < count; i++) {
+          let length;
+          let records;
+          [length, at] = readVarint(data, at);
+          const accumulator = data.subarray(at, at + length);
+          [records, at] = readVarint(data, at + length);
+          groups.push([accumulator, records]);
+          total += records;
+        }
+        const projected = data.subarray(at);
+        const view = new DataView(projected.buffer, projected.byteOffset, projected.byteLength);
+        const names = jsonFieldsOf(aggregate);
+        if (
+          view.getUint32(0, true) !== PROJECTED_FORMAT_VERSION ||
+          view.getUint32(4, true) !== total ||
+          view.getUint32(8, true) !== names.length
+        ) {
+          return "";
+        }
+        const batch = new ProjectedBatch(projected, total, names.length, names);
+        const out = new PackedWriter(64 + 32 * count);
+        let first = 0;
+        for (const [accumulator, records] of groups) {
+          const group = [];
+          for (let i = 0; i < records; i++) group.push(new ProjectedRecord(batch, first + i));
+          first += records;
+          // GroupAdded: the new accumulator, then the records not added.
+          const [bytes, rejected] = addRecords(aggregate, accumulator, group);
+          out.data(bytes);
+          out.varint(rejected.length);
+          for (const [index, reason] of rejected) {
+            out.varint(index);
+            out.string(reason);
+          }
+        }
+        return out.latin1();
+      },
+    },
+  });
+  return aggregator;
+}
+
+/** The `text-aggregator` functions of `aggregator`: its own, their byte
+ * results as ISO-8859-1 text. */
+function textAggregatorOf(aggregator) {
+  return {
+    createText() {
+      return latin1(aggregator.create());
+    },
+    addText(accumulator, records) {
+      const added = aggregator.add(accumulator, records);
+      return { accumulator: latin1(added.accumulator), rejected: added.rejected };
+    },
+    mergeText(a, b) {
+      return latin1(aggregator.merge(a, b));
+    },
+    finishText(accumulator) {
+      return latin1(aggregator.finish(accumulator));
+    },
+  };
+}
+
+/** The `textAggregator` and `textProjectedAggregator` exports of
+ * `aggregator` (the build's entry module exports them beside the plugin's
+ * own). An `aggregator` not made by `exportAggregate` gets the text form of
+ * its own functions and a projected `add` that reads nothing (the host then
+ * adds group by group). */
+export function aggregateExports(aggregator) {
+  const known = aggregateExportsOf.get(aggregator);
+  if (known !== undefined) return known;
+  return {
+    textAggregator: textAggregatorOf(aggregator),
+    textProjectedAggregator: {
+      projectedFields() {
+        return [];
+      },
+      addProjectedText() {
+        return "";
+      },
     },
   };
 }

@@ -45,6 +45,17 @@ export const textPackedTransformer = packed.textPackedTransformer;
 export const projectedTransformer = packed.projectedTransformer;
 "#;
 
+/// The entry module of an aggregate: the plugin's exports and, beside its
+/// `aggregator`, the SDK's text and projected-text exports of the same
+/// aggregate (the `text-projected-aggregate` world).
+const AGGREGATE_ENTRY: &str = r#"export * from "./plugin.js";
+import { aggregator } from "./plugin.js";
+import { aggregateExports } from "./sluice.js";
+const text = aggregateExports(aggregator);
+export const textAggregator = text.textAggregator;
+export const textProjectedAggregator = text.textProjectedAggregator;
+"#;
+
 /// Builds the JavaScript plugin in `dir` for `world`; intermediate files go
 /// to `scratch`.
 pub(super) fn build(
@@ -72,15 +83,19 @@ pub(super) fn build(
         sdk::World::Aggregate => sdk::JS_NO_STATE,
     };
     sdk::write(&staged, "sluice-state.js", state)?;
-    // Transforms are built for `projected-transform`: an entry module
-    // exports the plugin's own exports and, beside its `transformer`, the
-    // SDK's packed-text and projected exports of the same plugin.
+    // Transforms are built for `projected-transform`, aggregates for
+    // `text-projected-aggregate`: an entry module exports the plugin's own
+    // exports and, beside them, the SDK's exports of the same plugin for
+    // the world's other interfaces.
     let (entry, world_name) = match world {
         sdk::World::Transform => (
             sdk::write(&staged, "sluice-entry.js", TRANSFORM_ENTRY)?,
             "projected-transform",
         ),
-        sdk::World::Aggregate => (staged.join("plugin.js"), world.name()),
+        sdk::World::Aggregate => (
+            sdk::write(&staged, "sluice-entry.js", AGGREGATE_ENTRY)?,
+            "text-projected-aggregate",
+        ),
     };
     let output = scratch.join("component.wasm");
     progress.step("componentize-js");

@@ -374,7 +374,7 @@ fn python_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
 
 #[test]
 fn js_aggregate_plugin_new_build_and_test_group_by_key_and_window() {
-    aggregate_dev_loop("js", "sluice:plugin/aggregate");
+    aggregate_dev_loop("js", "sluice:plugin/text-projected-aggregate");
 }
 
 #[test]

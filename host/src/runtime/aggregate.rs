@@ -22,10 +22,10 @@
 //! `add-projected` call per batch: the spans the source found in its own
 //! pass over each record ([`crate::record::FieldSpans`]), or found here.
 //! An answer it does not read goes through `add-packed`; a fault, group by
-//! group as above. A `text-projected-aggregate` plugin (the Python SDK's)
-//! gets the same call as `add-projected-text`, its answer as a string; it
-//! has no `add-packed`, so an answer it does not read goes group by group
-//! through `add-text`.
+//! group as above. A `text-projected-aggregate` plugin (the Python and
+//! JavaScript SDKs') gets the same call as `add-projected-text`, its answer
+//! as a string; it has no `add-packed`, so an answer it does not read goes
+//! group by group through `add-text`.
 
 use super::bindings::aggregate::Aggregate;
 use super::bindings::fast_aggregate::FastAggregate;

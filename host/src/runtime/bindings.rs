@@ -13,7 +13,7 @@
 //!   JSON fields the plugin reads found by the host; the Rust SDK exports
 //!   it), `text-aggregate` (results as strings) and
 //!   `text-projected-aggregate` (adds the projected `add` with its answer
-//!   as a string; the Python SDK exports it).
+//!   as a string; the Python and JavaScript SDKs export it).
 
 /// Bindings for the `transform` world.
 pub mod typed {

@@ -44,7 +44,7 @@ pub enum PluginWorld {
     TextAggregate,
     /// `sluice:plugin/text-projected-aggregate`: `text-aggregate` plus the
     /// projected `add` for whole batches, its answer as a string (Python
-    /// plugins).
+    /// and JavaScript plugins).
     TextProjectedAggregate,
 }
 

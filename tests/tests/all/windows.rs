@@ -1030,7 +1030,8 @@ fn the_packed_aggregate_path_adds_a_whole_batch_in_one_call() {
 /// made the records. Both give the model's results and dead letters, for
 /// one worker and for several, with the field anywhere in the record,
 /// escaped keys, duplicates (the last counts) and values that are not
-/// integers; so does the Python SDK's batched `add-projected-text`.
+/// integers; so do the Python and JavaScript SDKs' batched
+/// `add-projected-text`.
 #[test]
 fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     use sluice_host::window::RECORDS_PROJECTED_AHEAD_COUNTER;
@@ -1072,9 +1073,15 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     }
     std::fs::write(&input, lines).unwrap();
     let rust = sluice_tests::plugin("count-sum");
-    // The Python template `sluice plugin new --world aggregate` makes.
-    let python =
-        sluice_tests::scaffolded_aggregate(dir.path(), sluice_cli::build::Language::Python);
+    // The Python and JavaScript templates `sluice plugin new --world
+    // aggregate` makes (each in its own directory).
+    let scaffolded = |language, name: &str| {
+        let parent = dir.path().join(name);
+        std::fs::create_dir_all(&parent).unwrap();
+        sluice_tests::scaffolded_aggregate(&parent, language)
+    };
+    let python = scaffolded(sluice_cli::build::Language::Python, "python");
+    let js = scaffolded(sluice_cli::build::Language::JavaScript, "js");
     let identity = sluice_tests::plugin("identity");
     let all = 3000;
     let after_identity = format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n");
@@ -1082,16 +1089,12 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
         ("found-by-the-source", &rust, "", 1, all),
         ("found-by-the-source-two-workers", &rust, "", 2, all),
         ("found-by-the-host", &rust, after_identity.as_str(), 1, 0),
-        // The Python SDK's `add-projected-text`: the same batch and
-        // answer, as a string.
+        // The Python and JavaScript SDKs' `add-projected-text`: the same
+        // batch and answer, as a string.
         ("python-found-by-the-source", &python, "", 1, all),
-        (
-            "python-found-by-the-host",
-            &python,
-            after_identity.as_str(),
-            1,
-            0,
-        ),
+        ("python-found-by-the-host", &python, &after_identity, 1, 0),
+        ("js-found-by-the-source", &js, "", 1, all),
+        ("js-found-by-the-host", &js, &after_identity, 1, 0),
     ] {
         let run = run_user_windows(
             dir.path(),
@@ -1103,7 +1106,7 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             "config = { field = \"amount\" }",
         );
         assert_eq!(run.snapshot.dead_letters, bad, "{case}: {:?}", run.snapshot);
-        let reason = match count_sum == &python {
+        let reason = match count_sum == &python || count_sum == &js {
             true => "field `amount` must be an integer",
             false => "field `amount` is not an integer",
         };
