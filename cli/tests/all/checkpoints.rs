@@ -345,9 +345,18 @@ fn iceberg_reference(records: u64, workers: usize) -> Outputs {
     job.outputs()
 }
 
+/// The generator's pace during [`kill_loop`], records per second: a third
+/// of the jobs' own, so that the kills land before the input runs out even
+/// when a loaded machine keeps each run alive longer (at the full pace one
+/// CI run landed only 9 of 20).
+const KILL_LOOP_RATE: u64 = 20_000;
+
 /// Kills `job`'s runs with SIGKILL `kills` times, each at a random moment
-/// after the committed output last grew, then runs it to the end.
+/// after the committed output last grew, then runs it to the end; the
+/// input is paced at [`KILL_LOOP_RATE`] from here on (event times do not
+/// depend on the pace, so the outputs stay comparable).
 fn kill_loop(job: &Job, kills: usize) -> String {
+    job.set_rate(KILL_LOOP_RATE);
     let mut chaos = Chaos::new();
     let mut landed_mid_stream = 0;
     for _ in 0..kills {
@@ -382,10 +391,6 @@ fn sigkill_at_random_moments_changes_nothing_in_the_output() {
     const RECORDS: u64 = 120_000;
     let expected = reference(RECORDS, 2);
     let job = Job::new(RECORDS, 2, "exactly-once");
-    // A third of the reference's pace: the 20 kills land mid-stream even
-    // when a loaded machine keeps each run alive longer (9 of 20 did at
-    // the full pace in one CI run).
-    job.set_rate(20_000);
     let last = kill_loop(&job, 20);
     assert!(last.contains("restored checkpoint"), "{last}");
     let (windows, dead_letters) = job.outputs();
@@ -410,7 +415,6 @@ fn an_iceberg_table_holds_every_window_once_after_20_sigkills() {
     const RECORDS: u64 = 120_000;
     let expected = iceberg_reference(RECORDS, 2);
     let job = Job::with_iceberg(RECORDS, 2, "exactly-once");
-    job.set_rate(20_000);
     let last = kill_loop(&job, 20);
     assert!(last.contains("restored checkpoint"), "{last}");
     let (windows, dead_letters) = job.outputs();
