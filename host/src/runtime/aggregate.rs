@@ -439,11 +439,8 @@ impl PluginAggregator {
             sluice_wire::projected::ProjectedBatchWriter::append_to(input, records, fields.len())
                 .map_err(projected_error)?;
         let mut found_by_source = 0;
-        self.field_slots.clear();
         for record in groups.iter().flat_map(|group| group.records) {
-            if !fields.is_empty()
-                && super::projection::record_slots(record, fields, &mut self.field_slots)
-            {
+            if super::projection::record_slots(record, fields, &mut self.field_slots) {
                 found_by_source += 1;
             }
             writer

@@ -35,12 +35,17 @@ pub(crate) fn project(value: &[u8], names: &[String], slots: &mut Vec<FieldSlot>
 /// The projected slots of `record`'s fields `names`, written to `slots`
 /// (cleared first): the spans its source found in its own pass
 /// ([`crate::record::FieldSpans`]) if it found these (`true`), else found
-/// here ([`project`]; `false`).
+/// here ([`project`]; `false`). No names: no slots, and the value is not
+/// scanned (a batch sent projected with no fields).
 pub(crate) fn record_slots(
     record: &crate::record::Record,
     names: &[String],
     slots: &mut Vec<FieldSlot>,
 ) -> bool {
+    if names.is_empty() {
+        slots.clear();
+        return false;
+    }
     let spans = record
         .read_fields
         .as_deref()
