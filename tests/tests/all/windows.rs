@@ -1082,6 +1082,27 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
     };
     let python = scaffolded(sluice_cli::build::Language::Python, "python");
     let js = scaffolded(sluice_cli::build::Language::JavaScript, "js");
+    // The Python template without `json_fields`: a Python aggregate has no
+    // packed `add`, so it still gets whole batches (no field found; each
+    // record parsed in Python).
+    let python_without_fields = {
+        let parent = dir.path().join("python-without-fields");
+        std::fs::create_dir_all(&parent).unwrap();
+        let plugin = sluice_cli::scaffold::new_plugin(
+            &parent,
+            "count-sum",
+            sluice_cli::build::Language::Python,
+            sluice_cli::scaffold::TemplateWorld::Aggregate,
+            &sluice_cli::scaffold::default_sdk_path(),
+        )
+        .unwrap();
+        let app = plugin.join("app.py");
+        let text = std::fs::read_to_string(&app).unwrap();
+        let without = text.replace("self.json_fields = (self.field,)", "pass");
+        assert_ne!(without, text, "the template names its field");
+        std::fs::write(&app, without).unwrap();
+        sluice_tests::build_plugin_dir(&plugin)
+    };
     let identity = sluice_tests::plugin("identity");
     let all = 3000;
     let after_identity = format!("[[operators]]\nname = \"identity\"\nplugin = {identity:?}\n\n");
@@ -1095,6 +1116,7 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
         ("python-found-by-the-host", &python, &after_identity, 1, 0),
         ("js-found-by-the-source", &js, "", 1, all),
         ("js-found-by-the-host", &js, &after_identity, 1, 0),
+        ("python-without-fields", &python_without_fields, "", 1, 0),
     ] {
         let run = run_user_windows(
             dir.path(),
@@ -1106,7 +1128,8 @@ fn the_projected_aggregate_path_sums_the_field_wherever_it_is_found() {
             "config = { field = \"amount\" }",
         );
         assert_eq!(run.snapshot.dead_letters, bad, "{case}: {:?}", run.snapshot);
-        let reason = match count_sum == &python || count_sum == &js {
+        let scaffolded = [&python, &js, &python_without_fields];
+        let reason = match scaffolded.contains(&count_sum) {
             true => "field `amount` must be an integer",
             false => "field `amount` is not an integer",
         };
