@@ -35,10 +35,7 @@ fn identity_returns_every_record_unchanged_on_both_paths() {
     let runtime = runtime();
     let store = state_backend();
     for mode in [CallMode::Packed, CallMode::Typed] {
-        let limits = PluginLimits {
-            call_mode: mode,
-            ..PluginLimits::default()
-        };
+        let limits = limits_with(mode);
         let mut identity = operator(&runtime, &store, "t", "identity", limits, &[]);
         let input = sample(300);
         let mut out = Collector::default();
@@ -58,10 +55,7 @@ fn main_side_and_dead_letter_outputs_of_one_batch_each_get_theirs() {
     let runtime = runtime();
     let store = state_backend();
     for mode in [CallMode::Packed, CallMode::Typed] {
-        let limits = PluginLimits {
-            call_mode: mode,
-            ..PluginLimits::default()
-        };
+        let limits = limits_with(mode);
         // A tenant per path: the counts are kept in state.
         let tenant = format!("{mode:?}");
         let mut counter = operator(&runtime, &store, &tenant, "running-count", limits, &[]);
@@ -307,10 +301,7 @@ fn plugin_instance(
         .unwrap_or_else(|e| panic!("load {plugin}: {e}"));
     let scope = OperatorScope::new("t", "test", plugin);
     let store = state_backend().open(&scope, None).expect("state");
-    let limits = PluginLimits {
-        call_mode: mode,
-        ..PluginLimits::default()
-    };
+    let limits = limits_with(mode);
     let config = config
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -635,5 +626,13 @@ fn js_field_reads_and_replacing_emits_agree_with_python_on_every_path() {
         assert_eq!(failed[0], expected_failed[0], "{mode:?} {config:?}");
         assert_eq!(failed[1].0, expected_failed[1].0);
         assert!(failed[1].1.starts_with("invalid JSON value"), "{failed:?}");
+    }
+}
+
+/// The default limits, calling the plugin the `mode` way.
+fn limits_with(mode: CallMode) -> PluginLimits {
+    PluginLimits {
+        call_mode: mode,
+        ..PluginLimits::default()
     }
 }
