@@ -313,33 +313,34 @@ impl FileSource {
                 .map_err(|e| format!("invalid JSON: {e}"));
             return self.read_document_fields(record, parsed);
         };
-        // `found` holds the key's value, then the timestamp's (each if set).
-        let timestamp = self
-            .timestamp_pointer
-            .as_ref()
-            .map(|_| found.pop().flatten());
-        let key = self
-            .key_pointer
-            .as_ref()
-            .and_then(|_| found.pop().flatten());
-        if let Some(timestamp) = timestamp {
+        // `found` ends with the key's value, then the timestamp's (each if
+        // set). They are read where they lie and then truncated away (a
+        // `FieldValue` is 40 bytes: moving each out was a measurable part
+        // of this loop).
+        if self.timestamp_pointer.is_some() {
             let field = self.options.timestamp_field.as_deref().unwrap_or_default();
-            record.event_time = Some(match timestamp {
-                Some(FieldValue::Int(time)) => check_event_time(time)?,
-                Some(other) => {
+            record.event_time = Some(match found.last() {
+                Some(Some(FieldValue::Int(time))) => check_event_time(*time)?,
+                Some(Some(other)) => {
                     return Err(format!(
                         "timestamp field `{field}` is not an integer (found {})",
                         other.to_json()
                     ));
                 }
-                None => return Err(format!("timestamp field `{field}` is missing")),
+                _ => return Err(format!("timestamp field `{field}` is missing")),
             });
+            found.truncate(found.len().saturating_sub(1));
         }
-        record.key = match key {
-            None | Some(FieldValue::Other(Value::Null)) => None,
-            Some(FieldValue::Str(text)) => Some(Bytes::from(text)),
-            Some(other) => Some(Bytes::from(other.key_bytes())),
-        };
+        if self.key_pointer.is_some() {
+            record.key = match found.last_mut() {
+                None | Some(None | Some(FieldValue::Other(Value::Null))) => None,
+                Some(Some(FieldValue::Str(text))) => Some(Bytes::from(std::mem::take(text))),
+                Some(Some(other)) => Some(Bytes::from(other.key_bytes())),
+            };
+            found.truncate(found.len().saturating_sub(1));
+        } else {
+            record.key = None;
+        }
         // What is left of `found` are the fields read ahead.
         let spans = self.project_ahead.as_ref().map(|names| FieldSpans {
             names: names.clone(),
