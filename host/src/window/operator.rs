@@ -956,6 +956,11 @@ impl Operator for WindowOperator {
         self.field_values = fields;
         self.key_bytes = key_bytes;
 
+        // Most batches have no record to send on: they are dropped where
+        // they are (taking each 144-byte record out to look at it was ~2 %
+        // of a window's run).
+        let unsent = reasons.len() + late.len() + rejected.len();
+        let batch = if unsent == 0 { Vec::new() } else { batch };
         for (index, record) in batch.into_iter().enumerate() {
             if let Some(reason) = reasons.remove(&index) {
                 self.dead_letter(record, DeadLetterClass::Invalid, &reason, out);
