@@ -396,9 +396,11 @@ impl<'de, P: AsRef<FieldPath>> Visitor<'de> for KeyMatcher<'_, P> {
     fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<KeyMatch, E> {
         let index = |found: Option<usize>| found.map_or(KeyMatch::NONE, |i| i as u32);
         Ok(KeyMatch {
-            path: index(self.paths.iter().position(
-                |p| matches!(p.as_ref(), FieldPath::Top(name) if same_name(name, key)),
-            )),
+            path: index(
+                self.paths.iter().position(
+                    |p| matches!(p.as_ref(), FieldPath::Top(name) if same_name(name, key)),
+                ),
+            ),
             span: index(
                 self.span_names
                     .and_then(|names| names.iter().position(|name| same_name(name, key))),
