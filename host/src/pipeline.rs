@@ -36,7 +36,8 @@ use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{
-    MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl, ttl,
+    LazyStateBackend, MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend, StateTtl,
+    ttl,
 };
 use crate::time::WatermarkStrategy;
 use crate::window::{
@@ -221,12 +222,16 @@ pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>
     let backend: Arc<dyn StateBackend> = match pipeline.state_backend {
         StateBackendKind::Memory => Arc::new(MemoryStateBackend::default()),
         StateBackendKind::Rocksdb => {
-            let opened = match &pipeline.state_dir {
-                Some(dir) => RocksStateBackend::open(&loaded.resolve_path(dir)),
-                None => RocksStateBackend::temporary(),
+            let Some(dir) = &pipeline.state_dir else {
+                // State that lives as long as this run starts empty: the
+                // database is made when an operator first uses state, so a
+                // pipeline that keeps none never pays for one.
+                return Ok(Arc::new(LazyStateBackend::new(|| {
+                    Ok(Arc::new(RocksStateBackend::temporary()?))
+                })));
             };
-            let backend =
-                opened.map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+            let backend = RocksStateBackend::open(&loaded.resolve_path(dir))
+                .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
             backend
                 .claim_max_parallelism(pipeline.max_parallelism)
                 .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;

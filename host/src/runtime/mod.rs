@@ -210,6 +210,10 @@ impl PluginRuntime {
             .total_core_instances(config.max_instances * 8)
             .total_memories(config.max_instances * 2)
             .total_tables(config.max_instances * 8)
+            // Plugins run on the calling thread's stack (no async calls,
+            // no fibers): a pool of fiber stacks would only cost one
+            // mprotect per slot at start-up (~4 ms of CPU for 1,000).
+            .total_stacks(0)
             .max_memories_per_component(4)
             .max_tables_per_component(16)
             .max_core_instance_size(4 << 20)

@@ -18,11 +18,13 @@
 
 pub mod directory;
 pub mod key_group;
+mod lazy;
 mod memory;
 pub mod merge;
 mod rocks;
 pub mod ttl;
 
+pub use lazy::LazyStateBackend;
 pub use memory::MemoryStateBackend;
 pub use rocks::RocksStateBackend;
 pub use ttl::{ProcessingClock, StateTtl};
@@ -273,7 +275,48 @@ mod tests {
                 "rocksdb",
                 Box::new(RocksStateBackend::temporary().expect("temporary RocksDB")),
             ),
+            ("lazy rocksdb", Box::new(lazy_rocksdb())),
         ]
+    }
+
+    fn lazy_rocksdb() -> LazyStateBackend {
+        LazyStateBackend::new(|| Ok(Arc::new(RocksStateBackend::temporary()?)))
+    }
+
+    #[test]
+    fn a_lazy_backend_opens_when_an_operator_first_uses_its_state() {
+        let backend = lazy_rocksdb();
+        let stateless = backend.open(&scope("t", "p", "filter"), None).unwrap();
+        let counting = backend.open(&scope("t", "p", "count"), None).unwrap();
+        stateless.flush().unwrap();
+        stateless.compact().unwrap();
+        assert_eq!(stateless.usage().unwrap(), StateUsage::default());
+        assert_eq!(counting.usage().unwrap(), StateUsage::default());
+        assert!(!backend.is_open(), "nothing read or wrote state yet");
+        counting.put(b"k", b"1").unwrap();
+        assert!(backend.is_open());
+        assert_eq!(counting.get(b"k").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(counting.usage().unwrap().keys, 1);
+        // The other operator's store opens in the same database, empty.
+        assert_eq!(stateless.get(b"k").unwrap(), None);
+        assert_eq!(stateless.usage().unwrap().keys, 0);
+    }
+
+    #[test]
+    fn a_lazy_backend_that_cannot_open_fails_each_use_of_state() {
+        let backend = LazyStateBackend::new(|| {
+            Err(StateError {
+                operator: "*".into(),
+                message: "no space left".into(),
+            })
+        });
+        let store = backend.open(&scope("t", "p", "count"), None).unwrap();
+        assert_eq!(store.usage().unwrap(), StateUsage::default());
+        let error = store.put(b"k", b"1").unwrap_err();
+        assert_eq!(error.operator, "count");
+        assert!(error.message.contains("no space left"), "{error}");
+        assert!(store.get(b"k").is_err());
+        assert!(!store.supports_merge());
     }
 
     #[test]
