@@ -2,7 +2,7 @@
 
 use crate::json::{JsonField, JsonObject};
 use serde::Deserialize;
-use sluice_wire::projected::{ProjectedField, ProjectedFields};
+use sluice_wire::projected::{ProjectedField, ProjectedFields, same_name};
 use sluice_wire::{Bytes, InputRecord};
 
 /// One input record. Fields borrow from the batch the host sent: reading
@@ -46,7 +46,7 @@ impl<'a> Record<'a> {
     /// with [`Record::json_object`]). Of duplicate names, the last.
     pub fn field(&self, name: &str) -> Result<Option<JsonField<'a>>, String> {
         if let Some((names, fields)) = &self.projected
-            && let Some(index) = names.iter().position(|known| known == name)
+            && let Some(index) = names.iter().position(|known| same_name(known, name))
         {
             match fields.get(index) {
                 Some(Ok(ProjectedField::At(text))) => {

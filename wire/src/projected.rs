@@ -57,6 +57,22 @@ pub const NOT_AN_OBJECT: u32 = 1;
 /// Slots per record before the fields: value, key, topic, headers.
 pub const FIXED_SLOTS: usize = 4;
 
+/// Whether two field names are equal, compared in line.
+///
+/// Field names are short and looked up per record (the host matches each
+/// key of a line against the fields it reads; a plugin finds a projected
+/// field by name): `==` on two strings of equal length is a call to
+/// `memcmp` (the C library's on the host, a function of the module in a
+/// guest), ~4 % of a window's source thread (ADR 0015).
+#[inline]
+pub fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |differ, (x, y)| differ | (x ^ y))
+            == 0
+}
+
 /// Bytes of the header.
 const HEADER_BYTES: usize = 16;
 

@@ -27,7 +27,7 @@
 use crate::dataflow::LateOutput;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
-use crate::record::{Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition};
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
 use crate::window::fields::{FieldPath, FieldValue, extract};
@@ -323,7 +323,7 @@ impl IntervalJoinOperator {
             read_fields: None,
             key: (!key.is_empty()).then(|| bytes::Bytes::copy_from_slice(key)),
             value: value.into(),
-            headers: Vec::new(),
+            headers: Headers::new(),
             event_time: Some(time),
             source: SourcePosition {
                 topic: self.topic.clone(),

@@ -10,6 +10,7 @@ use crate::metrics::OperatorMetrics;
 use crate::record::{Header, Record};
 use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
 use bytes::Bytes;
+use sluice_wire::projected::same_name;
 use sluice_wire::{InputRecord, OutputItem, Route};
 use std::sync::Arc;
 use std::time::Duration;
@@ -726,7 +727,7 @@ impl Projection<'_> {
     /// Where the projection found `field` in input `input`, if it was
     /// projected.
     fn slot(&self, input: usize, field: &str) -> Option<sluice_wire::projected::FieldSlot> {
-        let index = self.fields.iter().position(|name| name == field)?;
+        let index = self.fields.iter().position(|name| same_name(name, field))?;
         self.slots.get(input * self.fields.len() + index).copied()
     }
 }

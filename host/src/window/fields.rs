@@ -4,6 +4,7 @@
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
+use sluice_wire::projected::same_name;
 
 /// A field's value, as far as windows care.
 #[derive(Debug, Clone, PartialEq)]
@@ -407,18 +408,6 @@ impl<'de, P: AsRef<FieldPath>> Visitor<'de> for KeyMatcher<'_, P> {
             ),
         })
     }
-}
-
-/// Whether two field names are equal, compared in line: names are short,
-/// and `==` on them is a call to the C library's `memcmp` for every pair
-/// of equal length (~4 % of a window's source thread, which compares each
-/// of a line's keys with the key, aggregated and timestamp fields).
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |differ, (x, y)| differ | (x ^ y))
-            == 0
 }
 
 /// Reads a value as its borrowed source text.

@@ -10,7 +10,7 @@ use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
-use crate::record::{Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
 use crate::time::checked_event_time;
@@ -490,7 +490,7 @@ impl WindowOperator {
             read_fields: None,
             key: (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key)),
             value: value.into(),
-            headers: Vec::new(),
+            headers: Headers::new(),
             event_time: Some(window.max_timestamp()),
             source: SourcePosition {
                 topic: self.topic.clone(),

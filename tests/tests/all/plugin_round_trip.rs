@@ -19,7 +19,8 @@ fn sample(n: i64) -> Vec<Record> {
             headers: vec![
                 Header::new("trace", format!("t{i}")),
                 Header::new("bin", vec![0u8, 255, i as u8]),
-            ],
+            ]
+            .into(),
             event_time: (i % 5 != 0).then_some(1_700_000_000_000 + i),
             source: SourcePosition {
                 topic: "orders".into(),
@@ -321,8 +322,8 @@ fn probe_record(value: &str, index: i64) -> Record {
         key: first.then(|| Bytes::from_static(b"k\x00")),
         value: Bytes::from(value.to_string()),
         headers: match first {
-            true => vec![Header::new("h", vec![1u8, 2])],
-            false => vec![],
+            true => vec![Header::new("h", vec![1u8, 2])].into(),
+            false => Default::default(),
         },
         event_time: first.then_some(1_700_000_000_000),
         source: SourcePosition {

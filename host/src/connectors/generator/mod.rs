@@ -14,7 +14,7 @@ mod bronze;
 mod nexmark;
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition};
 use bytes::Bytes;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -200,7 +200,7 @@ impl Source for GeneratorSource {
                     GeneratedValue::Own(bytes) => bytes,
                     GeneratedValue::InBatch(range) => buffer.slice(range),
                 },
-                headers: Vec::new(),
+                headers: Headers::new(),
                 event_time: Some(event_time),
                 source: SourcePosition {
                     topic: self.topic.clone(),
