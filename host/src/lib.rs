@@ -31,4 +31,4 @@ pub mod state;
 pub mod time;
 pub mod window;
 
-pub use record::{Header, Record, SourcePosition};
+pub use record::{Header, Record, SourcePosition, Topic};

@@ -2,6 +2,7 @@
 
 use crate::window::fields::{FieldPath, FieldValue};
 use bytes::Bytes;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// A record header (Kafka-style): a string name and opaque bytes.
@@ -23,12 +24,109 @@ impl Header {
     }
 }
 
+/// The name of the topic, file or generator a record was read from.
+///
+/// Interned: one copy of each distinct name per process, kept for the
+/// life of the process, so that a record's position is copied without a
+/// reference count. An `Arc<str>` cost an atomic increment where the
+/// source made each record and a decrement on another thread where it was
+/// dropped (ADR 0015, eighteenth step). Names are few (the topics and
+/// files pipelines read); a name read again is not copied again.
+#[derive(Clone, Copy)]
+pub struct Topic(&'static str);
+
+impl Topic {
+    /// The interned topic `name`.
+    pub fn new(name: &str) -> Topic {
+        static NAMES: std::sync::Mutex<BTreeSet<&'static str>> =
+            std::sync::Mutex::new(BTreeSet::new());
+        let mut names = NAMES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(known) = names.get(name) {
+            return Topic(known);
+        }
+        let leaked: &'static str = Box::leak(Box::from(name));
+        names.insert(leaked);
+        Topic(leaked)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::ops::Deref for Topic {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl PartialEq for Topic {
+    /// Interned names are equal when they are the same string.
+    fn eq(&self, other: &Topic) -> bool {
+        std::ptr::eq(self.0, other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for Topic {}
+
+impl std::hash::Hash for Topic {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialOrd for Topic {
+    fn partial_cmp(&self, other: &Topic) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Topic {
+    fn cmp(&self, other: &Topic) -> std::cmp::Ordering {
+        self.0.cmp(other.0)
+    }
+}
+
+impl std::fmt::Debug for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl std::fmt::Display for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl From<&str> for Topic {
+    fn from(name: &str) -> Topic {
+        Topic::new(name)
+    }
+}
+
+impl From<String> for Topic {
+    fn from(name: String) -> Topic {
+        Topic::new(&name)
+    }
+}
+
+impl serde::Serialize for Topic {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0)
+    }
+}
+
 /// Where a record was read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourcePosition {
-    /// Topic, file path or generator name. Shared: every record of a split
-    /// points at the same string.
-    pub topic: Arc<str>,
+    /// Topic, file path or generator name.
+    pub topic: Topic,
     /// Partition (split) within the topic.
     pub partition: i32,
     /// Offset of the record within the partition.
@@ -233,4 +331,26 @@ pub fn into_dead_letter(
     ));
     record.headers.push(Header::new(h::TIME, now.to_string()));
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topic_name_is_interned_once_and_compares_by_name() {
+        let orders = Topic::new("orders");
+        let again = Topic::from(String::from("orders"));
+        assert!(std::ptr::eq(orders.as_str(), again.as_str()), "one copy");
+        assert_eq!(orders, again);
+        let refunds = Topic::new("refunds");
+        assert_ne!(orders, refunds);
+        assert!(orders < refunds, "ordered by name");
+        let mut split_ids = std::collections::HashSet::new();
+        split_ids.insert((orders, 0));
+        assert!(split_ids.contains(&(Topic::new("orders"), 0)));
+        assert_eq!(&*orders, "orders");
+        assert_eq!(format!("{orders} {orders:?}"), "orders \"orders\"");
+        assert_eq!(serde_json::json!({ "topic": orders })["topic"], "orders");
+    }
 }

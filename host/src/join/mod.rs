@@ -27,7 +27,7 @@
 use crate::dataflow::LateOutput;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
-use crate::record::{Headers, Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition, Topic};
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
 use crate::window::fields::{FieldPath, FieldValue, extract};
@@ -220,7 +220,7 @@ pub struct IntervalJoinOperator {
     classifier: Arc<SideClassifier>,
     store: Arc<dyn StateStore>,
     metrics: Arc<OperatorMetrics>,
-    topic: Arc<str>,
+    topic: Topic,
     watermark: i64,
     sequence: u64,
     /// Records not written to the store yet, by store key: written at the
@@ -259,7 +259,7 @@ impl IntervalJoinOperator {
         };
         let mut operator = IntervalJoinOperator {
             classifier: Arc::new(classifier),
-            topic: Arc::from(options.name.as_str()),
+            topic: Topic::new(&options.name),
             options,
             store,
             metrics,
@@ -326,7 +326,7 @@ impl IntervalJoinOperator {
             headers: Headers::new(),
             event_time: Some(time),
             source: SourcePosition {
-                topic: self.topic.clone(),
+                topic: self.topic,
                 partition: i32::from(key_group::key_group(key, self.options.max_parallelism)),
                 offset: 0,
             },

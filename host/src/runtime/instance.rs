@@ -996,7 +996,7 @@ mod tests {
                 Record::from_value(
                     format!("{i}").into_bytes(),
                     SourcePosition {
-                        topic: Arc::from("t"),
+                        topic: "t".into(),
                         partition: 0,
                         offset: i as i64,
                     },

@@ -12,13 +12,12 @@
 //! silent split holds the watermark back forever (the failure mode the
 //! setting exists for). The emitted watermark never goes backwards.
 
-use crate::record::Record;
+use crate::record::{Record, Topic};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A source split: topic (or file, or generator) and partition.
-pub type SplitId = (Arc<str>, i32);
+pub type SplitId = (Topic, i32);
 
 /// How watermarks are derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,7 +60,7 @@ impl SplitWatermarks {
     pub fn set_splits(&mut self, splits: &[SplitId], now: Instant) {
         self.splits.retain(|id, _| splits.contains(id));
         for id in splits {
-            self.splits.entry(id.clone()).or_insert(SplitState {
+            self.splits.entry(*id).or_insert(SplitState {
                 max_event_time: None,
                 last_record: now,
                 idle: false,
@@ -73,29 +72,26 @@ impl SplitWatermarks {
     pub fn on_records(&mut self, records: &[Record], now: Instant) {
         // Highest event time per split in this batch: batches hold few
         // splits, so a short list beats a map lookup per record.
-        let mut batch_max: Vec<(&Arc<str>, i32, i64)> = Vec::new();
+        let mut batch_max: Vec<(Topic, i32, i64)> = Vec::new();
         for record in records {
             let Some(time) = record.event_time else {
                 continue;
             };
-            let (topic, partition) = (&record.source.topic, record.source.partition);
+            let (topic, partition) = (record.source.topic, record.source.partition);
             match batch_max
                 .iter_mut()
-                .find(|(t, p, _)| *p == partition && (Arc::ptr_eq(t, topic) || *t == topic))
+                .find(|(t, p, _)| *p == partition && *t == topic)
             {
                 Some((_, _, max)) => *max = (*max).max(time),
                 None => batch_max.push((topic, partition, time)),
             }
         }
         for (topic, partition, max) in batch_max {
-            let state = self
-                .splits
-                .entry((topic.clone(), partition))
-                .or_insert(SplitState {
-                    max_event_time: None,
-                    last_record: now,
-                    idle: false,
-                });
+            let state = self.splits.entry((topic, partition)).or_insert(SplitState {
+                max_event_time: None,
+                last_record: now,
+                idle: false,
+            });
             state.max_event_time = Some(state.max_event_time.map_or(max, |m| m.max(max)));
             state.last_record = now;
             state.idle = false;
@@ -166,7 +162,7 @@ impl SplitWatermarks {
                 continue;
             };
             self.splits.insert(
-                (Arc::from(topic), partition),
+                (Topic::new(topic), partition),
                 SplitState {
                     max_event_time: Some(time),
                     last_record: now,
@@ -214,11 +210,11 @@ mod tests {
     use super::*;
     use crate::record::SourcePosition;
 
-    fn record(partition: i32, time: i64, topic: &Arc<str>) -> Record {
+    fn record(partition: i32, time: i64, topic: &Topic) -> Record {
         let mut record = Record::from_value(
             Vec::new(),
             SourcePosition {
-                topic: topic.clone(),
+                topic: *topic,
                 partition,
                 offset: 0,
             },
@@ -229,7 +225,7 @@ mod tests {
 
     #[test]
     fn minimum_over_splits_minus_the_bound() {
-        let topic: Arc<str> = Arc::from("t");
+        let topic = Topic::new("t");
         let now = Instant::now();
         let mut marks = SplitWatermarks::new(WatermarkStrategy {
             max_out_of_orderness: Duration::from_millis(10),
@@ -246,14 +242,14 @@ mod tests {
 
     #[test]
     fn a_silent_split_holds_back_until_it_is_idle() {
-        let topic: Arc<str> = Arc::from("t");
+        let topic = Topic::new("t");
         let start = Instant::now();
         for idle_timeout in [None, Some(Duration::from_millis(500))] {
             let mut marks = SplitWatermarks::new(WatermarkStrategy {
                 max_out_of_orderness: Duration::ZERO,
                 idle_timeout,
             });
-            marks.set_splits(&[(topic.clone(), 0), (topic.clone(), 1)], start);
+            marks.set_splits(&[(topic, 0), (topic, 1)], start);
             marks.on_records(&[record(0, 1_000, &topic)], start);
             assert_eq!(marks.advance(start), None, "split 1 has said nothing yet");
             let later = start + Duration::from_millis(600);
@@ -279,13 +275,13 @@ mod tests {
         // A drained split and a silent one whose timeouts expire at the
         // same check: the drained split's watermark is emitted, as if the
         // silent one had gone idle first.
-        let topic: Arc<str> = Arc::from("t");
+        let topic = Topic::new("t");
         let start = Instant::now();
         let mut marks = SplitWatermarks::new(WatermarkStrategy {
             max_out_of_orderness: Duration::ZERO,
             idle_timeout: Some(Duration::from_millis(500)),
         });
-        marks.set_splits(&[(topic.clone(), 0), (topic.clone(), 1)], start);
+        marks.set_splits(&[(topic, 0), (topic, 1)], start);
         marks.on_records(&[record(0, 1_000, &topic)], start);
         assert_eq!(marks.advance(start), None);
         let later = start + Duration::from_millis(600);

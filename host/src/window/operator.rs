@@ -10,7 +10,7 @@ use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
-use crate::record::{Headers, Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition, Topic};
 use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
 use crate::time::checked_event_time;
@@ -196,7 +196,7 @@ pub struct WindowOperator {
     key_bytes: Vec<u8>,
     aggregator: Box<dyn Aggregator>,
     metrics: Arc<OperatorMetrics>,
-    topic: Arc<str>,
+    topic: Topic,
     watermark: i64,
     /// Window states: in the store, recently used ones also in memory.
     states: WindowStates,
@@ -241,7 +241,7 @@ impl WindowOperator {
             record_fields,
             field_values: Vec::new(),
             key_bytes: Vec::new(),
-            topic: Arc::from(options.name.as_str()),
+            topic: Topic::new(&options.name),
             options,
             aggregator,
             metrics,
@@ -493,7 +493,7 @@ impl WindowOperator {
             headers: Headers::new(),
             event_time: Some(window.max_timestamp()),
             source: SourcePosition {
-                topic: self.topic.clone(),
+                topic: self.topic,
                 partition: i32::from(key_group::key_group(key, self.options.max_parallelism)),
                 offset: seq as i64,
             },

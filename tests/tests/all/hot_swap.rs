@@ -22,7 +22,7 @@ fn orders(ids: std::ops::Range<u32>) -> Vec<Record> {
         Record::from_value(
             value.to_string(),
             SourcePosition {
-                topic: Arc::from("orders"),
+                topic: "orders".into(),
                 partition: 0,
                 offset: i64::from(id),
             },

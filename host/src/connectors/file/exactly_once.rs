@@ -379,7 +379,7 @@ mod tests {
         Record::from_value(
             value.as_bytes().to_vec(),
             SourcePosition {
-                topic: Arc::from("t"),
+                topic: "t".into(),
                 partition: 0,
                 offset: 0,
             },

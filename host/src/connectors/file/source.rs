@@ -7,7 +7,9 @@
 //! front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{FieldSpans, ReadFields, Record, SourcePosition, SpanList, into_dead_letter};
+use crate::record::{
+    FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
+};
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use crate::window::fields::{
@@ -51,7 +53,7 @@ pub struct FileSourceOptions {
 /// rest of the file is read on.
 pub struct FileSource {
     name: String,
-    topic: Arc<str>,
+    topic: Topic,
     options: FileSourceOptions,
     key_pointer: Option<String>,
     timestamp_pointer: Option<String>,
@@ -262,7 +264,7 @@ impl FileSource {
             .map(|field| FieldPath::parse(field))
             .collect();
         Ok(FileSource {
-            topic: Arc::from(path_name(path).as_str()),
+            topic: Topic::new(&path_name(path)),
             name,
             key_pointer: options.key_field.as_deref().map(json_pointer),
             timestamp_pointer: options.timestamp_field.as_deref().map(json_pointer),
@@ -475,7 +477,7 @@ impl Source for FileSource {
                 },
             };
             let position = SourcePosition {
-                topic: self.topic.clone(),
+                topic: self.topic,
                 partition: 0,
                 offset: self.offset,
             };

@@ -14,11 +14,10 @@ mod bronze;
 mod nexmark;
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::record::{Headers, Record, SourcePosition};
+use crate::record::{Headers, Record, SourcePosition, Topic};
 use bytes::Bytes;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What kind of records to generate.
@@ -82,7 +81,7 @@ impl Default for GeneratorOptions {
 /// A [`Source`] of generated records (one partition, offsets from 0).
 pub struct GeneratorSource {
     name: String,
-    topic: Arc<str>,
+    topic: Topic,
     options: GeneratorOptions,
     rng: ChaCha8Rng,
     next_index: u64,
@@ -98,7 +97,7 @@ impl GeneratorSource {
     pub fn new(name: impl Into<String>, options: GeneratorOptions) -> Self {
         let name = name.into();
         GeneratorSource {
-            topic: Arc::from(format!("generator:{name}").as_str()),
+            topic: Topic::new(&format!("generator:{name}")),
             rng: ChaCha8Rng::seed_from_u64(options.seed),
             nexmark: nexmark::NexmarkTables::new(options.nexmark_encoding),
             name,
@@ -203,7 +202,7 @@ impl Source for GeneratorSource {
                 headers: Headers::new(),
                 event_time: Some(event_time),
                 source: SourcePosition {
-                    topic: self.topic.clone(),
+                    topic: self.topic,
                     partition: 0,
                     offset: (first_index + i as u64) as i64,
                 },

@@ -4,7 +4,7 @@ use super::{ValueFormat, client_config};
 use crate::connectors::schema_registry::DecodeError;
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
-use crate::record::{Header, Record, SourcePosition, into_dead_letter};
+use crate::record::{Header, Record, SourcePosition, Topic, into_dead_letter};
 use crate::time::SplitId;
 use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
@@ -230,14 +230,16 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-/// The shared name of `topic` (every record of a topic points at one string).
-fn intern(topics: &mut HashMap<String, Arc<str>>, topic: &str) -> Arc<str> {
-    if let Some(shared) = topics.get(topic) {
-        return shared.clone();
+/// The interned name of `topic`, looked up in this source's own map first
+/// (a message's topic is a `&str` from librdkafka: the map saves taking
+/// the process-wide interner's lock per message).
+fn intern(topics: &mut HashMap<String, Topic>, topic: &str) -> Topic {
+    if let Some(known) = topics.get(topic) {
+        return *known;
     }
-    let shared: Arc<str> = Arc::from(topic);
-    topics.insert(topic.to_string(), shared.clone());
-    shared
+    let interned = Topic::new(topic);
+    topics.insert(topic.to_string(), interned);
+    interned
 }
 
 /// Reads records from Kafka topics as a member of a consumer group.
@@ -252,11 +254,11 @@ pub struct KafkaSource {
     consumer: BaseConsumer<SourceContext>,
     rebalances: Arc<Mutex<RebalanceLog>>,
     options: KafkaSourceOptions,
-    topics: HashMap<String, Arc<str>>,
+    topics: HashMap<String, Topic>,
     /// Next offset to read, per assigned partition.
-    positions: BTreeMap<(Arc<str>, i32), i64>,
+    positions: BTreeMap<(Topic, i32), i64>,
     /// Positions snapshotted at barriers, waiting for their checkpoint.
-    pending: BTreeMap<u64, BTreeMap<(Arc<str>, i32), i64>>,
+    pending: BTreeMap<u64, BTreeMap<(Topic, i32), i64>>,
     /// Records read and lag per partition.
     partitions: Arc<PartitionMetrics>,
     /// With `bounded`: where each partition ended at start-up
@@ -359,7 +361,7 @@ impl KafkaSource {
 }
 
 /// The low and high watermark of each partition (topic, partition).
-type Watermarks = BTreeMap<(Arc<str>, i32), (i64, i64)>;
+type Watermarks = BTreeMap<(Topic, i32), (i64, i64)>;
 
 /// The low and high watermark of every partition of `topics` now.
 fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
@@ -385,7 +387,7 @@ fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
                             partition.id()
                         )
                     })?;
-                ends.insert((Arc::from(*topic), partition.id()), (low, high));
+                ends.insert((Topic::new(topic), partition.id()), (low, high));
             }
         }
     }
@@ -397,7 +399,7 @@ fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
 /// value); `Err` when the value cannot be decoded now (its schema registry
 /// is unreachable).
 fn to_record(
-    topics: &mut HashMap<String, Arc<str>>,
+    topics: &mut HashMap<String, Topic>,
     format: &mut ValueFormat,
     timestamp_field: Option<&str>,
     message: &BorrowedMessage<'_>,
@@ -463,7 +465,7 @@ fn to_record(
 impl KafkaSource {
     /// With `bounded`: whether `offset` lies past the end of the partition
     /// `key` had at start-up.
-    fn beyond_bound(&self, key: &(Arc<str>, i32), offset: i64) -> bool {
+    fn beyond_bound(&self, key: &(Topic, i32), offset: i64) -> bool {
         self.end_offsets
             .as_ref()
             .is_some_and(|ends| ends.get(key).is_none_or(|(_, high)| offset >= *high))
@@ -501,14 +503,14 @@ impl Source for KafkaSource {
             assignment
                 .elements()
                 .iter()
-                .map(|e| (Arc::from(e.topic()), e.partition()))
+                .map(|e| (Topic::new(e.topic()), e.partition()))
                 .collect(),
         )
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
         let mut batch = SourceBatch::default();
-        let mut read_per_partition: BTreeMap<(Arc<str>, i32), u64> = BTreeMap::new();
+        let mut read_per_partition: BTreeMap<(Topic, i32), u64> = BTreeMap::new();
         let deadline = Instant::now() + self.options.poll_timeout;
         while batch.records.len() + batch.dead_letters.len() < max_records {
             // Wait for the first record up to the deadline; then take only
@@ -542,7 +544,7 @@ impl Source for KafkaSource {
                 // Written after a bounded read started: not this run's.
                 continue;
             }
-            *read_per_partition.entry(key.clone()).or_default() += 1;
+            *read_per_partition.entry(key).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
             let decoded = to_record(
                 &mut self.topics,
