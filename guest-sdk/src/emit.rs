@@ -116,13 +116,7 @@ impl<'o> Emitter<'o> {
                 && let Target::Packed(buffer) = &mut self.target
             {
                 write_value(&mut scratch);
-                let item = OutputItem::EmitReplacing {
-                    input: self.input_index,
-                    field,
-                    json: Bytes::new(&scratch),
-                };
-                // Encoding into a Vec cannot fail (no size limit, no I/O).
-                let _ = sluice_wire::append(buffer, &item);
+                sluice_wire::append_emit_replacing(buffer, self.input_index, field, &scratch);
                 return Ok(());
             }
             let object = self.input.json_object()?;
