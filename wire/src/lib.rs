@@ -255,6 +255,56 @@ pub fn append_emit_replacing(buffer: &mut Vec<u8>, input: u32, field: &str, json
     buffer.extend_from_slice(json);
 }
 
+/// Decodes the output item at the front of `buffer` and advances past it:
+/// [`take`] for an [`OutputItem`], with the projected path's
+/// [`OutputItem::EmitReplacing`] read without serde when its encoding is
+/// the plain one [`append_emit_replacing`] writes (every number in one
+/// byte or more, as postcard writes them). Anything else, and anything
+/// malformed, is decoded by postcard, so the result and the errors are
+/// postcard's (test `output_items_decode_as_postcard_decodes_them`).
+pub fn take_output_item<'a>(buffer: &mut &'a [u8]) -> Result<OutputItem<'a>, Error> {
+    if let Some((item, rest)) = emit_replacing_from(buffer) {
+        *buffer = rest;
+        return Ok(item);
+    }
+    take(buffer)
+}
+
+/// An [`OutputItem::EmitReplacing`] at the front of `bytes` and the rest,
+/// if it is one and well formed; `None` leaves the decision to postcard.
+fn emit_replacing_from(bytes: &[u8]) -> Option<(OutputItem<'_>, &[u8])> {
+    let (&2, rest) = bytes.split_first()? else {
+        return None;
+    };
+    let (input, rest) = varint_from(rest)?;
+    let input = u32::try_from(input).ok()?;
+    let (field_length, rest) = varint_from(rest)?;
+    let (field, rest) = rest.split_at_checked(usize::try_from(field_length).ok()?)?;
+    let field = core::str::from_utf8(field).ok()?;
+    let (json_length, rest) = varint_from(rest)?;
+    let (json, rest) = rest.split_at_checked(usize::try_from(json_length).ok()?)?;
+    let item = OutputItem::EmitReplacing {
+        input,
+        field,
+        json: Bytes::new(json),
+    };
+    Some((item, rest))
+}
+
+/// A varint of at most four bytes (values below 2^28: inputs, lengths)
+/// in its shortest form, and the rest; `None` for anything else.
+fn varint_from(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (index, byte) in bytes.iter().take(4).enumerate() {
+        value |= u64::from(byte & 0x7F) << (7 * index);
+        if byte & 0x80 == 0 {
+            // A last byte of 0 after others is a longer form than needed.
+            return (index == 0 || *byte != 0).then(|| (value, &bytes[index + 1..]));
+        }
+    }
+    None
+}
+
 /// The most bytes a postcard varint of a `u64` takes.
 const MAX_VARINT_BYTES: usize = 10;
 
@@ -285,34 +335,37 @@ pub fn decode_all<'a, T: Deserialize<'a>>(buffer: &'a [u8]) -> DecodeAll<'a, T> 
     DecodeAll {
         rest: buffer,
         failed: false,
-        _item: core::marker::PhantomData,
+        take: take::<T>,
     }
 }
 
-/// Iterator returned by [`decode_all`].
+/// [`decode_all`] for a plugin's packed output, each item read with
+/// [`take_output_item`].
+pub fn decode_output_items(buffer: &[u8]) -> DecodeAll<'_, OutputItem<'_>> {
+    DecodeAll {
+        rest: buffer,
+        failed: false,
+        take: take_output_item,
+    }
+}
+
+/// Iterator returned by [`decode_all`] and [`decode_output_items`].
 pub struct DecodeAll<'a, T> {
     rest: &'a [u8],
     failed: bool,
-    _item: core::marker::PhantomData<T>,
+    take: fn(&mut &'a [u8]) -> Result<T, Error>,
 }
 
-impl<'a, T: Deserialize<'a>> Iterator for DecodeAll<'a, T> {
+impl<'a, T> Iterator for DecodeAll<'a, T> {
     type Item = Result<T, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() || self.failed {
             return None;
         }
-        match postcard::take_from_bytes::<T>(self.rest) {
-            Ok((item, rest)) => {
-                self.rest = rest;
-                Some(Ok(item))
-            }
-            Err(error) => {
-                self.failed = true;
-                Some(Err(error))
-            }
-        }
+        let item = (self.take)(&mut self.rest);
+        self.failed = item.is_err();
+        Some(item)
     }
 }
 
@@ -320,6 +373,49 @@ impl<'a, T: Deserialize<'a>> Iterator for DecodeAll<'a, T> {
 mod tests {
     use super::*;
     use alloc::vec;
+
+    #[test]
+    fn output_items_decode_as_postcard_decodes_them() {
+        let mut buffers: Vec<Vec<u8>> = Vec::new();
+        for input in [0, 5, 200, 70_000, u32::MAX] {
+            for length in [0usize, 3, 127, 128, 20_000] {
+                let json = vec![b'x'; length];
+                let mut buffer = Vec::new();
+                append_emit_replacing(&mut buffer, input, "text", &json);
+                append(&mut buffer, &OutputItem::NoEmits { input }).unwrap();
+                buffers.push(buffer);
+            }
+        }
+        // Damaged and unusual encodings: truncated at every length, a bad
+        // UTF-8 field name, a length past the end, varints in a longer
+        // form than needed and too long for a u32.
+        let mut damaged = Vec::new();
+        for buffer in &buffers {
+            for end in 0..buffer.len().min(40) {
+                damaged.push(buffer[..end].to_vec());
+            }
+        }
+        damaged.push(vec![2, 0, 1, 0xFF, 0]);
+        damaged.push(vec![2, 0, 4, b't', b'e', b'x', b't', 9, b'1']);
+        damaged.push(vec![2, 0x80, 0x00, 1, b'f', 1, b'1']);
+        damaged.push(vec![2, 0x80, 0x80, 0x80, 0x80, 0x10, 1, b'f', 1, b'1']);
+        damaged.push(vec![2, 0x85, 0x80, 0x80, 0x80, 0x01, 1, b'f', 1, b'1']);
+        damaged.push(vec![2, 0, 0x81, 0x00, b'f', 1, b'1']);
+        buffers.extend(damaged);
+        for buffer in &buffers {
+            let mut fast = &buffer[..];
+            let mut by_postcard = &buffer[..];
+            loop {
+                let expected = take::<OutputItem<'_>>(&mut by_postcard);
+                let got = take_output_item(&mut fast);
+                assert_eq!(got, expected, "{buffer:?}");
+                assert_eq!(fast, by_postcard, "{buffer:?}");
+                if expected.is_err() || by_postcard.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
 
     #[test]
     fn emit_replacing_is_encoded_as_serde_encodes_it() {

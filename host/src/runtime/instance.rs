@@ -749,7 +749,7 @@ fn decode_output(
     // batch; each record's value is set to its slice once all are written.
     let mut spliced = Vec::new();
     let mut spliced_ranges: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
-    for item in sluice_wire::decode_all::<OutputItem<'_>>(&output) {
+    for item in sluice_wire::decode_output_items(&output) {
         let item = item.map_err(|e| bad_output(format!("malformed packed output: {e}")))?;
         let input_of = |index: u32| {
             inputs.get(index as usize).ok_or_else(|| {
