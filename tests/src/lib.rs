@@ -253,6 +253,39 @@ pub fn wait_while_progressing(
     }
 }
 
+/// A child process (a `sluice run` or `sluice serve`) killed if the test
+/// fails while it runs, so that a failed check does not leave it running,
+/// and taking a core, for the rest of the test run.
+pub struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    /// Holds `child` until the test stops it or fails.
+    pub fn new(child: std::process::Child) -> Self {
+        KillOnDrop(Some(child))
+    }
+
+    /// The process.
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0
+            .as_mut()
+            .expect("the process is held until into_inner")
+    }
+
+    /// The process, no longer killed on drop (the test stops it itself).
+    pub fn into_inner(mut self) -> std::process::Child {
+        self.0.take().expect("the process is held until into_inner")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM to `child` (a `sluice run`), waits for it, asserts a clean
 /// exit and returns what it printed on stderr.
 pub fn sigterm_and_wait(child: std::process::Child) -> String {

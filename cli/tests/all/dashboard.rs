@@ -8,7 +8,7 @@
 use crate::serve::{WAIT, create_tenant, create_tenant_with, free_port, sluice, start_server};
 use serde_json::json;
 use sluice_tests::kafka;
-use sluice_tests::wait_until;
+use sluice_tests::{KillOnDrop, wait_until};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -77,6 +77,13 @@ fn produce_to_partition_zero(topic: String, stop: Arc<AtomicBool>) -> std::threa
 
 /// `sluice run --http`: Kafka (one partition stalled) -> a plugin that
 /// spins on every record -> blackhole, checkpointing every second.
+///
+/// The plugin spins ~1.5-2 ms per record (500-700 records/s), a few times
+/// slower than the producer's ~2,000 records/s, so that the source is
+/// backpressured whatever the machine's speed; at 300 thousand spins
+/// (2,000-4,000 records/s) it kept up with the producer on a fast phase of
+/// the machine and the source was never backpressured. A batch of 16
+/// stays well within the plugin's 100 ms CPU deadline.
 #[test]
 fn the_dashboard_of_sluice_run_shows_rates_backpressure_a_stalled_partition_and_checkpoints() {
     let topic = kafka::unique_topic("dashboard");
@@ -119,7 +126,7 @@ start = "earliest"
 [[operators]]
 name = "slow"
 plugin = "{slow}"
-config = {{ record_spin_thousands = "300" }}
+config = {{ record_spin_thousands = "1500" }}
 
 [sink.blackhole]
 "#,
@@ -130,15 +137,17 @@ config = {{ record_spin_thousands = "300" }}
     )
     .expect("write");
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--quiet", "--http", &format!("127.0.0.1:{port}")])
-        .arg(&file)
-        .spawn()
-        .expect("sluice run");
+    let mut child = KillOnDrop::new(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["run", "--quiet", "--http", &format!("127.0.0.1:{port}")])
+            .arg(&file)
+            .spawn()
+            .expect("sluice run"),
+    );
     let url = format!("http://127.0.0.1:{port}");
     wait_until("the dashboard to answer", WAIT, || {
         assert!(
-            child.try_wait().expect("wait").is_none(),
+            child.child().try_wait().expect("wait").is_none(),
             "sluice run ended"
         );
         reqwest::blocking::get(format!("{url}/api/v1/status")).is_ok()
@@ -154,7 +163,7 @@ config = {{ record_spin_thousands = "300" }}
     }));
     stop.store(true, Ordering::Relaxed);
     let _ = producer.join();
-    sluice_tests::sigterm_and_wait(child);
+    sluice_tests::sigterm_and_wait(child.into_inner());
 }
 
 /// A pipeline of `sluice serve` that produces one record a second, without

@@ -10,7 +10,8 @@
 
 use sluice_tests::kafka::{committed, create_topic, read_to_end, unique_topic};
 use sluice_tests::{
-    Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until, wait_while_progressing,
+    KillOnDrop, Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until,
+    wait_while_progressing,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -303,12 +304,12 @@ transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
 /// checkpoint says it is past opening and running.)
 fn drain(setup: &Setup) {
     let newest = setup.newest_manifest();
-    let mut last = KillOnDrop(setup.spawn());
-    setup.wait_until_drained(&mut last.0);
+    let mut last = KillOnDrop::new(setup.spawn());
+    setup.wait_until_drained(last.child());
     wait_until("a checkpoint of the draining run", WAIT, || {
-        setup.newest_manifest() > newest || last.0.try_wait().ok().flatten().is_some()
+        setup.newest_manifest() > newest || last.child().try_wait().ok().flatten().is_some()
     });
-    let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
+    let last = last.into_inner();
     sigterm_and_wait(last);
 }
 
@@ -331,10 +332,10 @@ fn chaos(setup: &Setup, kills: usize) {
     for kill in 0..kills {
         let before = setup.written();
         let newest = setup.newest_manifest();
-        let mut child = KillOnDrop(setup.spawn());
+        let mut child = KillOnDrop::new(setup.spawn());
         wait_until("output from the restarted run", WAIT, || {
             setup.written() > before
-                || child.0.try_wait().ok().flatten().is_some()
+                || child.child().try_wait().ok().flatten().is_some()
                 || setup.drained()
         });
         assert!(
@@ -348,11 +349,12 @@ fn chaos(setup: &Setup, kills: usize) {
         // a checkpoint to restore.
         if kill == 0 || random(3) == 0 {
             wait_until("a checkpoint of the restarted run", WAIT, || {
-                setup.newest_manifest() >= newest + 2 || child.0.try_wait().ok().flatten().is_some()
+                setup.newest_manifest() >= newest + 2
+                    || child.child().try_wait().ok().flatten().is_some()
             });
         }
         std::thread::sleep(Duration::from_millis(random(400)));
-        let child = &mut child.0;
+        let child = child.child();
         if let Some(status) = child.try_wait().expect("try_wait") {
             panic!(
                 "run {kill} ended by itself ({status}): {}",
@@ -367,24 +369,14 @@ fn chaos(setup: &Setup, kills: usize) {
             std::thread::sleep(Duration::from_millis(TRANSACTION_TIMEOUT_MS + 2_000));
         }
     }
-    let mut last = KillOnDrop(setup.spawn());
+    let mut last = KillOnDrop::new(setup.spawn());
     let started = Instant::now();
-    setup.wait_until_drained(&mut last.0);
+    setup.wait_until_drained(last.child());
     eprintln!("drained in {:?}", started.elapsed());
-    let last = std::mem::replace(&mut last.0, Command::new("true").spawn().expect("true"));
+    let last = last.into_inner();
     sigterm_and_wait(last);
     let log = setup.last_log();
     assert!(log.contains("restored checkpoint"), "{log}");
-}
-
-/// A `sluice` process killed if the test fails while it runs.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// What a `read_committed` reader sees, checked against the input.
@@ -544,26 +536,26 @@ fn a_kafka_zombie_is_fenced_and_every_failpoint_recovers_exactly_once() {
     // Zombie: SIGSTOP a run after it completed a checkpoint, let a second
     // run take over and finish, then SIGCONT the first.
     let setup = Setup::new(60_000, "exactly-once");
-    let mut zombie = KillOnDrop(setup.spawn());
+    let mut zombie = KillOnDrop::new(setup.spawn());
     wait_until("a checkpoint of the first run", WAIT, || {
         setup.newest_manifest() >= 2
     });
     let status = Command::new("kill")
-        .args(["-STOP", &zombie.0.id().to_string()])
+        .args(["-STOP", &zombie.child().id().to_string()])
         .status()
         .expect("kill -STOP");
     assert!(status.success());
     drain(&setup);
     let taken_over = setup.written();
     let status = Command::new("kill")
-        .args(["-CONT", &zombie.0.id().to_string()])
+        .args(["-CONT", &zombie.child().id().to_string()])
         .status()
         .expect("kill -CONT");
     assert!(status.success());
     // Its producers were fenced by the second run's, its checkpoint ids
     // taken by the second run's fence: whatever it tries next fails (which
     // error comes first depends on where it was stopped).
-    let exit = zombie.0.wait().expect("wait for the zombie");
+    let exit = zombie.child().wait().expect("wait for the zombie");
     let log = std::fs::read_to_string(setup.dir.path().join("run-000.log")).unwrap_or_default();
     assert!(!exit.success(), "the zombie must fail, not go on: {log}");
     assert_exactly_once(&setup);
