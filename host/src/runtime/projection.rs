@@ -87,9 +87,11 @@ pub(crate) fn replace_field_into(
     known: Option<FieldSlot>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    if serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err() {
+    // UTF-8 throughout, skipped strings too, as every JSON value the host
+    // reads (serde_json alone does not check the strings it skips).
+    if crate::window::fields::check_json(json).is_err() {
         return Err(format!(
-            "the new value of field `{field}` is not one JSON value"
+            "the new value of field `{field}` is not one JSON value in UTF-8"
         ));
     }
     let (span, entries) = match known {
@@ -233,6 +235,10 @@ mod tests {
         );
         assert!(replace_field(b"[1]", "a", b"1", None).is_err());
         assert!(replace_field(value, "text", b"ABC", None).is_err());
+        // A new value is UTF-8 throughout, as the record it goes into.
+        let refused = replace_field(value, "text", b"\"AB\xFFC\"", None).unwrap_err();
+        assert!(refused.contains("not one JSON value"), "{refused}");
+        assert!(replace_field(value, "text", "\"ÅBC\"".as_bytes(), None).is_ok());
     }
 
     #[test]

@@ -240,7 +240,7 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
 
 /// Checks that `document` is one JSON value in UTF-8 (all of it, skipped
 /// strings too), building nothing: what a JSON-lines source asks of a line
-/// it reads no field of.
+/// it reads no field of, and the host of a new value a plugin splices in.
 pub fn check_json(document: &[u8]) -> Result<(), String> {
     let text = utf8_text(document).map_err(|e| format!("invalid JSON: {e}"))?;
     serde_json::from_str::<IgnoredAny>(text)
