@@ -244,10 +244,8 @@ pub fn append<T: Serialize>(buffer: &mut Vec<u8>, item: &T) -> Result<(), Error>
 /// plugin's batch (ADR 0015, eighteenth step). The test
 /// `emit_replacing_is_encoded_as_serde_encodes_it` holds the two equal.
 pub fn append_emit_replacing(buffer: &mut Vec<u8>, input: u32, field: &str, json: &[u8]) {
-    /// `OutputItem::EmitReplacing`'s position among the variants.
-    const VARIANT: u64 = 2;
     buffer.reserve(4 * MAX_VARINT_BYTES + field.len() + json.len());
-    push_varint(buffer, VARIANT);
+    push_varint(buffer, u64::from(EMIT_REPLACING_VARIANT));
     push_varint(buffer, u64::from(input));
     push_varint(buffer, field.len() as u64);
     buffer.extend_from_slice(field.as_bytes());
@@ -255,13 +253,17 @@ pub fn append_emit_replacing(buffer: &mut Vec<u8>, input: u32, field: &str, json
     buffer.extend_from_slice(json);
 }
 
+/// `OutputItem::EmitReplacing`'s position among the variants: the first
+/// byte of its postcard encoding.
+const EMIT_REPLACING_VARIANT: u8 = 2;
+
 /// Decodes the output item at the front of `buffer` and advances past it:
 /// [`take`] for an [`OutputItem`], with the projected path's
-/// [`OutputItem::EmitReplacing`] read without serde when its encoding is
-/// the plain one [`append_emit_replacing`] writes (every number in one
-/// byte or more, as postcard writes them). Anything else, and anything
-/// malformed, is decoded by postcard, so the result and the errors are
-/// postcard's (test `output_items_decode_as_postcard_decodes_them`).
+/// [`OutputItem::EmitReplacing`] read without serde when every number in
+/// it (input, lengths) is below 2^28 and in its shortest form, as
+/// [`append_emit_replacing`] and postcard write them. Anything else, and
+/// anything malformed, is decoded by postcard, so the result and the
+/// errors are postcard's (test `output_items_decode_as_postcard_decodes_them`).
 pub fn take_output_item<'a>(buffer: &mut &'a [u8]) -> Result<OutputItem<'a>, Error> {
     if let Some((item, rest)) = emit_replacing_from(buffer) {
         *buffer = rest;
@@ -273,7 +275,7 @@ pub fn take_output_item<'a>(buffer: &mut &'a [u8]) -> Result<OutputItem<'a>, Err
 /// An [`OutputItem::EmitReplacing`] at the front of `bytes` and the rest,
 /// if it is one and well formed; `None` leaves the decision to postcard.
 fn emit_replacing_from(bytes: &[u8]) -> Option<(OutputItem<'_>, &[u8])> {
-    let (&2, rest) = bytes.split_first()? else {
+    let (&EMIT_REPLACING_VARIANT, rest) = bytes.split_first()? else {
         return None;
     };
     let (input, rest) = varint_from(rest)?;
@@ -382,6 +384,12 @@ mod tests {
                 let json = vec![b'x'; length];
                 let mut buffer = Vec::new();
                 append_emit_replacing(&mut buffer, input, "text", &json);
+                // Read without postcard when its numbers fit the fast path.
+                assert_eq!(
+                    emit_replacing_from(&buffer).is_some(),
+                    input < 1 << 28,
+                    "input {input}, length {length}"
+                );
                 append(&mut buffer, &OutputItem::NoEmits { input }).unwrap();
                 buffers.push(buffer);
             }
