@@ -5,6 +5,9 @@
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use sluice_wire::projected::same_name;
+use smallvec::SmallVec;
+
+use crate::json_scan::{self, FieldName, JsonDocument, ScannedField};
 
 /// A field's value, as far as windows care.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,11 +153,12 @@ pub fn extract<P: AsRef<FieldPath>>(
 /// document that checks its syntax and builds nothing but the values asked
 /// for: keys are compared where they lie in the document (copied only when
 /// they hold escapes), other values are skipped.
-pub fn extract_into<P: AsRef<FieldPath>>(
-    document: &[u8],
+pub fn extract_into<'d, P: AsRef<FieldPath>>(
+    document: impl Into<JsonDocument<'d>>,
     paths: &[P],
     found: &mut Vec<Option<FieldValue>>,
 ) -> Result<(), String> {
+    let document = document.into();
     fill_appended(found, paths.len(), |slots| {
         extract_at(document, paths, slots)
     })
@@ -178,7 +182,7 @@ fn fill_appended<T>(
 
 /// Fills `found` (one slot per path) from `document`.
 fn extract_at<P: AsRef<FieldPath>>(
-    document: &[u8],
+    document: JsonDocument<'_>,
     paths: &[P],
     found: &mut [Option<FieldValue>],
 ) -> Result<(), String> {
@@ -186,13 +190,16 @@ fn extract_at<P: AsRef<FieldPath>>(
         .iter()
         .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
     {
-        let text = utf8_text(document)?;
+        if scan_top_level_simd(document, paths, found, None).is_some() {
+            return Ok(());
+        }
+        let text = utf8_text(document.bytes())?;
         return scan_top_level(text, paths, found, None)
             .map(|_| ())
             .map_err(|e| format!("value is not a JSON object: {e}"));
     }
     let value: Value =
-        serde_json::from_slice(document).map_err(|e| format!("value is not JSON: {e}"))?;
+        serde_json::from_slice(document.bytes()).map_err(|e| format!("value is not JSON: {e}"))?;
     for (slot, path) in found.iter_mut().zip(paths) {
         let value = match path.as_ref() {
             FieldPath::Top(name) => value.get(name.as_str()),
@@ -219,8 +226,8 @@ pub struct Spans<'s> {
 /// has. Fails (filling nothing) if the document is not one JSON object in
 /// UTF-8 (all of it, skipped strings too, as a plugin's own parse checks
 /// it) or a path is not [`FieldPath::Top`].
-pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
-    document: &[u8],
+pub fn extract_into_with_spans<'d, P: AsRef<FieldPath>>(
+    document: impl Into<JsonDocument<'d>>,
     paths: &[P],
     found: &mut Vec<Option<FieldValue>>,
     spans: Spans<'_>,
@@ -231,8 +238,13 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
     {
         return Err("field spans are found for top-level paths only".to_string());
     }
-    let text = utf8_text(document)?;
+    let document = document.into();
+    let mut spans = spans;
     fill_appended(found, paths.len(), |slots| {
+        if let Some(entries) = scan_top_level_simd(document, paths, slots, Some(&mut spans)) {
+            return Ok(entries);
+        }
+        let text = utf8_text(document.bytes())?;
         scan_top_level(text, paths, slots, Some(spans))
             .map_err(|e| format!("value is not a JSON object: {e}"))
     })
@@ -241,7 +253,17 @@ pub fn extract_into_with_spans<P: AsRef<FieldPath>>(
 /// Checks that `document` is one JSON value in UTF-8 (all of it, skipped
 /// strings too), building nothing: what a JSON-lines source asks of a line
 /// it reads no field of, and the host of a new value a plugin splices in.
-pub fn check_json(document: &[u8]) -> Result<(), String> {
+pub fn check_json<'d>(document: impl Into<JsonDocument<'d>>) -> Result<(), String> {
+    let scanned = document.into();
+    let document = scanned.bytes();
+    // simdjson's start costs more than serde_json's whole check of a short
+    // value, and it hands back scalars (a plugin's new string field, say).
+    if document.len() >= SIMD_CHECK_MIN_BYTES
+        && matches!(document.first(), Some(b'{' | b'['))
+        && json_scan::check(scanned)
+    {
+        return Ok(());
+    }
     let text = utf8_text(document).map_err(|e| format!("invalid JSON: {e}"))?;
     serde_json::from_str::<IgnoredAny>(text)
         .map(|_| ())
@@ -263,6 +285,74 @@ fn utf8_text(document: &[u8]) -> Result<&str, String> {
             Ok(_) => "value is not UTF-8".to_string(),
         }
     })
+}
+
+/// The shortest document [`check_json`] hands to [`json_scan::check`].
+const SIMD_CHECK_MIN_BYTES: usize = 64;
+
+/// Fields a [`scan_top_level_simd`] call finds without allocating.
+const INLINE_NAMES: usize = 8;
+
+/// [`scan_top_level`] by [`json_scan`] (simdjson), which takes most
+/// documents; `None` if it hands this one back to serde_json (see
+/// [`json_scan`]), with `found` and the spans left empty.
+///
+/// Integers come from the scan; any other value asked for is read from its
+/// text by the same visitor serde_json's pass uses, so a value reads the
+/// same whichever parser found it.
+fn scan_top_level_simd<P: AsRef<FieldPath>>(
+    document: JsonDocument<'_>,
+    paths: &[P],
+    found: &mut [Option<FieldValue>],
+    mut spans: Option<&mut Spans<'_>>,
+) -> Option<usize> {
+    let span_names = spans.as_ref().map_or(&[][..], |spans| spans.names);
+    let mut names = SmallVec::<[FieldName<'_>; INLINE_NAMES]>::new();
+    for path in paths {
+        let FieldPath::Top(name) = path.as_ref() else {
+            return None;
+        };
+        names.push(FieldName::new(name));
+    }
+    names.extend(span_names.iter().map(|name| FieldName::new(name)));
+    let mut scanned =
+        SmallVec::<[ScannedField; INLINE_NAMES]>::from_elem(ScannedField::default(), names.len());
+    let entries = json_scan::scan_object(document, &names, &mut scanned)?;
+    let (path_fields, span_fields) = scanned.split_at(paths.len());
+    for (slot, field) in found.iter_mut().zip(path_fields) {
+        if read_scanned(document.bytes(), field, slot).is_none() {
+            found.iter_mut().for_each(|slot| *slot = None);
+            return None;
+        }
+    }
+    if let Some(spans) = spans.as_mut() {
+        for (slot, field) in spans.found.iter_mut().zip(span_fields) {
+            *slot = field.span();
+        }
+    }
+    Some(entries)
+}
+
+/// Reads a field [`json_scan::scan_object`] found into `slot` (`None` if
+/// missing); `None` if its text does not read as a value (never for a
+/// document the scan took).
+fn read_scanned(
+    document: &[u8],
+    field: &ScannedField,
+    slot: &mut Option<FieldValue>,
+) -> Option<()> {
+    *slot = None;
+    let Some((start, end)) = field.span() else {
+        return Some(());
+    };
+    if let Some(integer) = field.integer() {
+        *slot = Some(FieldValue::Int(integer));
+        return Some(());
+    }
+    let text = document.get(start..end)?;
+    FieldInto(slot)
+        .deserialize(&mut serde_json::Deserializer::from_slice(text))
+        .ok()
 }
 
 /// One pass over a top-level object: the values of `paths` (all
@@ -589,7 +679,117 @@ mod tests {
         );
     }
 
+    /// The serde_json pass of [`extract_into_with_spans`] alone: what the
+    /// simdjson pass must agree with.
+    fn serde_scan(
+        document: &[u8],
+        paths: &[&FieldPath],
+        span_names: &[String],
+    ) -> Option<ScanResult> {
+        let text = utf8_text(document).ok()?;
+        let mut found = vec![None; paths.len()];
+        let mut spans = vec![None; span_names.len()];
+        let spans_asked = Spans {
+            names: span_names,
+            found: &mut spans,
+        };
+        let entries = scan_top_level(text, paths, &mut found, Some(spans_asked)).ok()?;
+        Some((entries, found, spans))
+    }
+
+    /// Fields of a document, values found and spans found.
+    type ScanResult = (usize, Vec<Option<FieldValue>>, Vec<Option<(usize, usize)>>);
+
+    /// The simdjson pass alone (`None`: handed back to serde_json).
+    fn simd_scan(
+        document: &[u8],
+        paths: &[&FieldPath],
+        span_names: &[String],
+    ) -> Option<ScanResult> {
+        let mut found = vec![None; paths.len()];
+        let mut spans = vec![None; span_names.len()];
+        let mut spans_asked = Spans {
+            names: span_names,
+            found: &mut spans,
+        };
+        let entries =
+            scan_top_level_simd(document.into(), paths, &mut found, Some(&mut spans_asked))?;
+        Some((entries, found, spans))
+    }
+
+    /// Checks that the simdjson pass, where it takes `document`, finds
+    /// what serde_json's finds; returns whether it took it.
+    fn passes_agree(document: &[u8]) -> bool {
+        let [a, ts, text] = ["a", "ts", "text"].map(FieldPath::parse);
+        let paths = [&a, &ts, &text, &a];
+        let span_names = ["text".to_string(), "a".to_string(), "b".to_string()];
+        if json_scan::check(document.into()) {
+            assert!(serde_json::from_slice::<IgnoredAny>(document).is_ok());
+        }
+        let Some(simd) = simd_scan(document, &paths, &span_names) else {
+            return false;
+        };
+        assert_eq!(
+            Some(&simd),
+            serde_scan(document, &paths, &span_names).as_ref(),
+            "{:?}",
+            String::from_utf8_lossy(document)
+        );
+        true
+    }
+
+    #[test]
+    fn the_simdjson_pass_finds_what_serde_json_finds() {
+        let taken = [
+            r#"{"id":1,"key":705,"text":"gaq xbf","ts":1767225600000,"user":"user-0000"}"#,
+            r#" { "a" : [1, {"x": [true, null]}] , "ts" : -0 , "text" : "\"\u00e9\n" } "#,
+            r#"{"a":1.5e3,"ts":18446744073709551615,"text":"\ud83d\ude00","b":{}}"#,
+            r#"{"a":-9223372036854775808,"a":2,"t\u0073":3,"text":null,"b":false}"#,
+            "{\"text\":\"\u{e9}t\u{e9}\",\"ts\":0.1}",
+            "{}",
+        ];
+        for document in taken {
+            assert!(
+                passes_agree(document.as_bytes()),
+                "{document} was handed back"
+            );
+        }
+        let handed_back: [&[u8]; 6] = [
+            br#"{"a":1,}"#,
+            br#"{"a":"\x"}"#,
+            br#"{"a":1e400}"#,
+            b"{\"a\":\"\xff\"}",
+            br#"[1]"#,
+            br#"{"a":1} {"#,
+        ];
+        for document in handed_back {
+            assert!(!passes_agree(document));
+            assert!(serde_scan(document, &[&FieldPath::parse("a")], &[]).is_none());
+        }
+    }
+
     proptest::proptest! {
+        /// Wherever the simdjson pass takes a document, serde_json's pass
+        /// finds the same values, spans and number of fields: which one ran
+        /// never changes a record.
+        #[test]
+        fn the_simdjson_pass_agrees_with_serde_json_on_json_shaped_text(
+            document in r#" ?\{ ?("(a|ts|text|b|t\\u0073|x)" ?: ?(-?(0|[1-9][0-9]{0,20})(\.[0-9]{1,5})?([eE][+-]?[0-9]{1,3})?|"([a-z \u{e9}\u{1f600}]|\\[nt"\\/]|\\u00[0-9a-f]{2}|\\ud83d\\ude00)*"|\{("b":(true|false|null|\[1,"x"\]),?){0,2}\}|\[(null|1|"y"|\[\]),?(2|\{\})?\]|null|true|false) ?,? ?){0,5}\} ?"#,
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            flip in proptest::prelude::any::<u8>(),
+        ) {
+            let bytes = document.as_bytes();
+            passes_agree(bytes);
+            // And on the same text broken: truncated, or one byte changed.
+            let at = cut.index(bytes.len().max(1));
+            passes_agree(&bytes[..at.min(bytes.len())]);
+            let mut changed = bytes.to_vec();
+            if let Some(byte) = changed.get_mut(at) {
+                *byte = flip;
+            }
+            passes_agree(&changed);
+        }
+
         /// Untrusted record bytes never make field extraction panic, and
         /// whatever it accepts is JSON.
         #[test]

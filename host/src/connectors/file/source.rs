@@ -7,6 +7,7 @@
 //! front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
+use crate::json_scan::{self, JsonDocument};
 use crate::record::{
     FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
 };
@@ -82,7 +83,8 @@ pub struct FileSource {
 enum Parsed {
     /// A `lines` line taken as it is.
     Unchecked,
-    /// A JSON line, not parsed yet.
+    /// A JSON line from [`LineReader`] (so followed in its chunk by
+    /// [`json_scan::PADDING`] bytes), not parsed yet.
     JsonLine,
     /// A parsed document (an Avro datum), or why there is none.
     Document(Result<Value, String>),
@@ -108,6 +110,11 @@ const POOLED_CHUNKS: usize = 8;
 /// turn cost an allocation, a copy and a free on another thread per record
 /// (eleventh step). A line that spans two chunks is copied to the front of
 /// the next one.
+///
+/// Each chunk's buffer ends with [`json_scan::PADDING`] zero bytes past its
+/// data, so that every line is followed by that many bytes of its buffer
+/// and the JSON scan reads it where it lies (simdjson reads past a
+/// document's end; ADR 0015, nineteenth step).
 ///
 /// A record that lives long keeps its whole chunk: the pool then makes a
 /// new buffer. Operators and sinks copy what they keep (state, output
@@ -211,7 +218,7 @@ impl LineReader {
     fn fill(&mut self) -> std::io::Result<()> {
         let pending = &self.chunk[self.start..];
         let capacity = self.chunk_bytes.max(pending.len() * 2).max(1);
-        let mut buffer = self.pool.take(capacity);
+        let mut buffer = self.pool.take(capacity + json_scan::PADDING);
         buffer.extend_from_slice(pending);
         let wanted = capacity - buffer.len();
         let read = (&mut self.file)
@@ -220,10 +227,13 @@ impl LineReader {
         if read < wanted {
             self.eof = true;
         }
+        let data = buffer.len();
+        buffer.resize(data + json_scan::PADDING, 0);
         self.chunk = Bytes::from_owner(PooledChunk {
             buffer,
             pool: self.pool.clone(),
-        });
+        })
+        .slice(..data);
         self.start = 0;
         Ok(())
     }
@@ -287,8 +297,18 @@ impl FileSource {
     /// The fields read ahead for the next operator are read in the same
     /// pass and kept on the record.
     fn read_line_fields(&mut self, record: &mut Record) -> Result<(), String> {
+        let document = if record.value.is_empty() {
+            // Not a slice of a chunk (an empty `Bytes` owns nothing).
+            JsonDocument::new(&record.value)
+        } else {
+            // SAFETY: only lines from `LineReader` are `Parsed::JsonLine`,
+            // and each is followed by `PADDING` zeroed bytes of its chunk's
+            // buffer, which the record's value keeps alive and which are
+            // not written while any line of the chunk lives.
+            unsafe { JsonDocument::padded(&record.value) }
+        };
         if self.fields_read.is_empty() && self.project_ahead.is_none() {
-            return check_json(&record.value);
+            return check_json(document);
         }
         // The values go into the record when read ahead for the next
         // operator; otherwise one list serves every line.
@@ -305,10 +325,9 @@ impl FileSource {
                     names,
                     found: &mut spans[..],
                 };
-                extract_into_with_spans(&record.value, &self.fields_read, &mut found, spans)
-                    .map(|_| ())
+                extract_into_with_spans(document, &self.fields_read, &mut found, spans).map(|_| ())
             }
-            None => extract_into(&record.value, &self.fields_read, &mut found),
+            None => extract_into(document, &self.fields_read, &mut found),
         };
         if scanned.is_err() {
             let parsed = serde_json::from_slice::<Value>(&record.value)
