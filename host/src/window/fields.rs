@@ -256,6 +256,9 @@ pub fn extract_into_with_spans<'d, P: AsRef<FieldPath>>(
 pub fn check_json<'d>(document: impl Into<JsonDocument<'d>>) -> Result<(), String> {
     let scanned = document.into();
     let document = scanned.bytes();
+    if is_plain_json_string(document) {
+        return Ok(());
+    }
     // simdjson's start costs more than serde_json's whole check of a short
     // value, and it hands back scalars (a plugin's new string field, say).
     if document.len() >= SIMD_CHECK_MIN_BYTES
@@ -285,6 +288,29 @@ fn utf8_text(document: &[u8]) -> Result<&str, String> {
             Ok(_) => "value is not UTF-8".to_string(),
         }
     })
+}
+
+/// Whether `document` is a JSON string without escapes: `"`, text with no
+/// `"`, `\\` or control character, `"`, all UTF-8 (RFC 8259, section 7).
+///
+/// The commonest value a plugin writes into a record, checked in one pass
+/// the compiler vectorises: ~11 ns for a 100-byte string against ~45 for
+/// serde_json's check after simdutf8's (ADR 0015, nineteenth step). Any
+/// other document (`false`) goes through the full check.
+fn is_plain_json_string(document: &[u8]) -> bool {
+    let [b'"', text @ .., b'"'] = document else {
+        return false;
+    };
+    // No early exit, so that the loop is vectorised.
+    let (special, non_ascii) = text
+        .iter()
+        .fold((false, false), |(special, non_ascii), &b| {
+            (
+                special | (b < 0x20) | (b == b'"') | (b == b'\\'),
+                non_ascii | (b >= 0x80),
+            )
+        });
+    !special && (!non_ascii || std::str::from_utf8(text).is_ok())
 }
 
 /// The shortest document [`check_json`] hands to [`json_scan::check`].
@@ -768,7 +794,55 @@ mod tests {
         }
     }
 
+    #[test]
+    fn plain_strings_are_told_apart_from_everything_else() {
+        for plain in [r#""""#, r#""abc def""#, "\"\u{e9}t\u{e9} \u{1f600}\""] {
+            assert!(is_plain_json_string(plain.as_bytes()), "{plain}");
+            assert!(check_json(plain.as_bytes()).is_ok());
+        }
+        let not_plain: [&[u8]; 9] = [
+            br#""a\nb""#,
+            br#""a"b""#,
+            br#"""#,
+            br#" "a""#,
+            br#""a" "#,
+            b"\"a\tb\"",
+            b"\"\xc3\"",
+            b"\"\xff\"",
+            b"42",
+        ];
+        for document in not_plain {
+            assert!(!is_plain_json_string(document), "{document:?}");
+        }
+        // Escapes and spaces around the string are the full check's to judge.
+        assert!(check_json(br#""a\nb""#).is_ok());
+        assert!(check_json(br#" "a" "#).is_ok());
+        assert!(check_json(b"\"\xff\"").is_err());
+        assert!(check_json(b"\"a\tb\"").is_err());
+    }
+
     proptest::proptest! {
+        /// A document taken as a plain string is one JSON string in
+        /// UTF-8, as serde_json and std read it; and any text without
+        /// quotes, backslashes or control characters, quoted, is taken.
+        #[test]
+        fn plain_strings_are_json_strings(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            text in "[^\"\\\\\\x00-\\x1f]{0,60}",
+        ) {
+            let mut quoted = vec![b'"'];
+            quoted.extend_from_slice(&bytes);
+            quoted.push(b'"');
+            for document in [&bytes[..], &quoted[..]] {
+                if is_plain_json_string(document) {
+                    proptest::prop_assert!(serde_json::from_slice::<String>(document).is_ok());
+                    proptest::prop_assert!(std::str::from_utf8(document).is_ok());
+                }
+            }
+            let plain = format!("\"{text}\"");
+            proptest::prop_assert!(is_plain_json_string(plain.as_bytes()));
+        }
+
         /// Wherever the simdjson pass takes a document, serde_json's pass
         /// finds the same values, spans and number of fields: which one ran
         /// never changes a record.
