@@ -19,26 +19,53 @@
 //! ran never changes a result. `SLUICE_JSON_SCAN=serde` in the environment
 //! turns this pass off (serde_json alone), to compare the two.
 
+use smallvec::SmallVec;
 use std::sync::LazyLock;
 
-/// A field name asked of [`scan_object`]: its UTF-8 bytes, as C sees them.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct FieldName<'n> {
-    bytes: *const u8,
-    length: usize,
-    name: std::marker::PhantomData<&'n str>,
+/// The field names asked of [`scan_object`], laid out as the scanner reads
+/// them: their bytes one after another, and where each ends.
+///
+/// Built once for a list of fields read from many documents (the file
+/// source keeps one), or per call; a few short names need no allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldNames {
+    text: SmallVec<[u8; 48]>,
+    ends: SmallVec<[u32; 8]>,
 }
 
-impl<'n> FieldName<'n> {
-    /// The field named `name` (unescaped, as the document's keys are
+impl FieldNames {
+    /// No names.
+    pub fn new() -> Self {
+        FieldNames::default()
+    }
+
+    /// Adds the field named `name` (unescaped: the document's keys are
     /// compared after unescaping them).
-    pub fn new(name: &'n str) -> Self {
-        FieldName {
-            bytes: name.as_ptr(),
-            length: name.len(),
-            name: std::marker::PhantomData,
+    pub fn push(&mut self, name: &str) {
+        self.text.extend_from_slice(name.as_bytes());
+        // Names are a few bytes; a list past 4 GiB would only be refused.
+        self.ends
+            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
+    }
+
+    /// How many names there are.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+impl<'n> FromIterator<&'n str> for FieldNames {
+    fn from_iter<I: IntoIterator<Item = &'n str>>(names: I) -> Self {
+        let mut list = FieldNames::new();
+        for name in names {
+            list.push(name);
         }
+        list
     }
 }
 
@@ -145,7 +172,8 @@ unsafe extern "C" {
         document: *const u8,
         length: usize,
         readable: usize,
-        names: *const FieldName<'_>,
+        text: *const u8,
+        ends: *const u32,
         count: usize,
         fields: *mut ScannedField,
     ) -> i64;
@@ -199,22 +227,24 @@ pub fn implementation() -> &'static str {
 /// docs); the slots are then unspecified.
 pub fn scan_object(
     document: JsonDocument<'_>,
-    names: &[FieldName<'_>],
+    names: &FieldNames,
     fields: &mut [ScannedField],
 ) -> Option<usize> {
-    if !is_available() || fields.len() != names.len() {
+    if !is_available() || fields.len() != names.len() || names.text.len() > u32::MAX as usize {
         return None;
     }
     // SAFETY: the document and names are live for the call and their
     // lengths are theirs (`readable` is the document's length or, by
-    // `JsonDocument::padded`'s contract, readable with its padding);
-    // `fields` has one slot per name.
+    // `JsonDocument::padded`'s contract, readable with its padding); the
+    // names' ends rise within their text (`push` appends); `fields` has
+    // one slot per name.
     let entries = unsafe {
         sluice_json_scan_object(
             document.bytes.as_ptr(),
             document.bytes.len(),
             document.readable,
-            names.as_ptr(),
+            names.text.as_ptr(),
+            names.ends.as_ptr(),
             names.len(),
             fields.as_mut_ptr(),
         )
@@ -235,7 +265,7 @@ mod tests {
     use super::*;
 
     fn scan(document: &str, names: &[&str]) -> Option<(usize, Vec<ScannedField>)> {
-        let names: Vec<FieldName<'_>> = names.iter().map(|name| FieldName::new(name)).collect();
+        let names: FieldNames = names.iter().copied().collect();
         let mut fields = vec![ScannedField::default(); names.len()];
         scan_object(document.as_bytes().into(), &names, &mut fields)
             .map(|entries| (entries, fields))
@@ -280,7 +310,7 @@ mod tests {
         for filler in [b' ', b'"', b'}', b'\\', b'1', 0xff] {
             let mut buffer = text.to_vec();
             buffer.extend(std::iter::repeat_n(filler, PADDING));
-            let names = [FieldName::new("ts"), FieldName::new("a")];
+            let names: FieldNames = ["ts", "a"].into_iter().collect();
             let mut fields = [ScannedField::default(); 2];
             // SAFETY: `PADDING` bytes of `buffer` follow the document.
             let whole = unsafe { JsonDocument::padded(&buffer[..text.len()]) };
@@ -352,7 +382,7 @@ mod tests {
         for document in documents {
             let scanned = scan_object(
                 (*document).into(),
-                &[FieldName::new("ts")],
+                &["ts"].into_iter().collect(),
                 &mut [ScannedField::default()],
             );
             if scanned.is_some() {

@@ -156,14 +156,15 @@ error_code walk_array(ondemand::array &array, int depth) noexcept {
   return SUCCESS;
 }
 
-// A key is the name asked for: compared in line, as keys and names are a
-// few bytes (a `memcmp` call per key and name cost more than the compare).
-template <typename Name> bool same_name(std::string_view key, const Name &name) noexcept {
-  if (key.size() != name.length) {
+// A key is the name asked for (`length` bytes at `name`): compared in line,
+// as keys and names are a few bytes (a `memcmp` call per key and name cost
+// more than the compare).
+bool same_name(std::string_view key, const uint8_t *name, size_t length) noexcept {
+  if (key.size() != length) {
     return false;
   }
-  for (size_t i = 0; i < key.size(); i++) {
-    if (static_cast<uint8_t>(key[i]) != name.bytes[i]) {
+  for (size_t i = 0; i < length; i++) {
+    if (static_cast<uint8_t>(key[i]) != name[i]) {
       return false;
     }
   }
@@ -184,12 +185,6 @@ bool at_end(ondemand::document &document) noexcept {
 
 extern "C" {
 
-// A field name asked for (UTF-8, unescaped).
-struct sluice_json_name {
-  const uint8_t *bytes;
-  size_t length;
-};
-
 // Where a field asked for lies: its value's text is [start, end) of the
 // document; `kind` is kMissing, kInteger (then `integer` is its value, an
 // integer within i64 other than -0) or kOther.
@@ -204,11 +199,13 @@ struct sluice_json_field {
 // SIMDJSON_PADDING past its end, the document is scanned in place.
 //
 // Checks that `document` is one JSON object and finds the top-level fields
-// `names` (one slot in `fields` per name; a name found twice keeps its last
-// value). Returns how many fields the object has, or -1 if the document is
+// named (UTF-8, unescaped) by `names`: `count` names one after another in
+// `text`, name i ending at `ends[i]` (and starting where the one before
+// ends). One slot in `fields` per name; a name found twice keeps its last
+// value. Returns how many fields the object has, or -1 if the document is
 // handed back to the caller (refused or not handled here).
 int64_t sluice_json_scan_object(const uint8_t *document, size_t length, size_t readable,
-                                const sluice_json_name *names, size_t count,
+                                const uint8_t *text, const uint32_t *ends, size_t count,
                                 sluice_json_field *fields) noexcept {
   for (size_t i = 0; i < count; i++) {
     fields[i] = sluice_json_field{0, 0, kMissing, 0};
@@ -241,8 +238,8 @@ int64_t sluice_json_scan_object(const uint8_t *document, size_t length, size_t r
     entries++;
     // Which names this key is, as bits (at most 64 names: checked above).
     uint64_t matched = 0;
-    for (size_t i = 0; i < count; i++) {
-      matched |= uint64_t{same_name(key, names[i])} << i;
+    for (size_t i = 0, start = 0; i < count; start = ends[i], i++) {
+      matched |= uint64_t{same_name(key, text + start, ends[i] - start)} << i;
     }
     ondemand::value &value = field.value();
     if (matched == 0) {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sluice_wire::projected::same_name;
 use smallvec::SmallVec;
 
-use crate::json_scan::{self, FieldName, JsonDocument, ScannedField};
+use crate::json_scan::{self, FieldNames, JsonDocument, ScannedField};
 
 /// A field's value, as far as windows care.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,8 +159,53 @@ pub fn extract_into<'d, P: AsRef<FieldPath>>(
     found: &mut Vec<Option<FieldValue>>,
 ) -> Result<(), String> {
     let document = document.into();
+    match scan_names(paths, &[]) {
+        Some(names) => extract_with_names(document, &names, paths, found, None).map(|_| ()),
+        None => fill_appended(found, paths.len(), |slots| {
+            extract_parsed(document, paths, slots)
+        }),
+    }
+}
+
+/// The names [`extract_with_names`] takes for `paths` and `span_names`
+/// (laid out for [`json_scan`]), or `None` if a path is not
+/// [`FieldPath::Top`].
+pub fn scan_names<P: AsRef<FieldPath>>(paths: &[P], span_names: &[String]) -> Option<FieldNames> {
+    let mut names = FieldNames::new();
+    for path in paths {
+        let FieldPath::Top(name) = path.as_ref() else {
+            return None;
+        };
+        names.push(name);
+    }
+    for name in span_names {
+        names.push(name);
+    }
+    Some(names)
+}
+
+/// [`extract_into_with_spans`] (or, without spans, [`extract_into`]) for
+/// top-level `paths`, with `names` their [`scan_names`] (and the spans'
+/// names): a caller reading many documents lays the names out once.
+pub fn extract_with_names<'d, P: AsRef<FieldPath>>(
+    document: impl Into<JsonDocument<'d>>,
+    names: &FieldNames,
+    paths: &[P],
+    found: &mut Vec<Option<FieldValue>>,
+    mut spans: Option<Spans<'_>>,
+) -> Result<usize, String> {
+    let document = document.into();
+    let start = found.len();
+    found.resize_with(start + paths.len(), || None);
+    if let Some(entries) = scan_top_level_simd(document, names, &mut found[start..], spans.as_mut())
+    {
+        return Ok(entries);
+    }
+    found.truncate(start);
     fill_appended(found, paths.len(), |slots| {
-        extract_at(document, paths, slots)
+        let text = utf8_text(document.bytes())?;
+        scan_top_level(text, paths, slots, spans)
+            .map_err(|e| format!("value is not a JSON object: {e}"))
     })
 }
 
@@ -180,24 +225,13 @@ fn fill_appended<T>(
     result
 }
 
-/// Fills `found` (one slot per path) from `document`.
-fn extract_at<P: AsRef<FieldPath>>(
+/// Fills `found` (one slot per path, some nested) from `document`, parsed
+/// whole.
+fn extract_parsed<P: AsRef<FieldPath>>(
     document: JsonDocument<'_>,
     paths: &[P],
     found: &mut [Option<FieldValue>],
 ) -> Result<(), String> {
-    if paths
-        .iter()
-        .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
-    {
-        if scan_top_level_simd(document, paths, found, None).is_some() {
-            return Ok(());
-        }
-        let text = utf8_text(document.bytes())?;
-        return scan_top_level(text, paths, found, None)
-            .map(|_| ())
-            .map_err(|e| format!("value is not a JSON object: {e}"));
-    }
     let value: Value =
         serde_json::from_slice(document.bytes()).map_err(|e| format!("value is not JSON: {e}"))?;
     for (slot, path) in found.iter_mut().zip(paths) {
@@ -232,22 +266,10 @@ pub fn extract_into_with_spans<'d, P: AsRef<FieldPath>>(
     found: &mut Vec<Option<FieldValue>>,
     spans: Spans<'_>,
 ) -> Result<usize, String> {
-    if !paths
-        .iter()
-        .all(|p| matches!(p.as_ref(), FieldPath::Top(_)))
-    {
+    let Some(names) = scan_names(paths, spans.names) else {
         return Err("field spans are found for top-level paths only".to_string());
-    }
-    let document = document.into();
-    let mut spans = spans;
-    fill_appended(found, paths.len(), |slots| {
-        if let Some(entries) = scan_top_level_simd(document, paths, slots, Some(&mut spans)) {
-            return Ok(entries);
-        }
-        let text = utf8_text(document.bytes())?;
-        scan_top_level(text, paths, slots, Some(spans))
-            .map_err(|e| format!("value is not a JSON object: {e}"))
-    })
+    };
+    extract_with_names(document, &names, paths, found, Some(spans))
 }
 
 /// Checks that `document` is one JSON value in UTF-8 (all of it, skipped
@@ -321,30 +343,26 @@ const INLINE_NAMES: usize = 8;
 
 /// [`scan_top_level`] by [`json_scan`] (simdjson), which takes most
 /// documents; `None` if it hands this one back to serde_json (see
-/// [`json_scan`]), with `found` and the spans left empty.
+/// [`json_scan`]), with `found` and the spans left empty. `names` are the
+/// paths' names (one per slot of `found`), then the spans'.
 ///
 /// Integers come from the scan; any other value asked for is read from its
 /// text by the same visitor serde_json's pass uses, so a value reads the
 /// same whichever parser found it.
-fn scan_top_level_simd<P: AsRef<FieldPath>>(
+fn scan_top_level_simd(
     document: JsonDocument<'_>,
-    paths: &[P],
+    names: &FieldNames,
     found: &mut [Option<FieldValue>],
     mut spans: Option<&mut Spans<'_>>,
 ) -> Option<usize> {
-    let span_names = spans.as_ref().map_or(&[][..], |spans| spans.names);
-    let mut names = SmallVec::<[FieldName<'_>; INLINE_NAMES]>::new();
-    for path in paths {
-        let FieldPath::Top(name) = path.as_ref() else {
-            return None;
-        };
-        names.push(FieldName::new(name));
+    let span_count = spans.as_ref().map_or(0, |spans| spans.found.len());
+    if names.len() != found.len() + span_count {
+        return None;
     }
-    names.extend(span_names.iter().map(|name| FieldName::new(name)));
     let mut scanned =
         SmallVec::<[ScannedField; INLINE_NAMES]>::from_elem(ScannedField::default(), names.len());
-    let entries = json_scan::scan_object(document, &names, &mut scanned)?;
-    let (path_fields, span_fields) = scanned.split_at(paths.len());
+    let entries = json_scan::scan_object(document, names, &mut scanned)?;
+    let (path_fields, span_fields) = scanned.split_at(found.len());
     for (slot, field) in found.iter_mut().zip(path_fields) {
         if read_scanned(document.bytes(), field, slot).is_none() {
             found.iter_mut().for_each(|slot| *slot = None);
@@ -738,8 +756,9 @@ mod tests {
             names: span_names,
             found: &mut spans,
         };
+        let names = scan_names(paths, span_names)?;
         let entries =
-            scan_top_level_simd(document.into(), paths, &mut found, Some(&mut spans_asked))?;
+            scan_top_level_simd(document.into(), &names, &mut found, Some(&mut spans_asked))?;
         Some((entries, found, spans))
     }
 

@@ -7,7 +7,7 @@
 //! front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::json_scan::{self, JsonDocument};
+use crate::json_scan::{self, FieldNames, JsonDocument};
 use crate::record::{
     FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
 };
@@ -15,6 +15,7 @@ use crate::time::check_event_time;
 use crate::time::timestamps::{event_time_from, json_pointer};
 use crate::window::fields::{
     FieldPath, FieldValue, Spans, check_json, extract_into, extract_into_with_spans,
+    extract_with_names, scan_names,
 };
 use bytes::Bytes;
 use serde_json::Value;
@@ -75,6 +76,9 @@ pub struct FileSource {
     /// ([`Source::project_ahead`]), found in the same pass and kept on
     /// each record ([`FieldSpans`]).
     project_ahead: Option<Arc<[String]>>,
+    /// The names of `fields_read` and `project_ahead` laid out for the JSON
+    /// scan once, not per line (`None` if a field is nested).
+    scan_names: Option<FieldNames>,
     input: Input,
     offset: i64,
 }
@@ -273,6 +277,7 @@ impl FileSource {
             .flatten()
             .map(|field| FieldPath::parse(field))
             .collect();
+        let names = scan_names(&line_fields, &[]);
         Ok(FileSource {
             topic: Topic::new(&path_name(path)),
             name,
@@ -283,6 +288,7 @@ impl FileSource {
             read_ahead: None,
             found: Vec::new(),
             project_ahead: None,
+            scan_names: names,
             options,
             input,
             offset: 0,
@@ -318,16 +324,22 @@ impl FileSource {
         };
         found.clear();
         let mut spans = SpanList::new();
-        let scanned = match &self.project_ahead {
-            Some(names) => {
-                spans.resize(names.len(), None);
-                let spans = Spans {
-                    names,
-                    found: &mut spans[..],
-                };
+        let spans_asked = self.project_ahead.as_ref().map(|names| {
+            spans.resize(names.len(), None);
+            Spans {
+                names,
+                found: &mut spans[..],
+            }
+        });
+        let scanned = match (&self.scan_names, spans_asked) {
+            (Some(names), spans) => {
+                extract_with_names(document, names, &self.fields_read, &mut found, spans)
+                    .map(|_| ())
+            }
+            (None, Some(spans)) => {
                 extract_into_with_spans(document, &self.fields_read, &mut found, spans).map(|_| ())
             }
-            None => extract_into(document, &self.fields_read, &mut found),
+            (None, None) => extract_into(document, &self.fields_read, &mut found),
         };
         if scanned.is_err() {
             let parsed = serde_json::from_slice::<Value>(&record.value)
@@ -389,6 +401,13 @@ impl FileSource {
         Ok(())
     }
 
+    /// The names the JSON scan of a line looks for: `fields_read`, then
+    /// `project_ahead`.
+    fn names_to_scan(&self) -> Option<FieldNames> {
+        let span_names = self.project_ahead.as_deref().unwrap_or_default();
+        scan_names(&self.fields_read, span_names)
+    }
+
     /// Reads a parsed document's key and timestamp into `record`, or says
     /// why it cannot be a record.
     fn read_document_fields(
@@ -425,6 +444,7 @@ impl Source for FileSource {
         }
         self.fields_read = fields.iter().chain(&self.line_fields).cloned().collect();
         self.read_ahead = Some(fields);
+        self.scan_names = self.names_to_scan();
     }
 
     /// JSON lines only, whose key and timestamp fields (if any) are
@@ -438,6 +458,7 @@ impl Source for FileSource {
             return;
         }
         self.project_ahead = Some(names);
+        self.scan_names = self.names_to_scan();
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
