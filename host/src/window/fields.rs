@@ -275,11 +275,21 @@ pub fn extract_into_with_spans<'d, P: AsRef<FieldPath>>(
 /// Checks that `document` is one JSON value in UTF-8 (all of it, skipped
 /// strings too), building nothing: what a JSON-lines source asks of a line
 /// it reads no field of, and the host of a new value a plugin splices in.
+/// The error is `invalid JSON: ` and [`why_not_json`]'s reason.
 pub fn check_json<'d>(document: impl Into<JsonDocument<'d>>) -> Result<(), String> {
+    match why_not_json(document) {
+        None => Ok(()),
+        Some(reason) => Err(format!("invalid JSON: {reason}")),
+    }
+}
+
+/// Why `document` is not one JSON value in UTF-8 (all of it, skipped
+/// strings too), or `None` if it is (see [`check_json`]).
+pub fn why_not_json<'d>(document: impl Into<JsonDocument<'d>>) -> Option<String> {
     let scanned = document.into();
     let document = scanned.bytes();
     if is_plain_json_string(document) {
-        return Ok(());
+        return None;
     }
     // simdjson's start costs more than serde_json's whole check of a short
     // value, and it hands back scalars (a plugin's new string field, say).
@@ -287,12 +297,15 @@ pub fn check_json<'d>(document: impl Into<JsonDocument<'d>>) -> Result<(), Strin
         && matches!(document.first(), Some(b'{' | b'['))
         && json_scan::check(scanned)
     {
-        return Ok(());
+        return None;
     }
-    let text = utf8_text(document).map_err(|e| format!("invalid JSON: {e}"))?;
+    let text = match utf8_text(document) {
+        Ok(text) => text,
+        Err(reason) => return Some(reason),
+    };
     serde_json::from_str::<IgnoredAny>(text)
-        .map(|_| ())
-        .map_err(|e| format!("invalid JSON: {e}"))
+        .err()
+        .map(|e| e.to_string())
 }
 
 /// `document` as text, or why it is not UTF-8 (which JSON must be:
