@@ -653,6 +653,45 @@ mod tests {
         assert_eq!(kept, expected);
     }
 
+    #[test]
+    fn a_line_is_checked_on_its_own_bytes_whatever_follows_it_in_its_chunk() {
+        // Lines cut short that the bytes after them (the next line, or the
+        // padding after the last) would complete, read whole and split
+        // across chunks of every size.
+        let lines = [
+            r#"{"ts":1,"a":"x"}"#,
+            r#"{"ts":2,"a":"x"#,
+            r#""}"#,
+            r#"{"ts":3"#,
+            r#","a":1}"#,
+            r#"{"ts":4,"a":[1,"é"]}"#,
+            r#"{"ts":5,"a":tru"#,
+        ];
+        let text = lines.join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        for chunk_bytes in [1, 5, 16, 40, 1 << 20] {
+            let options = FileSourceOptions {
+                timestamp_field: Some("ts".to_string()),
+                ..FileSourceOptions::default()
+            };
+            let mut source = FileSource::open("file", &path, options).unwrap();
+            let file = std::io::Cursor::new(text.clone().into_bytes());
+            source.input = Input::Lines(LineReader::new(Box::new(file), chunk_bytes));
+            let (mut times, mut refused) = (Vec::new(), Vec::new());
+            while let Some(batch) = source.next_batch(3).unwrap() {
+                times.extend(batch.records.iter().map(|record| record.event_time));
+                refused.extend(batch.dead_letters.iter().map(|dead| dead.value.to_vec()));
+            }
+            assert_eq!(times, [Some(1), Some(4)], "chunks of {chunk_bytes}");
+            let expected: Vec<Vec<u8>> = [1, 2, 3, 4, 6]
+                .map(|line| lines[line].as_bytes().to_vec())
+                .to_vec();
+            assert_eq!(refused, expected, "chunks of {chunk_bytes}");
+        }
+    }
+
     /// Reads every batch of a JSON-lines file with `options`, the plugin
     /// after the source asking for `names`.
     fn read_projecting(
