@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::window::fields::FieldValue;
+
 /// `a.b`, `a` or `/a/b` as a JSON pointer.
 pub fn json_pointer(field: &str) -> String {
     if field.starts_with('/') {
@@ -22,6 +24,20 @@ pub fn event_time_from(document: &Value, pointer: &str, field: &str) -> Result<i
             .and_then(super::check_event_time),
         Some(other) => Err(format!(
             "timestamp field `{field}` is not an integer (found {other})"
+        )),
+        None => Err(format!("timestamp field `{field}` is missing")),
+    }
+}
+
+/// The event time in a field's value as read by the one-pass field scan
+/// (`None`: the record has no such field), or why there is none: the same
+/// reasons as [`event_time_from`].
+pub fn event_time_of(value: Option<&FieldValue>, field: &str) -> Result<i64, String> {
+    match value {
+        Some(FieldValue::Int(time)) => super::check_event_time(*time),
+        Some(other) => Err(format!(
+            "timestamp field `{field}` is not an integer (found {})",
+            other.to_json()
         )),
         None => Err(format!("timestamp field `{field}` is missing")),
     }

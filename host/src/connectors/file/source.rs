@@ -11,8 +11,7 @@ use crate::json_scan::{self, FieldNames, JsonDocument};
 use crate::record::{
     FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
 };
-use crate::time::check_event_time;
-use crate::time::timestamps::{event_time_from, json_pointer};
+use crate::time::timestamps::{event_time_from, event_time_of, json_pointer};
 use crate::window::fields::{
     FieldPath, FieldValue, Spans, check_json, extract_into, extract_into_with_spans,
     extract_with_names, scan_names,
@@ -352,16 +351,7 @@ impl FileSource {
         // of this loop).
         if self.timestamp_pointer.is_some() {
             let field = self.options.timestamp_field.as_deref().unwrap_or_default();
-            record.event_time = Some(match found.last() {
-                Some(Some(FieldValue::Int(time))) => check_event_time(*time)?,
-                Some(Some(other)) => {
-                    return Err(format!(
-                        "timestamp field `{field}` is not an integer (found {})",
-                        other.to_json()
-                    ));
-                }
-                _ => return Err(format!("timestamp field `{field}` is missing")),
-            });
+            record.event_time = Some(event_time_of(found.last().and_then(Option::as_ref), field)?);
             found.truncate(found.len().saturating_sub(1));
         }
         if self.key_pointer.is_some() {

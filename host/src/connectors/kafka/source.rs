@@ -7,7 +7,8 @@ use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, Topic, into_dead_letter};
 use crate::time::SplitId;
 use crate::time::check_event_time;
-use crate::time::timestamps::{event_time_from, json_pointer};
+use crate::time::timestamps::{event_time_from, event_time_of, json_pointer};
+use crate::window::fields::{FieldPath, extract_into};
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaResult;
@@ -264,6 +265,8 @@ pub struct KafkaSource {
     /// With `bounded`: where each partition ended at start-up
     /// (low and high watermark).
     end_offsets: Option<Watermarks>,
+    /// `options.timestamp_field` as the field scan reads it.
+    timestamp_path: Option<FieldPath>,
 }
 
 impl KafkaSource {
@@ -322,7 +325,9 @@ impl KafkaSource {
         consumer
             .subscribe(&topics)
             .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
+        let timestamp_path = options.timestamp_field.as_deref().map(FieldPath::parse);
         Ok(KafkaSource {
+            timestamp_path,
             end_offsets,
             name,
             consumer,
@@ -401,7 +406,7 @@ fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
 fn to_record(
     topics: &mut HashMap<String, Topic>,
     format: &mut ValueFormat,
-    timestamp_field: Option<&str>,
+    timestamp_field: Option<(&str, &FieldPath)>,
     message: &BorrowedMessage<'_>,
 ) -> Result<(Record, Option<String>), String> {
     Ok({
@@ -436,12 +441,8 @@ fn to_record(
         match format.decode(&raw) {
             Ok(value) => {
                 record.value = value;
-                if let Some(field) = timestamp_field {
-                    let time = serde_json::from_slice::<serde_json::Value>(&record.value)
-                        .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
-                        .and_then(|document| {
-                            event_time_from(&document, &json_pointer(field), field)
-                        });
+                if let Some((field, path)) = timestamp_field {
+                    let time = event_time_in(&record.value, field, path);
                     match time {
                         Ok(time) => record.event_time = Some(time),
                         Err(reason) => {
@@ -460,6 +461,20 @@ fn to_record(
             Err(DecodeError::Unavailable(why)) => return Err(why),
         }
     })
+}
+
+/// The event time in a decoded value's field `field` (at `path`), or why
+/// there is none. The field scan reads it in one pass (simdjson for a
+/// top-level field); a value that pass refuses is parsed whole, for the
+/// reason, as before the scan.
+fn event_time_in(value: &[u8], field: &str, path: &FieldPath) -> Result<i64, String> {
+    let mut found = Vec::with_capacity(1);
+    match extract_into(value, std::slice::from_ref(path), &mut found) {
+        Ok(()) => event_time_of(found.first().and_then(Option::as_ref), field),
+        Err(_) => serde_json::from_slice::<serde_json::Value>(value)
+            .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
+            .and_then(|document| event_time_from(&document, &json_pointer(field), field)),
+    }
 }
 
 impl KafkaSource {
@@ -549,7 +564,10 @@ impl Source for KafkaSource {
             let decoded = to_record(
                 &mut self.topics,
                 &mut self.options.value_format,
-                self.options.timestamp_field.as_deref(),
+                self.options
+                    .timestamp_field
+                    .as_deref()
+                    .zip(self.timestamp_path.as_ref()),
                 &message,
             )
             .map_err(|message| DataflowError::Source {
@@ -688,3 +706,54 @@ impl Drop for KafkaSource {
 /// How long a Kafka source waits for its last offset commits when it is
 /// dropped.
 const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The event time as read before the field scan: the value parsed whole.
+    fn parsed_whole(value: &[u8], field: &str) -> Result<i64, String> {
+        serde_json::from_slice::<serde_json::Value>(value)
+            .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
+            .and_then(|document| event_time_from(&document, &json_pointer(field), field))
+    }
+
+    #[test]
+    fn the_event_time_is_read_in_one_pass_with_the_reasons_of_a_whole_parse() {
+        let pad = "x".repeat(80);
+        let values = [
+            format!(r#"{{"id":1,"text":"{pad}","ts":1767225600000}}"#),
+            format!(r#"{{"id":1,"text":"{pad}","ts":"soon"}}"#),
+            format!(r#"{{"id":1,"text":"{pad}","ts":1.5}}"#),
+            format!(r#"{{"id":1,"text":"{pad}","ts":-99999999999999999}}"#),
+            format!(r#"{{"id":1,"text":"{pad}"}}"#),
+            format!(r#"{{"id":1,"text":"{pad}","meta":{{"ts":7}}}}"#),
+            r#"{"ts":5}"#.to_string(),
+            r#"[1,2]"#.to_string(),
+            r#"{"ts":5"#.to_string(),
+        ];
+        for field in ["ts", "meta.ts"] {
+            let path = FieldPath::parse(field);
+            for value in &values {
+                assert_eq!(
+                    event_time_in(value.as_bytes(), field, &path),
+                    parsed_whole(value.as_bytes(), field),
+                    "{field} in {value}"
+                );
+            }
+        }
+        let path = FieldPath::parse("ts");
+        assert_eq!(
+            event_time_in(values[0].as_bytes(), "ts", &path),
+            Ok(1767225600000)
+        );
+        assert_eq!(
+            event_time_in(
+                values[5].as_bytes(),
+                "meta.ts",
+                &FieldPath::parse("meta.ts")
+            ),
+            Ok(7)
+        );
+    }
+}
