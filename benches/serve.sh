@@ -66,7 +66,8 @@ idle_topic="serve-idle-$RANDOM"
 produce "$idle_topic" "warm-up" 1
 rss_before=$(status_field VmRSS); threads_before=$(status_field Threads)
 for t in $(seq 1 10); do
-  token=$(SLUICE_TOKEN="$admin" "$sluice" tenants create "t$t" --max-pipelines 20 --server "$server" --json \
+  token=$(SLUICE_TOKEN="$admin" "$sluice" tenants create "t$t" --max-pipelines 20 --kafka 127.0.0.1:9092 \
+    --read-topic-prefix serve-idle- --topic-prefix "t$t." --group-prefix idle- --server "$server" --json \
     | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
   for p in $(seq 1 10); do
     cat > "$work/p.toml" <<EOF
@@ -152,7 +153,8 @@ fi
 start_server
 quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
   | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores "${NOISY_CPU:-0.25}" --server "$server" --json \
+noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores "${NOISY_CPU:-0.25}" \
+  --kafka 127.0.0.1:9092 --topic-prefix serve- --server "$server" --json \
   | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 
 run_quiet() { # name -> "records seconds cpu_seconds"

@@ -116,6 +116,11 @@ impl Client {
         self.send(self.request(reqwest::Method::POST, path).json(body))
     }
 
+    /// `PATCH path` with a JSON body.
+    pub fn patch_json(&self, path: &str, body: &Value) -> Result<Value> {
+        self.send(self.request(reqwest::Method::PATCH, path).json(body))
+    }
+
     /// Runs a long operation (`method path`, optional text body) and waits
     /// until it is done; the idempotency key makes a retried request safe.
     pub fn operation(

@@ -73,6 +73,13 @@ enum Command {
         /// Plugin instances that may exist at once, over all pipelines.
         #[arg(long, default_value_t = 128)]
         max_instances: u32,
+        /// A bucket for tenants: each may use `s3://<bucket>/tenants/<tenant>/`
+        /// (with the server's AWS credentials) unless granted other S3.
+        #[arg(long)]
+        s3_bucket: Option<String>,
+        /// The S3-compatible endpoint of `--s3-bucket` (default: AWS).
+        #[arg(long, requires = "s3_bucket")]
+        s3_endpoint: Option<String>,
     },
     /// Deploy a pipeline file to a `sluice serve` (its plugins are built
     /// and uploaded).
@@ -178,24 +185,149 @@ enum TenantsCommand {
     Create {
         /// The tenant.
         name: String,
-        /// Most pipelines it may have.
-        #[arg(long)]
-        max_pipelines: Option<usize>,
-        /// Most plugin instances its pipelines may run together.
-        #[arg(long)]
-        max_plugin_instances: Option<u64>,
-        /// Most memory its plugin instances may have together, MiB.
-        #[arg(long)]
-        max_plugin_memory_mb: Option<u64>,
-        /// Most state on disk its pipelines may hold together, MiB.
-        #[arg(long)]
-        max_state_mb: Option<u64>,
-        /// CPUs its plugins may use together (e.g. 0.5).
-        #[arg(long)]
-        cpu_cores: Option<f64>,
+        #[command(flatten)]
+        settings: TenantSettings,
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Change a tenant's limits or reach (given settings replace the old;
+    /// pipelines outside a narrowed reach are stopped).
+    Update {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        settings: TenantSettings,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// A tenant's limits and reach, as `sluice tenants create|update` take them.
+#[derive(clap::Args)]
+struct TenantSettings {
+    /// Most pipelines it may have.
+    #[arg(long)]
+    max_pipelines: Option<usize>,
+    /// Most plugin instances its pipelines may run together.
+    #[arg(long)]
+    max_plugin_instances: Option<u64>,
+    /// Most memory its plugin instances may have together, MiB.
+    #[arg(long)]
+    max_plugin_memory_mb: Option<u64>,
+    /// Most state on disk its pipelines may hold together, MiB.
+    #[arg(long)]
+    max_state_mb: Option<u64>,
+    /// CPUs its plugins may use together (e.g. 0.5).
+    #[arg(long)]
+    cpu_cores: Option<f64>,
+    /// What its pipelines may reach: a JSON or TOML file (`docs/api.md`,
+    /// "Tenants"), with any credentials; replaces the reach flags below.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["kafka", "topic_prefix", "read_topic_prefix", "group_prefix", "s3_prefix", "iceberg_catalog", "schema_registry"])]
+    reach: Option<PathBuf>,
+    /// A Kafka cluster it may use (bootstrap list; repeat for more).
+    #[arg(long, value_name = "BROKERS")]
+    kafka: Vec<String>,
+    /// A topic prefix it may read and write (default `<tenant>.`).
+    #[arg(long, value_name = "PREFIX")]
+    topic_prefix: Vec<String>,
+    /// A topic prefix it may only read.
+    #[arg(long, value_name = "PREFIX")]
+    read_topic_prefix: Vec<String>,
+    /// A consumer-group prefix (default: the topic prefixes).
+    #[arg(long, value_name = "PREFIX")]
+    group_prefix: Vec<String>,
+    /// An `s3://bucket/prefix/` it may use.
+    #[arg(long, value_name = "URL")]
+    s3_prefix: Vec<String>,
+    /// An Iceberg REST catalog it may use.
+    #[arg(long, value_name = "URI")]
+    iceberg_catalog: Vec<String>,
+    /// A schema registry it may use.
+    #[arg(long, value_name = "URL")]
+    schema_registry: Vec<String>,
+}
+
+impl TenantSettings {
+    /// The request body's `limits` (only what was given; none if nothing
+    /// was) and `reach` (none if no reach setting was given).
+    fn body(&self) -> Result<(Option<serde_json::Value>, Option<serde_json::Value>)> {
+        let mut limits = serde_json::Map::new();
+        let mut set = |name: &str, value: Option<serde_json::Value>| {
+            if let Some(value) = value {
+                limits.insert(name.to_string(), value);
+            }
+        };
+        set("max_pipelines", self.max_pipelines.map(Into::into));
+        set(
+            "max_plugin_instances",
+            self.max_plugin_instances.map(Into::into),
+        );
+        set(
+            "max_plugin_memory_mb",
+            self.max_plugin_memory_mb.map(Into::into),
+        );
+        set("max_state_mb", self.max_state_mb.map(Into::into));
+        set("cpu_cores", self.cpu_cores.map(Into::into));
+        let limits = (!limits.is_empty()).then_some(serde_json::Value::Object(limits));
+        if let Some(file) = &self.reach {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let reach: serde_json::Value = match file.extension().and_then(|e| e.to_str()) {
+                Some("toml") => toml::from_str(&text)
+                    .with_context(|| format!("{} is not valid TOML", file.display()))?,
+                _ => serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not valid JSON", file.display()))?,
+            };
+            return Ok((limits, Some(reach)));
+        }
+        let flags = [
+            &self.kafka,
+            &self.topic_prefix,
+            &self.read_topic_prefix,
+            &self.group_prefix,
+            &self.s3_prefix,
+            &self.iceberg_catalog,
+            &self.schema_registry,
+        ];
+        if flags.iter().all(|f| f.is_empty()) {
+            return Ok((limits, None));
+        }
+        let mut reach = serde_json::Map::new();
+        if !self.kafka.is_empty() {
+            let clusters: Vec<serde_json::Value> = self
+                .kafka
+                .iter()
+                .map(|b| serde_json::json!({ "bootstrap_servers": b }))
+                .collect();
+            reach.insert(
+                "kafka".into(),
+                serde_json::json!({
+                    "clusters": clusters,
+                    "topic_prefixes": self.topic_prefix,
+                    "read_topic_prefixes": self.read_topic_prefix,
+                    "group_prefixes": self.group_prefix,
+                }),
+            );
+        }
+        if !self.s3_prefix.is_empty() {
+            reach.insert(
+                "s3".into(),
+                serde_json::json!({ "prefixes": self.s3_prefix }),
+            );
+        }
+        let uris = |list: &[String], key: &str| -> Vec<serde_json::Value> {
+            list.iter().map(|u| serde_json::json!({ key: u })).collect()
+        };
+        reach.insert(
+            "iceberg_catalogs".into(),
+            uris(&self.iceberg_catalog, "uri").into(),
+        );
+        reach.insert(
+            "schema_registries".into(),
+            uris(&self.schema_registry, "url").into(),
+        );
+        Ok((limits, Some(serde_json::Value::Object(reach))))
+    }
 }
 
 #[derive(Subcommand)]
@@ -373,10 +505,13 @@ fn execute(cli: Cli) -> Result<()> {
             tls_key,
             insecure,
             max_instances,
+            s3_bucket,
+            s3_endpoint,
         } => {
             let mut options = serve::ServeOptions::new(state_dir, listen)
                 .insecure(insecure)
-                .max_instances(max_instances);
+                .max_instances(max_instances)
+                .tenant_bucket(s3_bucket, s3_endpoint);
             if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
                 options = options.with_tls(cert, key);
             }
@@ -461,27 +596,36 @@ fn execute(cli: Cli) -> Result<()> {
             };
             println!("{text}");
         }
-        Command::Tenants(TenantsCommand::Create {
+        Command::Tenants(TenantsCommand::Update {
             name,
-            max_pipelines,
-            max_plugin_instances,
-            max_plugin_memory_mb,
-            max_state_mb,
-            cpu_cores,
+            settings,
             server,
         }) => {
-            let mut limits = serde_json::Map::new();
-            let mut set = |name: &str, value: Option<serde_json::Value>| {
-                if let Some(value) = value {
-                    limits.insert(name.to_string(), value);
+            let (limits, reach) = settings.body()?;
+            let body = serde_json::json!({ "limits": limits, "reach": reach });
+            let answer =
+                client_for(&server)?.patch_json(&format!("/api/v1/tenants/{name}"), &body)?;
+            match server.json {
+                true => println!("{answer}"),
+                false => {
+                    println!("tenant `{name}` updated");
+                    for stopped in answer["stopped"].as_array().into_iter().flatten() {
+                        println!(
+                            "stopped pipeline `{}`: {}",
+                            stopped["pipeline"].as_str().unwrap_or("?"),
+                            stopped["reason"].as_str().unwrap_or("?")
+                        );
+                    }
                 }
-            };
-            set("max_pipelines", max_pipelines.map(Into::into));
-            set("max_plugin_instances", max_plugin_instances.map(Into::into));
-            set("max_plugin_memory_mb", max_plugin_memory_mb.map(Into::into));
-            set("max_state_mb", max_state_mb.map(Into::into));
-            set("cpu_cores", cpu_cores.map(Into::into));
-            let body = serde_json::json!({ "name": name, "limits": limits });
+            }
+        }
+        Command::Tenants(TenantsCommand::Create {
+            name,
+            settings,
+            server,
+        }) => {
+            let (limits, reach) = settings.body()?;
+            let body = serde_json::json!({ "name": name, "limits": limits, "reach": reach });
             let answer = client_for(&server)?.post_json("/api/v1/tenants", &body)?;
             match server.json {
                 true => println!("{answer}"),

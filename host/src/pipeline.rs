@@ -19,8 +19,9 @@ use crate::connectors::file::{
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
 use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
 use crate::connectors::kafka::{
-    DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KafkaSink, KafkaSinkOptions, KafkaSource,
-    KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions, StartPosition, ValueFormat,
+    DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaSink,
+    KafkaSinkOptions, KafkaSource, KafkaSourceOptions, KafkaTransactionOptions, KafkaTransactions,
+    StartPosition, ValueFormat,
 };
 use crate::connectors::schema_registry::{
     ConfluentAvroDecoder, ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry,
@@ -880,7 +881,7 @@ fn build_source(
                         group_id: k.group_id.clone(),
                         start,
                         value_format,
-                        properties: k.properties.clone(),
+                        properties: k.granted_properties.over(&k.properties),
                         poll_timeout: Duration::from_millis(k.poll_timeout_ms),
                         timestamp_field: k.timestamp_field.clone(),
                         // A checkpointed pipeline restarts quickly after a
@@ -1091,6 +1092,7 @@ impl SinkFactory<'_> {
             topic,
             partition,
             properties,
+            granted_properties,
             delivery,
             ..
         } = sink
@@ -1124,7 +1126,7 @@ impl SinkFactory<'_> {
                             bootstrap_servers: bootstrap_servers.clone(),
                             topic: topic.clone(),
                             partition: *partition,
-                            properties: properties.clone(),
+                            properties: granted_properties.over(properties),
                             flush_timeout: Duration::from_secs(60),
                         },
                         self.metrics.sink_partitions.clone(),
@@ -1149,7 +1151,9 @@ impl SinkFactory<'_> {
         let SinkConfig::Kafka {
             bootstrap_servers,
             properties,
+            granted_properties,
             progress_topic,
+            transactional_id_prefix,
             transaction_timeout_ms,
             ..
         } = sink
@@ -1160,7 +1164,10 @@ impl SinkFactory<'_> {
         let interval_ms = checkpoints.map_or(0, |c| c.interval_ms);
         let options = KafkaTransactionOptions {
             bootstrap_servers: bootstrap_servers.clone(),
-            properties: properties.clone(),
+            properties: granted_properties.over(properties),
+            transactional_id_prefix: transactional_id_prefix
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TRANSACTIONAL_ID_PREFIX.to_string()),
             tenant: loaded.config.pipeline.tenant.clone(),
             pipeline: loaded.config.pipeline.name.clone(),
             progress_topic: progress_topic
@@ -1181,13 +1188,14 @@ impl SinkFactory<'_> {
             if shared.bootstrap_servers != options.bootstrap_servers
                 || shared.properties != options.properties
                 || shared.progress_topic != options.progress_topic
+                || shared.transactional_id_prefix != options.transactional_id_prefix
                 || shared.transaction_timeout != options.transaction_timeout
             {
                 return Err(loaded
                     .error_at(
                         &format!("{field}.kafka"),
                         format!(
-                            "exactly-once Kafka sinks share one transaction: this one must name the same cluster, properties, progress topic and transaction timeout as `{first}`"
+                            "exactly-once Kafka sinks share one transaction: this one must name the same cluster, properties, progress topic, transactional id prefix and transaction timeout as `{first}`"
                         ),
                     )
                     .into());

@@ -744,6 +744,7 @@ pub mod s3 {
                 region: Some("us-east-1".into()),
                 path_style: Some(true),
                 multipart_threshold_bytes: None,
+                credentials: None,
             },
         )
         .unwrap_or_else(|e| panic!("{e}"))

@@ -12,7 +12,12 @@
 //!   are allowed.
 //! * Without `[checkpoints]`, one is added (every 10 s, exactly-once), so
 //!   that the pipeline survives a restart of the server; without
-//!   `state_dir`, state lives in the pipeline's directory.
+//!   `state_dir`, state lives in the pipeline's directory; without
+//!   `[dead_letter]`, dead letters go to `dead-letters.jsonl` in it (not to
+//!   the server's standard error).
+//!
+//! What the file may reach beyond its directory (Kafka, S3, catalogs,
+//! registries, client properties) is [`super::policy`]'s to check.
 
 use std::path::{Component, Path};
 use toml_edit::{DocumentMut, Item, Value};
@@ -78,6 +83,15 @@ pub fn admit(text: &str, tenant: &str) -> Result<Admitted, String> {
         checkpoints.insert("interval_ms", toml_edit::value(10_000));
         checkpoints.insert("mode", toml_edit::value("exactly-once"));
         document.insert("checkpoints", Item::Table(checkpoints));
+    }
+    if document.get("dead_letter").is_none() {
+        let mut file = toml_edit::Table::new();
+        file.insert("path", toml_edit::value("dead-letters.jsonl"));
+        file.insert("format", toml_edit::value("record"));
+        let mut dead_letter = toml_edit::Table::new();
+        dead_letter.set_implicit(true);
+        dead_letter.insert("file", Item::Table(file));
+        document.insert("dead_letter", Item::Table(dead_letter));
     }
     let mut plugins = Vec::new();
     let mut problems = Vec::new();
@@ -251,6 +265,10 @@ mod tests {
             Some(format!("plugins/{DIGEST}.wasm").as_str())
         );
         assert_eq!(parsed["checkpoints"]["mode"].as_str(), Some("exactly-once"));
+        assert_eq!(
+            parsed["dead_letter"]["file"]["path"].as_str(),
+            Some("dead-letters.jsonl")
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! are stored (`auth.json` in the state directory); a presented token is
 //! hashed and compared with every stored digest in constant time.
 
+use super::reach::TenantReach;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -87,6 +88,9 @@ pub struct TenantRecord {
     pub token_digests: Vec<String>,
     /// Its limits.
     pub limits: TenantLimits,
+    /// What its pipelines may reach (credentials sealed).
+    #[serde(default)]
+    pub reach: TenantReach,
 }
 
 /// `auth.json`.
@@ -130,7 +134,7 @@ impl Auth {
     fn save(&self) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.data)?;
         let temporary = self.file.with_extension("json.tmp");
-        std::fs::write(&temporary, text)
+        write_private(&temporary, text.as_bytes())
             .with_context(|| format!("writing {}", temporary.display()))?;
         std::fs::rename(&temporary, &self.file)
             .with_context(|| format!("writing {}", self.file.display()))
@@ -155,14 +159,16 @@ impl Auth {
         caller
     }
 
-    /// Creates `tenant` (or adds a token to it, keeping its limits when
-    /// `limits` is `None`); returns the new token.
+    /// Creates `tenant` (or adds a token to it, keeping its limits and
+    /// reach where `limits` or `reach` is `None`); returns the new token.
     pub fn add_tenant_token(
         &mut self,
         tenant: &str,
         limits: Option<TenantLimits>,
+        reach: Option<TenantReach>,
     ) -> Result<String> {
         let token = new_token(tenant)?;
+        let before = self.data.tenants.get(tenant).cloned();
         let record = self
             .data
             .tenants
@@ -170,13 +176,52 @@ impl Auth {
             .or_insert_with(|| TenantRecord {
                 token_digests: Vec::new(),
                 limits: TenantLimits::default(),
+                reach: TenantReach::default(),
             });
         record.token_digests.push(digest(&token));
         if let Some(limits) = limits {
             record.limits = limits;
         }
-        self.save()?;
+        if let Some(reach) = reach {
+            record.reach = reach;
+        }
+        self.save_or_restore(tenant, before)?;
         Ok(token)
+    }
+
+    /// Changes an existing tenant's limits and reach (each only if given);
+    /// `false` if there is no such tenant.
+    pub fn update_tenant(
+        &mut self,
+        tenant: &str,
+        limits: Option<TenantLimits>,
+        reach: Option<TenantReach>,
+    ) -> Result<bool> {
+        let before = self.data.tenants.get(tenant).cloned();
+        let Some(record) = self.data.tenants.get_mut(tenant) else {
+            return Ok(false);
+        };
+        if let Some(limits) = limits {
+            record.limits = limits;
+        }
+        if let Some(reach) = reach {
+            record.reach = reach;
+        }
+        self.save_or_restore(tenant, before)?;
+        Ok(true)
+    }
+
+    /// Saves, or puts `tenant` back as it was if saving fails (e.g. a
+    /// credential cannot be sealed), so memory never differs from disk.
+    fn save_or_restore(&mut self, tenant: &str, before: Option<TenantRecord>) -> Result<()> {
+        let saved = self.save();
+        if saved.is_err() {
+            match before {
+                Some(record) => self.data.tenants.insert(tenant.to_string(), record),
+                None => self.data.tenants.remove(tenant),
+            };
+        }
+        saved
     }
 
     /// The tenant's limits, if it exists.
@@ -184,10 +229,33 @@ impl Auth {
         self.data.tenants.get(tenant).map(|t| &t.limits)
     }
 
-    /// The tenants' names and limits.
-    pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantLimits)> {
-        self.data.tenants.iter().map(|(name, t)| (name, &t.limits))
+    /// The tenant's reach, if it exists.
+    pub fn reach(&self, tenant: &str) -> Option<&TenantReach> {
+        self.data.tenants.get(tenant).map(|t| &t.reach)
     }
+
+    /// The tenants: names, limits and reach.
+    pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantLimits, &TenantReach)> {
+        self.data
+            .tenants
+            .iter()
+            .map(|(name, t)| (name, &t.limits, &t.reach))
+    }
+}
+
+/// Writes `bytes` to a new file at `path` that only this user can read
+/// (mode 0600).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// A new random token: a readable prefix and 32 random bytes.
@@ -216,8 +284,8 @@ mod tests {
         let (mut auth, admin) = Auth::open(dir.path()).unwrap();
         let admin = admin.unwrap();
         assert_eq!(auth.authenticate(&admin), Some(Caller::Admin));
-        let a = auth.add_tenant_token("a", None).unwrap();
-        let b = auth.add_tenant_token("b", None).unwrap();
+        let a = auth.add_tenant_token("a", None, None).unwrap();
+        let b = auth.add_tenant_token("b", None, None).unwrap();
         assert_eq!(auth.authenticate(&a), Some(Caller::Tenant("a".into())));
         assert_eq!(auth.authenticate(&b), Some(Caller::Tenant("b".into())));
         assert_eq!(auth.authenticate("sluice_a_0000"), None);

@@ -110,6 +110,9 @@ pub enum SwapError {
     NotFound,
     /// The request cannot be done (the message says why); nothing changed.
     Refused(String),
+    /// The pipeline's file is outside its tenant's reach (the message
+    /// names the field); nothing changed.
+    Invalid(String),
     /// Something broke on the way.
     Failed(String),
 }
@@ -158,9 +161,12 @@ impl Supervisor {
         let file = dir.join("pipeline.toml");
         let from = plugin_of(&file, request.operator)?;
         let component = self.load_uploaded(dir, request.digest, request.plugin_store)?;
-        let policy = LoadedConfig::load(&file)
-            .map(|loaded| loaded.config.deploy.clone())
-            .map_err(|e| SwapError::Failed(e.to_string()))?;
+        let mut loaded = LoadedConfig::load(&file).map_err(|e| SwapError::Failed(e.to_string()))?;
+        // The file is held to the tenant's reach again: a grant narrowed
+        // since the pipeline was created refuses the swap.
+        self.hold_to_reach(&request.key.0, &mut loaded)
+            .map_err(|e| SwapError::Invalid(e.to_string()))?;
+        let policy = loaded.config.deploy.clone();
         let window = Duration::from_millis(policy.verify_window_ms);
         let verify = request.kind == DeploymentKind::Deploy && !window.is_zero();
         // The verdict comes within the window plus a judging interval.

@@ -4,6 +4,10 @@
 //!   and tenants' tokens, stored as digests.
 //! * [`admission`]: what a tenant's pipeline file may do (its own paths,
 //!   uploaded plugins only).
+//! * [`reach`] and [`policy`]: what the admin lets a tenant reach (Kafka
+//!   clusters and prefixes, S3 prefixes, catalogs, registries, with
+//!   credentials sealed at rest) and how every pipeline file is held to it
+//!   (no client property that loads code or reads files).
 //! * [`supervisor`]: each pipeline on its own thread, sharing one plugin
 //!   runtime; resumed from its last checkpoint when the server restarts.
 //! * [`deployments`]: plugin versions swapped into running pipelines at a
@@ -21,6 +25,8 @@ pub mod auth;
 pub mod deployments;
 pub mod logs;
 pub mod operations;
+pub mod policy;
+pub mod reach;
 pub mod supervisor;
 
 use anyhow::{Context, Result, bail};
@@ -44,6 +50,8 @@ pub struct ServeOptions {
     /// Plugin instances that may exist at once, over all pipelines (the
     /// pooling allocator's slots).
     pub max_instances: u32,
+    /// The tenants' default S3 bucket and endpoint.
+    pub reach: policy::ServerReach,
 }
 
 impl ServeOptions {
@@ -55,7 +63,18 @@ impl ServeOptions {
             tls: None,
             insecure: false,
             max_instances: RuntimeConfig::default().max_instances,
+            reach: policy::ServerReach::default(),
         }
+    }
+
+    /// Gives each tenant `s3://<bucket>/tenants/<tenant>/` (on `endpoint`,
+    /// or AWS) unless the admin grants it other S3.
+    pub fn tenant_bucket(mut self, bucket: Option<String>, endpoint: Option<String>) -> Self {
+        self.reach = policy::ServerReach {
+            s3_bucket: bucket,
+            s3_endpoint: endpoint,
+        };
+        self
     }
 
     /// Plugin instances that may exist at once, over all pipelines.
@@ -87,8 +106,9 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         );
     }
     let plugin_store = options.state_dir.join("plugins");
-    std::fs::create_dir_all(&plugin_store)
+    supervisor::private_dir(&plugin_store)
         .with_context(|| format!("creating {}", plugin_store.display()))?;
+    reach::check_key()?;
     let (auth, admin_token) = auth::Auth::open(&options.state_dir)?;
     if let Some(token) = admin_token {
         eprintln!(
@@ -104,9 +124,11 @@ pub fn serve(options: ServeOptions) -> Result<()> {
         max_instances: options.max_instances,
         ..RuntimeConfig::default()
     })?;
-    let supervisor = supervisor::Supervisor::new(&options.state_dir, runtime);
-    for (tenant, limits) in auth.tenants() {
+    let supervisor =
+        supervisor::Supervisor::new(&options.state_dir, runtime, options.reach.clone());
+    for (tenant, limits, reach) in auth.tenants() {
         supervisor.set_limits(tenant, limits);
+        supervisor.set_reach(tenant, reach);
     }
     supervisor.watch_state_quotas(std::time::Duration::from_secs(1))?;
     let resumed = supervisor.resume_all()?;

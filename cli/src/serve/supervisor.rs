@@ -7,6 +7,8 @@
 
 use super::auth::TenantLimits;
 use super::deployments::SwapError;
+use super::policy::ServerReach;
+use super::reach::TenantReach;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_host::checkpoint::RestoreFrom;
@@ -105,6 +107,16 @@ fn footprint_of(file: &Path) -> Vec<PluginFootprint> {
         .unwrap_or_default()
 }
 
+/// Creates `dir` and the directories above it that are missing, each
+/// with mode 0700.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// A pipeline's key: tenant and name.
 pub type PipelineKey = (String, String);
 
@@ -127,17 +139,74 @@ pub struct Supervisor {
     entries: Mutex<BTreeMap<PipelineKey, Entry>>,
     /// Every tenant's limits.
     limits: Mutex<BTreeMap<String, TenantLimits>>,
+    /// Every tenant's reach (credentials unsealed, in memory only).
+    reach: Mutex<BTreeMap<String, TenantReach>>,
+    /// Server-wide reach (the tenants' default S3 bucket).
+    server_reach: ServerReach,
 }
 
 impl Supervisor {
     /// A supervisor keeping pipelines under `root/tenants/`.
-    pub fn new(root: &Path, runtime: PluginRuntime) -> Arc<Supervisor> {
+    pub fn new(root: &Path, runtime: PluginRuntime, server_reach: ServerReach) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             root: root.to_path_buf(),
             runtime,
             entries: Mutex::new(BTreeMap::new()),
             limits: Mutex::new(BTreeMap::new()),
+            reach: Mutex::new(BTreeMap::new()),
+            server_reach,
         })
+    }
+
+    /// Sets `tenant`'s reach; its pipelines that no longer fit it are
+    /// stopped and marked failed with the reason, which is returned per
+    /// pipeline.
+    pub fn set_reach(&self, tenant: &str, reach: &TenantReach) -> Vec<(String, String)> {
+        self.reach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tenant.to_string(), reach.clone());
+        let keys: Vec<PipelineKey> = self
+            .entries()
+            .keys()
+            .filter(|(t, _)| t == tenant)
+            .cloned()
+            .collect();
+        let mut outside = Vec::new();
+        for key in keys {
+            let file = self.pipeline_dir(&key).join("pipeline.toml");
+            let Ok(mut loaded) = LoadedConfig::load(&file) else {
+                continue;
+            };
+            if let Err(error) = self.hold_to_reach(&key.0, &mut loaded) {
+                let reason = format!("outside the tenant's reach: {error}");
+                let running = self.entries().get(&key).is_some_and(|e| {
+                    matches!(e.state, PipelineState::Running | PipelineState::Starting)
+                });
+                if running && self.stop(&key).is_ok() {
+                    self.set_state(&key, PipelineState::Failed(reason.clone()));
+                }
+                outside.push((key.1.clone(), reason));
+            }
+        }
+        outside
+    }
+
+    /// Holds a pipeline file of `tenant` to its reach, filling in what
+    /// was granted (see [`super::policy`]).
+    pub fn hold_to_reach(
+        &self,
+        tenant: &str,
+        loaded: &mut LoadedConfig,
+    ) -> Result<(), sluice_host::config::ConfigError> {
+        let reach = self
+            .reach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .cloned()
+            .unwrap_or_default();
+        super::policy::apply(loaded, tenant, &reach, &self.server_reach)
     }
 
     /// Sets `tenant`'s limits: its CPU share applies to plugin instances
@@ -310,8 +379,9 @@ impl Supervisor {
         plugin_store: &Path,
     ) -> Result<()> {
         let dir = self.pipeline_dir(key);
-        std::fs::create_dir_all(dir.join("plugins"))
-            .with_context(|| format!("creating {}", dir.display()))?;
+        // Only the server's user may enter a pipeline's directory (its
+        // tenant's outputs, state and checkpoints).
+        private_dir(&dir.join("plugins")).with_context(|| format!("creating {}", dir.display()))?;
         for digest in plugins {
             let stored = plugin_store.join(format!("{digest}.wasm"));
             let linked = dir.join("plugins").join(format!("{digest}.wasm"));
@@ -324,13 +394,17 @@ impl Supervisor {
         std::fs::write(dir.join("pipeline.toml"), text).context("writing the pipeline file")?;
         // Refuse a file that does not load, or that takes the tenant over
         // its quotas, before anything runs.
-        let footprint = match LoadedConfig::load(&dir.join("pipeline.toml")) {
-            Ok(loaded) => plugin_footprint(&loaded.config),
-            Err(error) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(error.into());
-            }
-        };
+        let footprint =
+            match LoadedConfig::load(&dir.join("pipeline.toml")).and_then(|mut loaded| {
+                self.hold_to_reach(&key.0, &mut loaded)?;
+                Ok(loaded)
+            }) {
+                Ok(loaded) => plugin_footprint(&loaded.config),
+                Err(error) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(error.into());
+                }
+            };
         if let Err(error) = self.check_plugin_quota(&key.0, &footprint) {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(error);
@@ -381,6 +455,10 @@ impl Supervisor {
     /// The pipeline's thread: open, run until stopped or ended.
     fn run(&self, key: &PipelineKey, dir: &Path, stop: Arc<AtomicBool>) {
         let opened = LoadedConfig::load(&dir.join("pipeline.toml"))
+            .and_then(|mut loaded| {
+                self.hold_to_reach(&key.0, &mut loaded)?;
+                Ok(loaded)
+            })
             .map_err(anyhow::Error::from)
             .and_then(|loaded| {
                 Pipeline::open(

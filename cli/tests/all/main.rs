@@ -10,3 +10,4 @@ mod kafka_exactly_once;
 mod kafka_processes;
 mod observability;
 mod serve;
+mod tenant_reach;

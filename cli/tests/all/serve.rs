@@ -41,10 +41,22 @@ pub(crate) fn free_port() -> u16 {
 /// Starts `sluice serve` on `state_dir`; the admin token if it printed one
 /// (first start only).
 pub(crate) fn start_server(state_dir: &Path, port: u16) -> (Server, Option<String>) {
+    start_server_with(state_dir, port, &[], &[])
+}
+
+/// [`start_server`] with more arguments and environment variables.
+pub(crate) fn start_server_with(
+    state_dir: &Path,
+    port: u16,
+    args: &[&str],
+    environment: &[(&str, &str)],
+) -> (Server, Option<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--state-dir"])
         .arg(state_dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .envs(environment.iter().copied())
         // A secret a plugin must not see (see `plugins_see_no_host_file_environment_clock_or_network`).
         .env(SECRET_VARIABLE, "hunter2")
         .stderr(Stdio::piped())
@@ -181,6 +193,21 @@ pub(crate) fn create_tenant_with(
         .as_str()
         .expect("token")
         .to_string()
+}
+
+/// Creates `tenant` with the test broker granted and topics and groups
+/// starting with `topic_prefix` (`extra`: more flags); its token.
+pub(crate) fn create_kafka_tenant(
+    server: &Server,
+    admin: &str,
+    tenant: &str,
+    topic_prefix: &str,
+    extra: &[&str],
+) -> String {
+    let bootstrap = sluice_tests::kafka::bootstrap();
+    let mut flags = vec!["--kafka", &bootstrap, "--topic-prefix", topic_prefix];
+    flags.extend_from_slice(extra);
+    create_tenant_with(server, admin, tenant, &flags)
 }
 
 pub(crate) fn state(client: &Client, name: &str) -> Value {
@@ -575,7 +602,13 @@ fn a_version_faulting_on_one_percent_is_rolled_back_and_the_output_is_the_old_ve
 
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
-    let token = create_tenant(&server, &admin.expect("admin token"), "team");
+    let token = create_kafka_tenant(
+        &server,
+        &admin.expect("admin token"),
+        "team",
+        "probation-in",
+        &[],
+    );
     let files = tempfile::tempdir().expect("files");
     let file = files.path().join("probation.toml");
     std::fs::write(&file, probation_pipeline("probation", &input, &identity)).expect("write");
@@ -749,7 +782,7 @@ fn logs_errors_and_dead_letters_are_shown_to_their_tenant_only() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let token = create_tenant(&server, &admin, "team");
+    let token = create_kafka_tenant(&server, &admin, "team", "diagnostics-in", &[]);
     let other = create_tenant(&server, &admin, "other");
     let files = tempfile::tempdir().expect("files");
     let file = files.path().join("diagnostics.toml");
@@ -898,7 +931,13 @@ fn a_noisy_neighbours_hostile_plugins_do_not_reach_another_tenant() {
     let state_dir = tempfile::tempdir().expect("state dir");
     let (server, admin) = start_server(state_dir.path(), free_port());
     let admin = admin.expect("admin token");
-    let noisy = create_tenant_with(&server, &admin, "noisy", &["--cpu-cores", "0.25"]);
+    let noisy = create_kafka_tenant(
+        &server,
+        &admin,
+        "noisy",
+        "neighbour-",
+        &["--cpu-cores", "0.25"],
+    );
     let quiet = create_tenant(&server, &admin, "quiet");
     let files = tempfile::tempdir().expect("files");
     for (name, input, plugin) in [("spin", &loop_in, &looping), ("bomb", &alloc_in, &bomb)] {

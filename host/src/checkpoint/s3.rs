@@ -38,6 +38,29 @@ pub struct S3Options {
     /// Files at least this large are uploaded in parts of [`PART_SIZE`]
     /// (default [`MULTIPART_THRESHOLD`]).
     pub multipart_threshold_bytes: Option<u64>,
+    /// Credentials to sign with instead of the AWS chain's. Never read from
+    /// a pipeline file: `sluice serve` sets a tenant's own credentials here,
+    /// in memory, from what the admin granted.
+    #[serde(skip)]
+    pub credentials: Option<S3Credentials>,
+}
+
+/// An access key (and session token) for S3; `Debug` shows the key id
+/// only, so that the secret never reaches a log or an error message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Credentials {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+    /// A session token, for temporary credentials.
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3Credentials({}, <secret>)", self.access_key_id)
+    }
 }
 
 /// Checkpoints under `s3://bucket/prefix/`.
@@ -85,6 +108,15 @@ impl S3Storage {
         }
         if let Some(region) = &options.region {
             config = config.region(aws_sdk_s3::config::Region::new(region.clone()));
+        }
+        if let Some(credentials) = &options.credentials {
+            config = config.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                credentials.access_key_id.clone(),
+                credentials.secret_access_key.clone(),
+                credentials.session_token.clone(),
+                None,
+                "sluice-granted",
+            ));
         }
         let custom_endpoint = options.endpoint.is_some() || shared.endpoint_url().is_some();
         config = config.force_path_style(options.path_style.unwrap_or(custom_endpoint));

@@ -29,8 +29,10 @@
 //! to the pipeline file's directory.
 
 mod locate;
+mod secret;
 
 pub use locate::FieldMap;
+pub use secret::{Secret, SecretMap};
 
 use crate::connectors::file::{FileFormat, OutputFormat};
 use crate::connectors::generator::Profile;
@@ -423,6 +425,10 @@ pub struct KafkaSourceConfig {
     /// Extra librdkafka consumer properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// The cluster's connection properties (security protocol, SASL, TLS)
+    /// that `sluice serve` grants in memory; never read from a file.
+    #[serde(skip)]
+    pub granted_properties: SecretMap,
     /// Field of the value (JSON, or Avro decoded) holding the event time in
     /// ms (`date_time`, `a.b` or a JSON pointer); absent: the Kafka record
     /// timestamp.
@@ -634,6 +640,9 @@ fn toml_value_to_string(value: &toml::Value) -> String {
 /// A sink.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
+// Built once per sink at start-up: the size of the Kafka variant costs
+// nothing, and boxing it would only make every match on it longer.
+#[allow(clippy::large_enum_variant)]
 pub enum SinkConfig {
     /// JSON lines to a file.
     File {
@@ -670,6 +679,10 @@ pub enum SinkConfig {
         /// Extra librdkafka producer properties.
         #[serde(default)]
         properties: BTreeMap<String, String>,
+        /// The cluster's connection properties that `sluice serve` grants
+        /// in memory; never read from a file.
+        #[serde(skip)]
+        granted_properties: SecretMap,
         /// `exactly-once` (the default when `[checkpoints] mode =
         /// "exactly-once"`: records become visible when their checkpoint
         /// commits) or `at-least-once`.
@@ -677,6 +690,10 @@ pub enum SinkConfig {
         /// Compacted topic for the progress records of exactly-once
         /// transactions (default `sluice-progress`).
         progress_topic: Option<String>,
+        /// What the pipeline's transactional ids start with (default
+        /// `sluice.`; the ids are `<prefix><tenant>.<pipeline>.<0|1>`), so
+        /// that prefixed ACLs can grant them.
+        transactional_id_prefix: Option<String>,
         /// `transaction.timeout.ms` of exactly-once transactions (default:
         /// the larger of 60 s and three checkpoint intervals).
         transaction_timeout_ms: Option<u64>,

@@ -63,6 +63,10 @@ pub struct SchemaRegistryConfig {
     /// Environment variable holding a bearer token, if the registry wants
     /// one (never the token itself in the pipeline file).
     pub token_env: Option<String>,
+    /// A bearer token the server grants (a tenant's, set by `sluice
+    /// serve` in memory); never read from a pipeline file.
+    #[serde(skip)]
+    pub granted_token: Option<crate::config::Secret>,
 }
 
 fn default_request_timeout_ms() -> u64 {
@@ -99,7 +103,9 @@ impl SchemaRegistry {
         let url = config.url.trim_end_matches('/').to_string();
         let mut builder = SrSettings::new_builder(url.clone());
         builder.set_timeout(Duration::from_millis(config.request_timeout_ms.max(1)));
-        if let Some(variable) = &config.token_env {
+        if let Some(token) = &config.granted_token {
+            builder.set_token_authorization(token.expose());
+        } else if let Some(variable) = &config.token_env {
             let token = std::env::var(variable)
                 .map_err(|_| format!("environment variable `{variable}` is not set"))?;
             builder.set_token_authorization(&token);
@@ -441,6 +447,7 @@ mod tests {
             request_timeout_ms: 200,
             outage_timeout_ms: 300,
             token_env: None,
+            granted_token: None,
         })
         .unwrap();
         let mut decoder = ConfluentAvroDecoder::new(registry, None);

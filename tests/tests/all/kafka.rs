@@ -564,11 +564,14 @@ fn transactions(
     progress: &str,
     open_id: &str,
 ) -> std::sync::Arc<sluice_host::connectors::kafka::KafkaTransactions> {
-    use sluice_host::connectors::kafka::{KafkaTransactionOptions, KafkaTransactions};
+    use sluice_host::connectors::kafka::{
+        DEFAULT_TRANSACTIONAL_ID_PREFIX, KafkaTransactionOptions, KafkaTransactions,
+    };
     KafkaTransactions::new(
         KafkaTransactionOptions {
             bootstrap_servers: bootstrap(),
             properties: Default::default(),
+            transactional_id_prefix: DEFAULT_TRANSACTIONAL_ID_PREFIX.into(),
             tenant: "default".into(),
             pipeline: name.into(),
             progress_topic: progress.into(),

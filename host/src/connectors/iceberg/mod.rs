@@ -106,6 +106,10 @@ pub struct RestCatalogConfig {
     /// them (e.g. `prefix`, `oauth2-server-uri`, `scope`).
     #[serde(default)]
     pub properties: std::collections::BTreeMap<String, String>,
+    /// Properties the server adds (a tenant's granted `token` or
+    /// `credential`); never read from a pipeline file.
+    #[serde(skip)]
+    pub granted_properties: crate::config::SecretMap,
 }
 
 /// `[sink.iceberg] rows`.
@@ -482,6 +486,7 @@ async fn open_rest_catalog(
             props.insert(property.into(), value);
         }
     }
+    props.extend(rest.granted_properties.exposed());
     props.extend(s3_properties(&config.s3));
     let what = format!("the REST catalog {}", rest.uri);
     let catalog = load_catalog(
@@ -553,7 +558,8 @@ pub(crate) async fn probe_warehouse(
 }
 
 /// FileIO properties of an S3 warehouse: the endpoint and region of the
-/// pipeline file, the credentials of the AWS environment variables.
+/// pipeline file, the granted credentials or else those of the AWS
+/// environment variables.
 fn s3_properties(options: &S3Options) -> Vec<(String, String)> {
     let mut props = Vec::new();
     if let Some(endpoint) = &options.endpoint {
@@ -568,6 +574,17 @@ fn s3_properties(options: &S3Options) -> Vec<(String, String)> {
     }
     if options.path_style.unwrap_or(options.endpoint.is_some()) {
         props.push(("s3.path-style-access".into(), "true".into()));
+    }
+    if let Some(credentials) = &options.credentials {
+        props.push(("s3.access-key-id".into(), credentials.access_key_id.clone()));
+        props.push((
+            "s3.secret-access-key".into(),
+            credentials.secret_access_key.clone(),
+        ));
+        if let Some(token) = &credentials.session_token {
+            props.push(("s3.session-token".into(), token.clone()));
+        }
+        return props;
     }
     for (variable, property) in [
         ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),

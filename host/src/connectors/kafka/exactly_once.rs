@@ -13,13 +13,13 @@
 //! replayed, so state and output always come from the same cut.
 //!
 //! Two producers alternate (transactional ids `sluice.<tenant>.<pipeline>.0`
-//! and `.1`): while checkpoint N's transaction waits for N to be published,
+//! and `.1`, `sluice.` being the default `transactional_id_prefix`): while checkpoint N's transaction waits for N to be published,
 //! records after barrier N go to the other one. That is the whole, fixed
 //! set of ids of a pipeline; creating them fences any zombie producer.
 //! Epochs without records open no transaction and write no progress record.
 
-use super::client_config;
 use super::sink::{SinkContext, await_deliveries, message};
+use super::{client_config, connection_properties};
 use crate::checkpoint::{CommitError, CommitKind, Committable, Committer, parse_committable};
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
@@ -42,6 +42,9 @@ pub const KAFKA_TRANSACTIONS: &str = "kafka-transactions";
 /// Default progress topic.
 pub const DEFAULT_PROGRESS_TOPIC: &str = "sluice-progress";
 
+/// Default start of the transactional ids.
+pub const DEFAULT_TRANSACTIONAL_ID_PREFIX: &str = "sluice.";
+
 /// Settings of a pipeline's Kafka transactions.
 #[derive(Debug, Clone)]
 pub struct KafkaTransactionOptions {
@@ -50,6 +53,9 @@ pub struct KafkaTransactionOptions {
     pub bootstrap_servers: String,
     /// Extra librdkafka producer properties.
     pub properties: BTreeMap<String, String>,
+    /// What the transactional ids (and the progress reader's group id)
+    /// start with.
+    pub transactional_id_prefix: String,
     /// Tenant and pipeline: the transactional ids and progress key.
     pub tenant: String,
     /// Pipeline name.
@@ -130,16 +136,22 @@ impl KafkaTransactions {
         options: KafkaTransactionOptions,
         partitions: Arc<PartitionMetrics>,
     ) -> Result<Arc<Self>, String> {
-        let admin: AdminClient<DefaultClientContext> =
-            client_config(&options.bootstrap_servers, &[], &BTreeMap::new())
-                .create()
-                .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
+        let admin: AdminClient<DefaultClientContext> = client_config(
+            &options.bootstrap_servers,
+            &[],
+            &connection_properties(&options.properties),
+        )
+        .create()
+        .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
         check_transaction_timeout(&admin, &options)?;
         create_progress_topic(&admin, &options.progress_topic)?;
         let failure = Arc::new(Mutex::new(None));
         let timeout_ms = options.transaction_timeout.as_millis().to_string();
         let make = |slot: usize| -> Result<(String, ThreadedProducer<SinkContext>), String> {
-            let id = format!("sluice.{}.{}.{slot}", options.tenant, options.pipeline);
+            let id = format!(
+                "{}{}.{}.{slot}",
+                options.transactional_id_prefix, options.tenant, options.pipeline
+            );
             let producer: ThreadedProducer<SinkContext> = client_config(
                 &options.bootstrap_servers,
                 &[
@@ -296,16 +308,17 @@ impl KafkaTransactions {
     /// abort or the broker's timeout).
     fn progress_committed(&self, checkpoint: u64, open_id: &str) -> Result<bool, String> {
         let topic = self.options.progress_topic.as_str();
+        let reader_group = format!("{}progress-reader", self.options.transactional_id_prefix);
         let reader = |isolation: &str| -> Result<BaseConsumer, String> {
             client_config(
                 &self.options.bootstrap_servers,
                 &[
-                    ("group.id", "sluice-progress-reader"),
+                    ("group.id", reader_group.as_str()),
                     ("isolation.level", isolation),
                     ("enable.auto.commit", "false"),
                     ("enable.partition.eof", "true"),
                 ],
-                &BTreeMap::new(),
+                &connection_properties(&self.options.properties),
             )
             .create()
             .map_err(|e| format!("cannot create the progress reader: {e}"))

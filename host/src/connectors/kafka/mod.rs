@@ -19,8 +19,8 @@ mod source;
 mod transactions;
 
 pub use exactly_once::{
-    DEFAULT_PROGRESS_TOPIC, ExactlyOnceKafkaSink, KAFKA_TRANSACTIONS, KafkaTransactionOptions,
-    KafkaTransactions,
+    DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink,
+    KAFKA_TRANSACTIONS, KafkaTransactionOptions, KafkaTransactions,
 };
 pub use format::ValueFormat;
 pub use sink::{KafkaSink, KafkaSinkOptions};
@@ -46,4 +46,23 @@ pub(crate) fn client_config(
         config.set(key, value);
     }
     config
+}
+
+/// The properties of `properties` that say how to reach and authenticate
+/// with the cluster (security protocol, SASL, TLS, sockets, DNS): what a
+/// pipeline's admin client and progress reader need beside its producers,
+/// without the producer tuning they would warn about.
+pub(crate) fn connection_properties(
+    properties: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    properties
+        .iter()
+        .filter(|(key, _)| {
+            ["security.", "sasl.", "ssl.", "ssl_", "socket.", "broker."]
+                .iter()
+                .any(|prefix| key.starts_with(prefix))
+                || key.as_str() == "client.dns.lookup"
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
