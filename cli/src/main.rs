@@ -80,6 +80,12 @@ enum Command {
         /// The S3-compatible endpoint of `--s3-bucket` (default: AWS).
         #[arg(long, requires = "s3_bucket")]
         s3_endpoint: Option<String>,
+        /// Mutating API requests per second each caller may make.
+        #[arg(long, default_value_t = serve::guard::DEFAULT_MUTATIONS_PER_SECOND)]
+        rate_limit: u32,
+        /// Mutating API requests each caller may make in a burst.
+        #[arg(long, default_value_t = serve::guard::DEFAULT_MUTATION_BURST)]
+        rate_burst: u32,
     },
     /// Deploy a pipeline file to a `sluice serve` (its plugins are built
     /// and uploaded).
@@ -507,11 +513,14 @@ fn execute(cli: Cli) -> Result<()> {
             max_instances,
             s3_bucket,
             s3_endpoint,
+            rate_limit,
+            rate_burst,
         } => {
             let mut options = serve::ServeOptions::new(state_dir, listen)
                 .insecure(insecure)
                 .max_instances(max_instances)
-                .tenant_bucket(s3_bucket, s3_endpoint);
+                .tenant_bucket(s3_bucket, s3_endpoint)
+                .rate_limit(rate_limit, rate_burst);
             if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
                 options = options.with_tls(cert, key);
             }

@@ -4,12 +4,16 @@
 
 use super::auth::{Auth, Caller, TenantLimits};
 use super::deployments::{Deployment, DeploymentKind, SwapError, SwapRequest};
+use super::guard::{
+    BODY_TIMEOUT, HANDLER_TIMEOUT, MAX_BODY_BYTES, MAX_FOLLOWERS_PER_TENANT, MAX_UPLOAD_BYTES,
+};
 use super::operations::{OperationKind, Operations};
 use super::reach::TenantReach;
 use super::supervisor::{PipelineKey, Supervisor};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +21,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -33,6 +38,8 @@ pub struct AppState {
     pub logs: Arc<super::logs::LogStore>,
     /// Every pipeline's recent rates and ratios, for the dashboard.
     pub history: Arc<sluice_host::metrics::status::StatusHistory>,
+    /// Rate limits, log-stream slots and the audit log.
+    pub guard: Arc<super::guard::Guard>,
 }
 
 /// An error answer: a status and a message, as `{"error": ".."}`.
@@ -66,7 +73,10 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/tenants/{name}",
             axum::routing::patch(update_tenant),
         )
-        .route("/api/v1/plugins", post(upload_plugin))
+        .route(
+            "/api/v1/plugins",
+            post(upload_plugin).layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
+        )
         .route(
             "/api/v1/pipelines",
             post(create_pipeline).get(list_pipelines),
@@ -109,11 +119,43 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/status", get(status_list))
         .route("/api/v1/pipelines/{name}/status", get(pipeline_status))
         .merge(crate::observe::dashboard::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::guard::guard,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            HANDLER_TIMEOUT,
+        ))
         .with_state(state)
 }
 
+/// A JSON request body, whatever its `Content-Type`; an empty body reads
+/// as `null` (so `JsonBody<Option<T>>` takes none). Malformed JSON, or
+/// JSON of the wrong shape, is a `400` saying where.
+pub struct JsonBody<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| ApiError(rejection.status(), rejection.body_text()))?;
+        let text: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
+            true => b"null",
+            false => &bytes,
+        };
+        serde_json::from_slice(text)
+            .map(JsonBody)
+            .map_err(|error| bad_request(format!("the request body: {error}")))
+    }
+}
+
 /// The caller of a request, from its `Authorization: Bearer` header.
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub(super) fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let token = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -200,7 +242,7 @@ fn check_tenant_settings(
 async fn create_tenant(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Json(body): Json<NewTenant>,
+    JsonBody(body): JsonBody<NewTenant>,
 ) -> Result<impl IntoResponse, ApiError> {
     admin(&state, &headers)?;
     if body.name.is_empty()
@@ -241,7 +283,7 @@ async fn update_tenant(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Json(body): Json<TenantChange>,
+    JsonBody(body): JsonBody<TenantChange>,
 ) -> Result<impl IntoResponse, ApiError> {
     admin(&state, &headers)?;
     check_tenant_settings(body.limits.as_ref(), body.reach.as_ref())?;
@@ -301,19 +343,38 @@ async fn list_tenants(
 async fn upload_plugin(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = tenant(&state, &headers)?;
-    let limit = limits(&state, &tenant)?.max_plugin_bytes;
-    if body.len() > limit {
-        return Err(ApiError(
+    let limit = limits(&state, &tenant)?
+        .max_plugin_bytes
+        .min(MAX_UPLOAD_BYTES);
+    let too_large = || {
+        ApiError(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "quota: plugins of tenant `{tenant}` may have {limit} bytes, this one has {}",
-                body.len()
-            ),
-        ));
+            format!("quota: plugins of tenant `{tenant}` may have {limit} bytes"),
+        )
+    };
+    // Refused before reading when the length is announced, and never read
+    // past the limit when it is not.
+    let announced = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
     }
+    use http_body_util::BodyExt as _;
+    let body = http_body_util::Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(
+            |error| match error.downcast_ref::<http_body_util::LengthLimitError>() {
+                Some(_) => too_large(),
+                None => bad_request(format!("reading the upload: {error}")),
+            },
+        )?
+        .to_bytes();
     if !wasmparser::Parser::is_component(&body) {
         return Err(bad_request(
             "not a WebAssembly component (build it with `sluice plugin build`)",
@@ -473,11 +534,19 @@ async fn pipeline_logs(
     if !query.follow {
         return Ok(Json(json!({ "lines": lines })).into_response());
     }
+    let slot = state.guard.follower(&key.0).ok_or_else(|| {
+        ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("quota: a tenant may follow {MAX_FOLLOWERS_PER_TENANT} log streams at once"),
+        )
+    })?;
     use axum::response::sse::{Event, KeepAlive, Sse};
     let after = lines.last().map_or(query.after, |line| line.seq);
     let first = futures::stream::iter(lines);
     let later = futures::stream::unfold(after, move |after| {
         let (logs, supervisor, key) = (state.logs.clone(), state.supervisor.clone(), key.clone());
+        // The slot lives as long as the stream.
+        let _slot = &slot;
         async move {
             loop {
                 tokio::time::sleep(FOLLOW_EVERY).await;
@@ -713,7 +782,7 @@ async fn push_plugin(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((name, operator)): Path<(String, String)>,
-    Json(body): Json<PushPlugin>,
+    JsonBody(body): JsonBody<PushPlugin>,
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = tenant(&state, &headers)?;
     if body.sha256.len() != 64 || !body.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -750,9 +819,9 @@ async fn rollback_plugin(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((name, operator)): Path<(String, String)>,
-    body: Option<Json<Rollback>>,
+    JsonBody(body): JsonBody<Option<Rollback>>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let Json(body) = body.unwrap_or_default();
+    let body = body.unwrap_or_default();
     if body.operator.as_ref().is_some_and(|o| *o != operator) {
         return Err(bad_request(
             "`operator` differs from the operator in the path",
@@ -767,9 +836,9 @@ async fn rollback_pipeline(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    body: Option<Json<Rollback>>,
+    JsonBody(body): JsonBody<Option<Rollback>>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let Json(body) = body.unwrap_or_default();
+    let body = body.unwrap_or_default();
     rollback(state, headers, name, body.operator, body.to).await
 }
 

@@ -14,6 +14,8 @@
 //!   barrier, verified, kept or rolled back.
 //! * [`logs`]: what plugins log, kept per pipeline for `sluice logs`.
 //! * [`operations`]: long operations, pollable, with idempotency keys.
+//! * [`guard`] and [`audit`]: rate limits, size limits and timeouts on the
+//!   API itself, and the audit log of every action.
 //! * [`api`]: the REST API (`docs/api.md`).
 //!
 //! Loopback by default; any other address needs TLS (`--tls-cert`,
@@ -21,8 +23,10 @@
 
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod deployments;
+pub mod guard;
 pub mod logs;
 pub mod operations;
 pub mod policy;
@@ -52,6 +56,8 @@ pub struct ServeOptions {
     pub max_instances: u32,
     /// The tenants' default S3 bucket and endpoint.
     pub reach: policy::ServerReach,
+    /// Mutating requests per second each caller may make (and in a burst).
+    pub rate_limit: (u32, u32),
 }
 
 impl ServeOptions {
@@ -64,7 +70,17 @@ impl ServeOptions {
             insecure: false,
             max_instances: RuntimeConfig::default().max_instances,
             reach: policy::ServerReach::default(),
+            rate_limit: (
+                guard::DEFAULT_MUTATIONS_PER_SECOND,
+                guard::DEFAULT_MUTATION_BURST,
+            ),
         }
+    }
+
+    /// Mutating requests per second each caller may make, and in a burst.
+    pub fn rate_limit(mut self, per_second: u32, burst: u32) -> Self {
+        self.rate_limit = (per_second, burst);
+        self
     }
 
     /// Gives each tenant `s3://<bucket>/tenants/<tenant>/` (on `endpoint`,
@@ -108,6 +124,9 @@ pub fn serve(options: ServeOptions) -> Result<()> {
     let plugin_store = options.state_dir.join("plugins");
     supervisor::private_dir(&plugin_store)
         .with_context(|| format!("creating {}", plugin_store.display()))?;
+    drop_privileges_for_good()?;
+    supervisor::private_dir(&options.state_dir)
+        .with_context(|| format!("creating {}", options.state_dir.display()))?;
     reach::check_key()?;
     let (auth, admin_token) = auth::Auth::open(&options.state_dir)?;
     if let Some(token) = admin_token {
@@ -139,7 +158,10 @@ pub fn serve(options: ServeOptions) -> Result<()> {
     let sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler =
         crate::observe::spawn_sampler(supervisor.clone(), history.clone(), sampling.clone())?;
+    let audit = audit::AuditLog::open(&options.state_dir).context("opening the audit log")?;
+    let (per_second, burst) = options.rate_limit;
     let state = api::AppState {
+        guard: Arc::new(guard::Guard::new(per_second, burst, audit)),
         auth: Arc::new(RwLock::new(auth)),
         supervisor: supervisor.clone(),
         operations: Arc::new(operations::Operations::default()),
@@ -176,17 +198,23 @@ pub fn serve(options: ServeOptions) -> Result<()> {
                 let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
                     .await
                     .context("loading the TLS certificate and key")?;
-                axum_server::bind_rustls(options.listen, config)
+                let mut server = axum_server::bind_rustls(options.listen, config);
+                limit_requests(server.http_builder());
+                server
                     .handle(handle)
                     .serve(app.into_make_service())
                     .await
                     .context("serving HTTPS")
             }
-            None => axum_server::bind(options.listen)
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await
-                .context("serving HTTP"),
+            None => {
+                let mut server = axum_server::bind(options.listen);
+                limit_requests(server.http_builder());
+                server
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+                    .context("serving HTTP")
+            }
         }
     });
     eprintln!("sluice serve: stopping pipelines (final checkpoints)");
@@ -195,6 +223,36 @@ pub fn serve(options: ServeOptions) -> Result<()> {
     let _ = sampler.join();
     supervisor.shutdown();
     result
+}
+
+/// Request heads: at most [`guard::MAX_HEAD_BYTES`] and
+/// [`guard::MAX_HEADERS`] headers, within [`guard::HEAD_TIMEOUT`] (`431`
+/// or a closed connection otherwise).
+fn limit_requests(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+) {
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(guard::HEAD_TIMEOUT)
+        .max_buf_size(guard::MAX_HEAD_BYTES)
+        .max_headers(guard::MAX_HEADERS);
+}
+
+/// `no_new_privs`: nothing this process or its children execute can gain
+/// privileges (setuid binaries, file capabilities), for the rest of its
+/// life; the first of the defences in depth of `docs/deploy.md`.
+fn drop_privileges_for_good() -> Result<()> {
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes plain integers and
+    // touches no memory.
+    let result = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    if result != 0 {
+        bail!(
+            "cannot set no_new_privs: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {

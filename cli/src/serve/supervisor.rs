@@ -166,14 +166,8 @@ impl Supervisor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(tenant.to_string(), reach.clone());
-        let keys: Vec<PipelineKey> = self
-            .entries()
-            .keys()
-            .filter(|(t, _)| t == tenant)
-            .cloned()
-            .collect();
         let mut outside = Vec::new();
-        for key in keys {
+        for key in self.keys_of(tenant) {
             let file = self.pipeline_dir(&key).join("pipeline.toml");
             let Ok(mut loaded) = LoadedConfig::load(&file) else {
                 continue;
@@ -569,13 +563,19 @@ impl Supervisor {
 
     /// The status of every pipeline of `tenant`.
     pub fn list(&self, tenant: &str) -> Vec<PipelineStatus> {
-        let keys: Vec<PipelineKey> = self
-            .entries()
+        self.keys_of(tenant)
+            .iter()
+            .filter_map(|key| self.status(key))
+            .collect()
+    }
+
+    /// The keys of `tenant`'s pipelines.
+    fn keys_of(&self, tenant: &str) -> Vec<PipelineKey> {
+        self.entries()
             .keys()
             .filter(|(t, _)| t == tenant)
             .cloned()
-            .collect();
-        keys.iter().filter_map(|key| self.status(key)).collect()
+            .collect()
     }
 
     /// Claims the running pipeline for a deployment: its directory and

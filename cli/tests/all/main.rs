@@ -3,6 +3,7 @@
 //! checkpoints with restore and exactly-once output under SIGKILL, zombies
 //! and failpoints.
 
+mod api_abuse;
 mod checkpoints;
 mod cli;
 mod dashboard;
