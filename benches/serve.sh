@@ -10,8 +10,15 @@
 #    memory-bombing plugins (A limited to NOISY_CPU cores, default 0.25), alternating for
 #    NEIGHBOUR_ROUNDS rounds (default 3).
 #
-#   benches/serve.sh                 # both
-#   SKIP_IDLE=1 benches/serve.sh     # the neighbour rounds only
+# 3. API load: B's same pipeline beside 10 tenants' paced pipelines
+#    (2,000 records/s each), alone and while those tenants send mixed API
+#    requests without pause (10 clients: lists, status, metrics, logs,
+#    checkpoints, and refused creates, uploads and deletes), alternating
+#    for NEIGHBOUR_ROUNDS rounds; the answers' statuses are counted.
+#
+#   benches/serve.sh                                 # all three
+#   SKIP_IDLE=1 benches/serve.sh                     # 2 and 3
+#   SKIP_IDLE=1 SKIP_NEIGHBOUR=1 benches/serve.sh    # the API load only
 #
 # Needs the dev services (scripts/dev-services.sh up).
 #   benches/serve.sh
@@ -149,14 +156,18 @@ unset serve_pid
 
 fi
 
-# --- 2. neighbour impact -------------------------------------------------
-start_server
-quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
-  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores "${NOISY_CPU:-0.25}" \
-  --kafka 127.0.0.1:9092 --topic-prefix serve- --server "$server" --json \
-  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-
+# --- shared by 2 and 3 ---------------------------------------------------
+rounds="${NEIGHBOUR_ROUNDS:-3}"
+median_ratio() { # label: the median of the ratios on standard input
+  sort -g | awk -v label="$1" '{ v[NR] = $1 } END { printf "\nmedian beside / alone over %d rounds: %.3f (%s)\n", NR, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, label }'
+}
+ratio_row() { # records alone_s alone_ticks beside_s beside_ticks round: a table row
+  "$python" - "$@" "$hz" <<'EOF'
+import sys
+n = int(sys.argv[1]); a, at, b, bt, hz = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[7])
+print(f"| {sys.argv[6]} | {n/a:,.0f} | {at/hz*1e6/n:.2f} | {n/b:,.0f} | {bt/hz*1e6/n:.2f} | {a/b:.3f} |")
+EOF
+}
 run_quiet() { # name -> "records seconds cpu_seconds"
   cat > "$work/q.toml" <<EOF
 [pipeline]
@@ -179,6 +190,15 @@ EOF
   until [ "$(state_of "$quiet" "$1")" = finished ]; do sleep 0.1; done
   echo "1000000 $("$python" -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)") $(( $(cpu_ticks) - cpu0 ))"
 }
+
+if [ "${SKIP_NEIGHBOUR:-0}" != 1 ]; then
+# --- 2. neighbour impact -------------------------------------------------
+start_server
+quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
+  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+noisy=$(SLUICE_TOKEN="$admin" "$sluice" tenants create noisy --cpu-cores "${NOISY_CPU:-0.25}" \
+  --kafka 127.0.0.1:9092 --topic-prefix serve- --server "$server" --json \
+  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 # A first run builds and compiles the plugin: not measured.
 read -r _ _ _ < <(run_quiet warm-up)
 declare -A noisy_topic
@@ -220,7 +240,6 @@ noisy_down() { # round
 }
 # Alone and beside alternate, so that a change in the machine's load hits
 # both; the median ratio is the figure.
-rounds="${NEIGHBOUR_ROUNDS:-3}"
 echo
 echo "| round | B alone records/s | server CPU µs/record | B beside A records/s | server CPU µs/record | beside / alone |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: |"
@@ -230,13 +249,75 @@ for round in $(seq 1 "$rounds"); do
   noisy_up "$round"
   read -r n beside_s beside_ticks < <(run_quiet "beside-$round")
   noisy_down "$round"
-  line=$("$python" - "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$hz" "$round" <<'EOF'
-import sys
-n = int(sys.argv[1]); a, at, b, bt, hz = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-print(f"| {sys.argv[7]} | {n/a:,.0f} | {at/hz*1e6/n:.2f} | {n/b:,.0f} | {bt/hz*1e6/n:.2f} | {a/b:.3f} |")
-EOF
-)
+  line=$(ratio_row "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$round")
   echo "$line"
   ratios+=("$(echo "$line" | awk -F'|' '{ gsub(/ /, "", $7); print $7 }')")
 done
-printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "\nmedian beside / alone over %d rounds: %.3f (A limited to '"${NOISY_CPU:-0.25}"' CPU; CPU is the whole server'"'"'s, A'"'"'s included)\n", NR, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+printf '%s\n' "${ratios[@]}" | median_ratio "A limited to ${NOISY_CPU:-0.25} CPU; CPU is the whole server's, A's included"
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+fi
+
+# --- 3. API load ---------------------------------------------------------
+start_server
+quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --server "$server" --json \
+  | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+read -r _ _ _ < <(run_quiet warm-up)
+: > "$work/tokens"
+printf '[pipeline]\nname = "steady"\n[source.generator]\nprofile = "bronze"\nrate = 2000\n[sink.blackhole]\n' > "$work/s.toml"
+for t in $(seq 0 9); do
+  token=$(SLUICE_TOKEN="$admin" "$sluice" tenants create "t$t" --server "$server" --json \
+    | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  echo "$token" >> "$work/tokens"
+  SLUICE_TOKEN="$token" "$sluice" deploy "$work/s.toml" --server "$server" >/dev/null
+done
+api_load() { # 10 clients, one per tenant, until $work/stop exists; prints "requests {status: count}"
+  "$python" - "$server" "$work/tokens" "$work/stop" <<'EOF'
+import collections, os, sys, threading, urllib.request, urllib.error
+server, tokens, stop = sys.argv[1], open(sys.argv[2]).read().split(), sys.argv[3]
+counts, lock = collections.Counter(), threading.Lock()
+bad = b'[pipeline]\nname = "bad"\n[source.kafka]\nbootstrap_servers = "x:1"\ntopics = ["t"]\ngroup_id = "g"\n[sink.blackhole]\n'
+def client(index, token):
+    other = f"t{(index + 1) % len(tokens)}"
+    requests = [
+        ("GET", "/api/v1/pipelines", None), ("GET", "/api/v1/pipelines/steady", None),
+        ("GET", "/api/v1/pipelines/steady/status", None), ("GET", "/metrics", None),
+        ("GET", "/api/v1/pipelines/steady/logs", None), ("GET", "/api/v1/pipelines/steady/checkpoints", None),
+        ("POST", "/api/v1/pipelines", bad), ("POST", "/api/v1/plugins", bytes(512)),
+        ("GET", "/api/v1/status", None), ("DELETE", f"/api/v1/pipelines/{other}-steady", None),
+    ]
+    i = 0
+    while not os.path.exists(stop):
+        method, path, body = requests[i % len(requests)]
+        i += 1
+        request = urllib.request.Request(server + path, data=body, method=method,
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status = response.status
+                response.read()
+        except urllib.error.HTTPError as error:
+            status = error.code
+        with lock:
+            counts[status] += 1
+threads = [threading.Thread(target=client, args=(i, t)) for i, t in enumerate(tokens)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+print(sum(counts.values()), dict(sorted(counts.items())))
+EOF
+}
+echo
+echo "| round | B alone records/s | server CPU µs/record | B beside API load records/s | server CPU µs/record | beside / alone | API requests, statuses |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+ratios=()
+for round in $(seq 1 "$rounds"); do
+  read -r n alone_s alone_ticks < <(run_quiet "api-alone-$round")
+  rm -f "$work/stop"
+  api_load > "$work/load.out" &
+  load_pid=$!
+  read -r n beside_s beside_ticks < <(run_quiet "api-beside-$round")
+  touch "$work/stop"; wait "$load_pid"
+  line=$(ratio_row "$n" "$alone_s" "$alone_ticks" "$beside_s" "$beside_ticks" "$round")
+  echo "$line $(cat "$work/load.out") |"
+  ratios+=("$(echo "$line" | awk -F'|' '{ gsub(/ /, "", $7); print $7 }')")
+done
+printf '%s\n' "${ratios[@]}" | median_ratio "10 tenants' API clients without pause beside their 10 pipelines paced at 2,000 records/s; CPU is the whole server's, the API's included"

@@ -84,15 +84,7 @@ pub fn admit(text: &str, tenant: &str) -> Result<Admitted, String> {
         checkpoints.insert("mode", toml_edit::value("exactly-once"));
         document.insert("checkpoints", Item::Table(checkpoints));
     }
-    if document.get("dead_letter").is_none() {
-        let mut file = toml_edit::Table::new();
-        file.insert("path", toml_edit::value("dead-letters.jsonl"));
-        file.insert("format", toml_edit::value("record"));
-        let mut dead_letter = toml_edit::Table::new();
-        dead_letter.set_implicit(true);
-        dead_letter.insert("file", Item::Table(file));
-        document.insert("dead_letter", Item::Table(dead_letter));
-    }
+    add_default_dead_letter(&mut document);
     let mut plugins = Vec::new();
     let mut problems = Vec::new();
     rewrite_paths(document.as_item_mut(), "", &mut plugins, &mut problems);
@@ -104,6 +96,31 @@ pub fn admit(text: &str, tenant: &str) -> Result<Admitted, String> {
         text: document.to_string(),
         plugins,
     })
+}
+
+/// Without `[dead_letter]`, dead letters go to `dead-letters.jsonl` in
+/// the pipeline's directory (the default, the server's standard error, is
+/// not a tenant's); whether it was added.
+fn add_default_dead_letter(document: &mut DocumentMut) -> bool {
+    if document.get("dead_letter").is_some() {
+        return false;
+    }
+    let mut file = toml_edit::Table::new();
+    file.insert("path", toml_edit::value("dead-letters.jsonl"));
+    file.insert("format", toml_edit::value("record"));
+    let mut dead_letter = toml_edit::Table::new();
+    dead_letter.set_implicit(true);
+    dead_letter.insert("file", Item::Table(file));
+    document.insert("dead_letter", Item::Table(dead_letter));
+    true
+}
+
+/// A stored pipeline file brought up to what admission does now (a file
+/// admitted before dead letters had a default of their own); `None` if it
+/// needs nothing, or is not TOML (its start will say why).
+pub fn upgrade(text: &str) -> Option<String> {
+    let mut document: DocumentMut = text.parse().ok()?;
+    add_default_dead_letter(&mut document).then(|| document.to_string())
 }
 
 fn valid_name(name: &str) -> bool {
@@ -296,5 +313,17 @@ mod tests {
         let other = admit("[pipeline]\nname = \"p\"\ntenant = \"b\"\n", "a").unwrap_err();
         assert!(other.contains("caller is tenant `a`"), "{other}");
         assert!(admit("[pipeline]\nname = \"../x\"\n", "a").is_err());
+    }
+
+    #[test]
+    fn a_stored_file_without_dead_letters_is_upgraded_once() {
+        let stored = "[pipeline]\nname = \"p\"\n[source.file]\npath = \"in.jsonl\"\n";
+        let upgraded = upgrade(stored).expect("a file without dead letters is upgraded");
+        let parsed: toml::Value = toml::from_str(&upgraded).unwrap();
+        assert_eq!(
+            parsed["dead_letter"]["file"]["path"].as_str(),
+            Some("dead-letters.jsonl")
+        );
+        assert_eq!(upgrade(&upgraded), None, "once");
     }
 }

@@ -107,6 +107,21 @@ fn footprint_of(file: &Path) -> Vec<PluginFootprint> {
         .unwrap_or_default()
 }
 
+/// Rewrites a stored pipeline file that admission would now write
+/// differently (see [`super::admission::upgrade`]), by rename.
+fn upgrade_stored_file(file: &Path) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Ok(());
+    };
+    if let Some(upgraded) = super::admission::upgrade(&text) {
+        let temporary = file.with_extension("toml.tmp");
+        std::fs::write(&temporary, upgraded)
+            .and_then(|()| std::fs::rename(&temporary, file))
+            .with_context(|| format!("upgrading {}", file.display()))?;
+    }
+    Ok(())
+}
+
 /// Creates `dir` and the directories above it that are missing, each
 /// with mode 0700.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
@@ -340,6 +355,7 @@ impl Supervisor {
             for name in read_dir_names(&tenants.join(&tenant).join("pipelines"))? {
                 let key = (tenant.clone(), name);
                 let dir = self.pipeline_dir(&key);
+                upgrade_stored_file(&dir.join("pipeline.toml"))?;
                 let desired = read_desired(&dir);
                 let mut entry = Entry::stopped(dir);
                 entry.footprint = footprint_of(&entry.dir.join("pipeline.toml"));

@@ -365,3 +365,50 @@ fn a_thousand_mixed_requests_from_ten_tenants_get_no_5xx_while_pipelines_run() {
         });
     }
 }
+
+/// Slow clients (slowloris: a request head sent a byte at a time, then
+/// nothing) neither hold the server's threads nor stay connected: while
+/// 200 of them hang, other requests are answered, and the server closes
+/// each of them once its head has taken too long.
+#[test]
+fn slow_clients_are_cut_off_and_hold_up_no_one() {
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let port = free_port();
+    let (server, _) = start_server(state_dir.path(), port);
+    let slow: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            stream
+                .write_all(b"POST /api/v1/pipelines HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .expect("write");
+            stream
+        })
+        .collect();
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    for _ in 0..20 {
+        let answer = http
+            .get(format!("{}/healthz", server.url))
+            .send()
+            .expect("answered beside 200 slow clients");
+        assert_eq!(answer.status().as_u16(), 200);
+    }
+    for mut stream in slow {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        assert!(
+            read.is_ok(),
+            "the server closed a slow client's connection (read: {read:?})"
+        );
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 408"),
+            "{text}"
+        );
+    }
+}
