@@ -100,6 +100,22 @@ impl Entry {
 #[error("quota: {0}")]
 pub struct QuotaExceeded(pub String);
 
+/// Why a pipeline could not be created: the caller's fault or the
+/// server's, so that the API answers 400, 429 or 500 accordingly.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The file does not load or is outside the tenant's reach (the error
+    /// names file, line and field).
+    #[error(transparent)]
+    Invalid(#[from] sluice_host::config::ConfigError),
+    /// It would take the tenant over a quota.
+    #[error(transparent)]
+    Quota(#[from] QuotaExceeded),
+    /// The server could not store or start it (disk, threads).
+    #[error("{0:#}")]
+    Server(#[from] anyhow::Error),
+}
+
 /// What a pipeline file's plugins take, or nothing if it does not load.
 fn footprint_of(file: &Path) -> Vec<PluginFootprint> {
     LoadedConfig::load(file)
@@ -241,7 +257,11 @@ impl Supervisor {
     /// tenant's pipelines would then run more plugin instances or memory
     /// than its limits, keeping room for the largest operator to hold two
     /// versions during a swap.
-    fn check_plugin_quota(&self, tenant: &str, footprint: &[PluginFootprint]) -> Result<()> {
+    fn check_plugin_quota(
+        &self,
+        tenant: &str,
+        footprint: &[PluginFootprint],
+    ) -> Result<(), QuotaExceeded> {
         let limits = self.limits_of(tenant);
         let entries = self.entries();
         let reserved: Vec<&PluginFootprint> = entries
@@ -259,15 +279,13 @@ impl Supervisor {
             return Err(QuotaExceeded(format!(
                 "tenant `{tenant}` may run {} plugin instances; its pipelines with this one need {instances}, plus {swap_instances} to swap a version",
                 limits.max_plugin_instances
-            ))
-            .into());
+            )));
         }
         if memory + swap_memory > limits.max_plugin_memory_mb {
             return Err(QuotaExceeded(format!(
                 "tenant `{tenant}` may give its plugins {} MiB of memory; its pipelines with this one need {memory} MiB, plus {swap_memory} MiB to swap a version",
                 limits.max_plugin_memory_mb
-            ))
-            .into());
+            )));
         }
         Ok(())
     }
@@ -380,15 +398,39 @@ impl Supervisor {
     }
 
     /// Stores a new pipeline (its file `text`, the plugins `plugins` from
-    /// `plugin_store`) and starts it.
+    /// `plugin_store`) and starts it. Whatever fails, nothing of it is
+    /// left behind (a directory left would be resumed at the next start).
     pub fn create(
         self: &Arc<Self>,
         key: &PipelineKey,
         text: &str,
         plugins: &[String],
         plugin_store: &Path,
-    ) -> Result<()> {
+    ) -> Result<(), CreateError> {
         let dir = self.pipeline_dir(key);
+        let footprint = match self.store(key, &dir, text, plugins, plugin_store) {
+            Ok(footprint) => footprint,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(error);
+            }
+        };
+        let mut entry = Entry::stopped(dir);
+        entry.footprint = footprint;
+        self.entries().insert(key.clone(), entry);
+        Ok(self.start(key)?)
+    }
+
+    /// Writes a new pipeline's directory and checks its file (it loads,
+    /// fits the tenant's reach and quotas); what its plugins take.
+    fn store(
+        &self,
+        key: &PipelineKey,
+        dir: &Path,
+        text: &str,
+        plugins: &[String],
+        plugin_store: &Path,
+    ) -> Result<Vec<PluginFootprint>, CreateError> {
         // Only the server's user may enter a pipeline's directory (its
         // tenant's outputs, state and checkpoints).
         private_dir(&dir.join("plugins")).with_context(|| format!("creating {}", dir.display()))?;
@@ -403,26 +445,12 @@ impl Supervisor {
         }
         std::fs::write(dir.join("pipeline.toml"), text).context("writing the pipeline file")?;
         // Refuse a file that does not load, or that takes the tenant over
-        // its quotas, before anything runs.
-        let footprint =
-            match LoadedConfig::load(&dir.join("pipeline.toml")).and_then(|mut loaded| {
-                self.hold_to_reach(&key.0, &mut loaded)?;
-                Ok(loaded)
-            }) {
-                Ok(loaded) => plugin_footprint(&loaded.config),
-                Err(error) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(error.into());
-                }
-            };
-        if let Err(error) = self.check_plugin_quota(&key.0, &footprint) {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(error);
-        }
-        let mut entry = Entry::stopped(dir);
-        entry.footprint = footprint;
-        self.entries().insert(key.clone(), entry);
-        self.start(key)
+        // its reach or quotas, before anything runs.
+        let mut loaded = LoadedConfig::load(&dir.join("pipeline.toml"))?;
+        self.hold_to_reach(&key.0, &mut loaded)?;
+        let footprint = plugin_footprint(&loaded.config);
+        self.check_plugin_quota(&key.0, &footprint)?;
+        Ok(footprint)
     }
 
     /// Starts a stopped, finished or failed pipeline (restoring its last

@@ -412,3 +412,42 @@ fn slow_clients_are_cut_off_and_hold_up_no_one() {
         );
     }
 }
+
+/// The caller's mistakes are 400s, the server's own failures 500s: a
+/// pipeline whose directory cannot be made (a file stands where it goes)
+/// is a 500 naming the server's trouble, and nothing of it is left.
+#[test]
+fn a_server_side_failure_is_a_500_not_a_400() {
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let (server, admin) = start_server(state_dir.path(), free_port());
+    let token = create_tenant_with(&server, &admin.expect("admin token"), "team", &[]);
+    let http = reqwest::blocking::Client::new();
+    let create = |text: &str| {
+        let response = http
+            .post(format!("{}/api/v1/pipelines", server.url))
+            .bearer_auth(&token)
+            .body(text.to_string())
+            .send()
+            .expect("send");
+        (
+            response.status().as_u16(),
+            response.text().unwrap_or_default(),
+        )
+    };
+    let (status, text) =
+        create("[pipeline]\nname = \"p\"\n[source.generator]\ncount = 1\n[sink.stdout]\n");
+    assert_eq!(status, 400, "a tenant's mistake: {text}");
+    let pipelines = state_dir.path().join("tenants/team/pipelines");
+    std::fs::create_dir_all(&pipelines).expect("dir");
+    std::fs::write(pipelines.join("blocked"), "a file where the directory goes").expect("write");
+    let (status, text) = create(&steady_pipeline("blocked"));
+    assert_eq!(status, 500, "the server's failure: {text}");
+    assert!(text.contains("creating"), "{text}");
+    let api = client(&server, Some(&token));
+    let listed = api.get("/api/v1/pipelines").expect("list");
+    assert_eq!(
+        listed["pipelines"],
+        serde_json::json!([]),
+        "nothing was created"
+    );
+}

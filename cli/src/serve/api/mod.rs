@@ -9,7 +9,7 @@ use super::guard::{
 };
 use super::operations::{OperationKind, Operations};
 mod tenants;
-use super::supervisor::{PipelineKey, Supervisor};
+use super::supervisor::{CreateError, PipelineKey, Supervisor};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -306,12 +306,11 @@ async fn create_pipeline(
     tokio::task::spawn_blocking(move || supervisor.create(&created_key, &text, &plugins, &store))
         .await
         .map_err(internal)?
-        .map_err(
-            |error| match error.downcast_ref::<super::supervisor::QuotaExceeded>() {
-                Some(quota) => ApiError(StatusCode::TOO_MANY_REQUESTS, quota.to_string()),
-                None => bad_request(format!("{error:#}")),
-            },
-        )?;
+        .map_err(|error| match error {
+            CreateError::Invalid(error) => bad_request(error.to_string()),
+            CreateError::Quota(quota) => ApiError(StatusCode::TOO_MANY_REQUESTS, quota.to_string()),
+            CreateError::Server(error) => internal(format!("{error:#}")),
+        })?;
     let operation = state.operations.start(
         &tenant,
         key_header.as_deref(),
