@@ -4,8 +4,8 @@
 //! 5xx; the server does not fall over; the pipelines keep running.
 
 use crate::serve::{
-    Server, WAIT, client, create_tenant_with, free_port, sluice, start_server, start_server_with,
-    state,
+    Server, WAIT, assert_no_pipelines, client, create_tenant_with, free_port, sluice, start_server,
+    start_server_with, state,
 };
 use sluice_tests::{Chaos, wait_until};
 use std::io::{Read as _, Write as _};
@@ -443,11 +443,5 @@ fn a_server_side_failure_is_a_500_not_a_400() {
     let (status, text) = create(&steady_pipeline("blocked"));
     assert_eq!(status, 500, "the server's failure: {text}");
     assert!(text.contains("creating"), "{text}");
-    let api = client(&server, Some(&token));
-    let listed = api.get("/api/v1/pipelines").expect("list");
-    assert_eq!(
-        listed["pipelines"],
-        serde_json::json!([]),
-        "nothing was created"
-    );
+    assert_no_pipelines(&server, &token);
 }

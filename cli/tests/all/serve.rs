@@ -210,6 +210,19 @@ pub(crate) fn create_kafka_tenant(
     create_tenant_with(server, admin, tenant, &flags)
 }
 
+/// Asserts that the tenant of `token` has no pipeline (a refused create
+/// left nothing behind).
+pub(crate) fn assert_no_pipelines(server: &Server, token: &str) {
+    let listed = client(server, Some(token))
+        .get("/api/v1/pipelines")
+        .expect("list");
+    assert_eq!(
+        listed["pipelines"],
+        serde_json::json!([]),
+        "nothing was created"
+    );
+}
+
 pub(crate) fn state(client: &Client, name: &str) -> Value {
     client
         .get(&format!("/api/v1/pipelines/{name}"))

@@ -3,7 +3,8 @@
 //! the Kafka topics and groups and the S3 prefixes the admin granted it.
 
 use crate::serve::{
-    WAIT, client, create_kafka_tenant, free_port, sluice, start_server, start_server_with, state,
+    WAIT, assert_no_pipelines, client, create_kafka_tenant, free_port, sluice, start_server,
+    start_server_with, state,
 };
 use serde_json::Value;
 use sluice_tests::{KillOnDrop, wait_until};
@@ -144,13 +145,7 @@ fn a_tenants_pipeline_cannot_make_the_server_load_a_library() {
     );
     let (ok, err) = deploy(&server, &token, work.path(), &sink);
     assert!(!ok && err.contains("sink.kafka.properties"), "{err}");
-    let api = client(&server, Some(&token));
-    let listed = api.get("/api/v1/pipelines").expect("list");
-    assert_eq!(
-        listed["pipelines"],
-        serde_json::json!([]),
-        "nothing was created"
-    );
+    assert_no_pipelines(&server, &token);
     assert!(
         !serve_marker.exists(),
         "the library's constructor ran in the server"
