@@ -1,44 +1,14 @@
-//! Builds the C++ half of [`json_scan`](src/json_scan/mod.rs) against
-//! Debian's simdjson (`libsimdjson-dev`, installed by
-//! `scripts/setup-toolchain.sh`), and links what Debian's static RocksDB
-//! archive needs when it is linked statically (`ROCKSDB_STATIC`, set in
-//! `.cargo/config.toml`): its compression libraries, as shared objects
-//! (other crates may bring their own static copy of some; a shared one never
-//! clashes with it).
+//! Links what Debian's static RocksDB archive needs when it is linked
+//! statically (`ROCKSDB_STATIC`, set in `.cargo/config.toml`): its
+//! compression libraries, as shared objects (other crates may bring their
+//! own static copy of some; a shared one never clashes with it). The C++
+//! JSON scanner is built by `json/build.rs`.
 
 fn main() {
-    build_json_scan();
     println!("cargo:rerun-if-env-changed=ROCKSDB_STATIC");
     if std::env::var_os("ROCKSDB_STATIC").is_some() {
         for library in ["snappy", "lz4", "zstd", "bz2", "z"] {
             println!("cargo:rustc-link-lib=dylib={library}");
         }
     }
-}
-
-/// Compiles `src/json_scan/simdjson_scan.cpp`. simdjson's On-Demand parser
-/// is inlined from its header, so its SIMD kernel is the one the compiler
-/// may use: on x86-64 the file is compiled for AVX2 (simdjson's "haswell"
-/// kernel), and `json_scan` calls it only on a CPU that has those features
-/// (anywhere else the host parses with serde_json alone).
-fn build_json_scan() {
-    let source = "src/json_scan/simdjson_scan.cpp";
-    println!("cargo:rerun-if-changed={source}");
-    let mut build = cc::Build::new();
-    build
-        .cpp(true)
-        .file(source)
-        .std("c++17")
-        .opt_level(3)
-        .define("NDEBUG", None)
-        .warnings(true);
-    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") {
-        for feature in [
-            "-mavx2", "-mbmi", "-mbmi2", "-mpclmul", "-mlzcnt", "-mpopcnt",
-        ] {
-            build.flag(feature);
-        }
-    }
-    build.compile("sluice_json_scan");
-    println!("cargo:rustc-link-lib=dylib=simdjson");
 }

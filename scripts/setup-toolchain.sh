@@ -37,7 +37,7 @@ want_apt rustc-web rust-web-src lld-19
 # RocksDB state: linked from Debian's library (see .cargo/config.toml).
 want_apt librocksdb-dev libclang-dev
 # JSON records are checked and their fields found with simdjson (the host's
-# json_scan module), linked from Debian's library; g++ builds its C++ half.
+# sluice-json crate, json/src/scan.rs), linked from Debian's library; g++ builds its C++ half.
 want_apt libsimdjson-dev g++
 # C plugins.
 want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc

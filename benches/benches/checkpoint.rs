@@ -17,6 +17,7 @@
 use sluice_host::checkpoint::LocalStorage;
 use sluice_host::checkpoint::snapshot::IncrementalUploader;
 use sluice_host::state::{OperatorScope, RocksStateBackend, StateBackend, StateWrite};
+use sluice_host::window::MERGE_FOLDS;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -38,7 +39,7 @@ fn value(i: u64, version: u64) -> Vec<u8> {
 /// The 1 M-key state: one row per checkpoint.
 fn large_state() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let backend = RocksStateBackend::open(&dir.path().join("db")).expect("RocksDB");
+    let backend = RocksStateBackend::open(&dir.path().join("db"), MERGE_FOLDS).expect("RocksDB");
     let store = backend
         .open(&OperatorScope::new("t", "bench", "state"), None)
         .expect("store");

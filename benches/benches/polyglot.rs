@@ -24,6 +24,7 @@ use sluice_benches::cpu_seconds;
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
 use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
+use sluice_host::window::MERGE_FOLDS;
 use sluice_tests::{plugin, run_pipeline_to_end};
 use std::time::{Duration, Instant};
 
@@ -118,7 +119,7 @@ fn main() {
         let load = started.elapsed();
         let started = Instant::now();
         let scope = OperatorScope::new("bench", "polyglot", "q1");
-        let state = MemoryStateBackend::default()
+        let state = MemoryStateBackend::new(MERGE_FOLDS)
             .open(&scope, None)
             .expect("state");
         let instance = PluginInstance::new(

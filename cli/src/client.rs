@@ -445,7 +445,7 @@ pub fn logs(
     json: bool,
 ) -> Result<()> {
     let since_ms = match since {
-        Some(since) => sluice_host::checkpoint::now_ms() - parse_age_ms(since)?,
+        Some(since) => sluice_host::time::now_ms() - parse_age_ms(since)?,
         None => 0,
     };
     let path = format!("/api/v1/pipelines/{pipeline}/logs?since_ms={since_ms}");

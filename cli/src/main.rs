@@ -81,10 +81,10 @@ enum Command {
         #[arg(long, requires = "s3_bucket")]
         s3_endpoint: Option<String>,
         /// Mutating API requests per second each caller may make.
-        #[arg(long, default_value_t = serve::guard::DEFAULT_MUTATIONS_PER_SECOND)]
+        #[arg(long, default_value_t = serve::api::guard::DEFAULT_MUTATIONS_PER_SECOND)]
         rate_limit: u32,
         /// Mutating API requests each caller may make in a burst.
-        #[arg(long, default_value_t = serve::guard::DEFAULT_MUTATION_BURST)]
+        #[arg(long, default_value_t = serve::api::guard::DEFAULT_MUTATION_BURST)]
         rate_burst: u32,
     },
     /// Deploy a pipeline file to a `sluice serve` (its plugins are built

@@ -134,7 +134,7 @@ pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport>
                             " | chk {} {:.0} ms, age {:.1} s",
                             last.id,
                             last.stats.total_ms,
-                            (sluice_host::checkpoint::now_ms() - last.completed_at_ms) as f64
+                            (sluice_host::time::now_ms() - last.completed_at_ms) as f64
                                 / 1000.0
                         )
                     })

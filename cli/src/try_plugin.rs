@@ -15,7 +15,7 @@ use sluice_host::record::dead_letter_headers;
 use sluice_host::runtime::{
     CallMode, PluginAggregator, PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig,
 };
-use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
+use sluice_host::state::{MemoryStateBackend, MergeFolds, OperatorScope, StateBackend};
 use sluice_host::window::{LateOutput, WindowOperator, WindowOperatorOptions, WindowSpec};
 use std::io::Write;
 use std::path::Path;
@@ -85,7 +85,7 @@ pub fn try_plugin(
         call_mode: options.call_mode,
         ..PluginLimits::default()
     };
-    let state = MemoryStateBackend::default().open(&scope, None)?;
+    let state = MemoryStateBackend::new(MergeFolds::NONE).open(&scope, None)?;
     let aggregate = component.world.is_aggregate();
     let mut operator: Box<dyn Operator> = if aggregate {
         let aggregator = PluginAggregator::new(

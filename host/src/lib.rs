@@ -17,15 +17,15 @@
 //! * [`config`]: the pipeline file, with errors that name file, line and field.
 //! * [`pipeline`]: builds a runnable pipeline from its config.
 //! * [`metrics`]: counters shown by progress lines and run summaries.
-//! * [`json_scan`]: the one pass over a JSON record that checks it and finds
-//!   its fields (simdjson), behind [`window::fields`].
+//!
+//! Reading JSON records (the simdjson pass, field paths, event times from
+//! fields) is the `sluice-json` crate, below every module here.
 
 pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod dataflow;
 pub mod join;
-pub mod json_scan;
 pub mod metrics;
 pub mod pipeline;
 pub mod record;

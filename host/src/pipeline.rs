@@ -221,18 +221,21 @@ impl Deployer {
 pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>, PipelineError> {
     let pipeline = &loaded.config.pipeline;
     let backend: Arc<dyn StateBackend> = match pipeline.state_backend {
-        StateBackendKind::Memory => Arc::new(MemoryStateBackend::default()),
+        StateBackendKind::Memory => Arc::new(MemoryStateBackend::new(crate::window::MERGE_FOLDS)),
         StateBackendKind::Rocksdb => {
             let Some(dir) = &pipeline.state_dir else {
                 // State that lives as long as this run starts empty: the
                 // database is made when an operator first uses state, so a
                 // pipeline that keeps none never pays for one.
                 return Ok(Arc::new(LazyStateBackend::new(|| {
-                    Ok(Arc::new(RocksStateBackend::temporary()?))
+                    Ok(Arc::new(RocksStateBackend::temporary(
+                        crate::window::MERGE_FOLDS,
+                    )?))
                 })));
             };
-            let backend = RocksStateBackend::open(&loaded.resolve_path(dir))
-                .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+            let backend =
+                RocksStateBackend::open(&loaded.resolve_path(dir), crate::window::MERGE_FOLDS)
+                    .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
             backend
                 .claim_max_parallelism(pipeline.max_parallelism)
                 .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
@@ -322,7 +325,7 @@ impl Pipeline {
                 &workdir.db(),
             )?;
         }
-        let backend = RocksStateBackend::open(&workdir.db())
+        let backend = RocksStateBackend::open(&workdir.db(), crate::window::MERGE_FOLDS)
             .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
         backend
             .claim_max_parallelism(pipeline.max_parallelism)

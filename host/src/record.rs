@@ -1,7 +1,7 @@
 //! The record: what flows through a pipeline.
 
-use crate::window::fields::{FieldPath, FieldValue};
 use bytes::Bytes;
+use sluice_json::fields::{FieldPath, FieldValue};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -6,6 +6,7 @@ use sluice_host::dataflow::TransformOperator;
 use sluice_host::metrics::OperatorMetrics;
 use sluice_host::runtime::{PluginInstance, PluginLimits, PluginRuntime, RuntimeConfig};
 use sluice_host::state::{MemoryStateBackend, OperatorScope, StateBackend};
+use sluice_host::window::MERGE_FOLDS;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -87,7 +88,7 @@ pub fn runtime() -> PluginRuntime {
 
 /// A fresh in-memory state backend.
 pub fn state_backend() -> Arc<dyn StateBackend> {
-    Arc::new(MemoryStateBackend::default())
+    Arc::new(MemoryStateBackend::new(MERGE_FOLDS))
 }
 
 /// A transform operator running plugin `name` for `tenant`, with `limits`

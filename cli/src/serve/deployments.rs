@@ -17,6 +17,7 @@
 //! Every deployment is recorded in the pipeline's `deployments.jsonl`: a
 //! line when it is swapped and another with the verdict, under one id.
 
+use super::errors::SwapError;
 use super::supervisor::{PipelineKey, PipelineState, Supervisor};
 use serde::{Deserialize, Serialize};
 use sluice_host::config::LoadedConfig;
@@ -103,20 +104,6 @@ pub struct Deployment {
     pub outcome: String,
 }
 
-/// Why a swap did not happen.
-#[derive(Debug)]
-pub enum SwapError {
-    /// No such pipeline (for this tenant).
-    NotFound,
-    /// The request cannot be done (the message says why); nothing changed.
-    Refused(String),
-    /// The pipeline's file is outside its tenant's reach (the message
-    /// names the field); nothing changed.
-    Invalid(String),
-    /// Something broke on the way.
-    Failed(String),
-}
-
 /// A deploy request.
 #[derive(Debug, Clone)]
 pub struct SwapRequest<'a> {
@@ -182,7 +169,7 @@ impl Supervisor {
             })?;
         let mut deployment = Deployment {
             id: next_deployment_id(dir),
-            at_ms: sluice_host::checkpoint::now_ms(),
+            at_ms: sluice_host::time::now_ms(),
             by: request.by.to_string(),
             operator: request.operator.to_string(),
             from,

@@ -160,7 +160,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CaptureLayer {
             &pipeline,
             LogLine {
                 seq: 0,
-                at_ms: sluice_host::checkpoint::now_ms(),
+                at_ms: sluice_host::time::now_ms(),
                 level,
                 operator: fields.operator,
                 message,

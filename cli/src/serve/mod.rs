@@ -26,7 +26,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod deployments;
-pub mod guard;
+pub mod errors;
 pub mod logs;
 pub mod operations;
 pub mod policy;
@@ -71,8 +71,8 @@ impl ServeOptions {
             max_instances: RuntimeConfig::default().max_instances,
             reach: policy::ServerReach::default(),
             rate_limit: (
-                guard::DEFAULT_MUTATIONS_PER_SECOND,
-                guard::DEFAULT_MUTATION_BURST,
+                api::guard::DEFAULT_MUTATIONS_PER_SECOND,
+                api::guard::DEFAULT_MUTATION_BURST,
             ),
         }
     }
@@ -161,7 +161,7 @@ pub fn serve(options: ServeOptions) -> Result<()> {
     let audit = audit::AuditLog::open(&options.state_dir).context("opening the audit log")?;
     let (per_second, burst) = options.rate_limit;
     let state = api::AppState {
-        guard: Arc::new(guard::Guard::new(per_second, burst, audit)),
+        guard: Arc::new(api::guard::Guard::new(per_second, burst, audit)),
         auth: Arc::new(RwLock::new(auth)),
         supervisor: supervisor.clone(),
         operations: Arc::new(operations::Operations::default()),
@@ -234,9 +234,9 @@ fn limit_requests(
     builder
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(guard::HEAD_TIMEOUT)
-        .max_buf_size(guard::MAX_HEAD_BYTES)
-        .max_headers(guard::MAX_HEADERS);
+        .header_read_timeout(api::guard::HEAD_TIMEOUT)
+        .max_buf_size(api::guard::MAX_HEAD_BYTES)
+        .max_headers(api::guard::MAX_HEADERS);
 }
 
 /// `no_new_privs`: nothing this process or its children execute can gain

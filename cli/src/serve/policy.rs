@@ -397,7 +397,7 @@ impl<'a> Grants<'a> {
         &self,
         field: &str,
         bootstrap_servers: &str,
-    ) -> Result<sluice_host::config::SecretMap, Refusal> {
+    ) -> Result<sluice_host::connectors::SecretMap, Refusal> {
         let brokers = |list: &str| -> Vec<String> {
             list.split(',')
                 .map(|b| b.trim().to_ascii_lowercase())

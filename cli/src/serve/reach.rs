@@ -13,7 +13,7 @@ use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
-use sluice_host::config::{Secret, SecretMap};
+use sluice_host::connectors::{Secret, SecretMap};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 

@@ -6,7 +6,7 @@
 //! checkpoint).
 
 use super::auth::TenantLimits;
-use super::deployments::SwapError;
+use super::errors::{CreateError, QuotaExceeded, SwapError};
 use super::policy::ServerReach;
 use super::reach::TenantReach;
 use anyhow::{Context, Result};
@@ -93,27 +93,6 @@ impl Entry {
             thread: None,
         }
     }
-}
-
-/// A request over a tenant's quota (the message names the resource).
-#[derive(Debug, thiserror::Error)]
-#[error("quota: {0}")]
-pub struct QuotaExceeded(pub String);
-
-/// Why a pipeline could not be created: the caller's fault or the
-/// server's, so that the API answers 400, 429 or 500 accordingly.
-#[derive(Debug, thiserror::Error)]
-pub enum CreateError {
-    /// The file does not load or is outside the tenant's reach (the error
-    /// names file, line and field).
-    #[error(transparent)]
-    Invalid(#[from] sluice_host::config::ConfigError),
-    /// It would take the tenant over a quota.
-    #[error(transparent)]
-    Quota(#[from] QuotaExceeded),
-    /// The server could not store or start it (disk, threads).
-    #[error("{0:#}")]
-    Server(#[from] anyhow::Error),
 }
 
 /// What a pipeline file's plugins take, or nothing if it does not load.

@@ -7,11 +7,11 @@
 //! One checkpoint is in flight at a time (`max_concurrent = 1`): the next
 //! barrier is injected only after the previous checkpoint completed.
 
-use super::manifest::{CheckpointStats, MANIFEST_FORMAT, Manifest, ManifestKind};
+use super::manifest::{MANIFEST_FORMAT, Manifest, ManifestKind};
 use super::restore::{CheckpointError, CheckpointStore};
 use super::snapshot::IncrementalUploader;
 use super::{CheckpointSettings, CommitKind, Committable, Committer, failpoint};
-use crate::dataflow::DataflowError;
+use crate::metrics::CheckpointStats;
 use crate::metrics::{CheckpointMetrics, CheckpointRecord};
 use crate::state::RocksStateBackend;
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -154,16 +154,14 @@ impl CheckpointCoordinator {
 
     /// Starts the background thread; completed checkpoint ids are sent on
     /// `acks` (to the source thread).
-    pub fn start(self: &Arc<Self>, acks: Sender<u64>) -> Result<(), DataflowError> {
+    pub fn start(self: &Arc<Self>, acks: Sender<u64>) -> Result<(), CheckpointError> {
         let (sender, receiver) = unbounded::<InFlight>();
         *lock(&self.jobs) = Some(sender);
         let coordinator = self.clone();
         let handle = std::thread::Builder::new()
             .name("sluice-checkpoints".into())
             .spawn(move || coordinator.run_worker(receiver, acks))
-            .map_err(|e| {
-                DataflowError::operator("checkpoints", format!("cannot start thread: {e}"))
-            })?;
+            .map_err(|e| CheckpointError::Thread(e.to_string()))?;
         *lock(&self.worker) = Some(handle);
         Ok(())
     }
@@ -223,7 +221,7 @@ impl CheckpointCoordinator {
         }
         let id = shared.next_id;
         shared.next_id += 1;
-        let timestamp_ms = super::now_ms();
+        let timestamp_ms = crate::time::now_ms();
         shared.in_flight = Some(InFlight {
             id,
             timestamp_ms,
@@ -322,7 +320,7 @@ impl CheckpointCoordinator {
     /// Called by every thread holding operators once they have handled
     /// barrier `id` (state written back): blocks until all have, the last
     /// one taking the RocksDB checkpoint for everyone.
-    pub fn arrive(&self, id: u64) -> Result<(), DataflowError> {
+    pub fn arrive(&self, id: u64) -> Result<(), CheckpointError> {
         let parties = self.parties.load(Ordering::Relaxed);
         let mut rendezvous = lock(&self.rendezvous);
         if rendezvous.id != id {
@@ -337,18 +335,16 @@ impl CheckpointCoordinator {
             rendezvous.done = Some((id, result.clone()));
             drop(rendezvous);
             self.arrived.notify_all();
-            return result.map_err(|message| DataflowError::operator("checkpoints", message));
+            return result.map_err(CheckpointError::Snapshot);
         }
         loop {
             if let Some(reason) = &rendezvous.aborted {
-                return Err(DataflowError::operator("checkpoints", reason));
+                return Err(CheckpointError::Snapshot(reason.clone()));
             }
             if let Some((done, result)) = &rendezvous.done
                 && *done >= id
             {
-                return result
-                    .clone()
-                    .map_err(|message| DataflowError::operator("checkpoints", message));
+                return result.clone().map_err(CheckpointError::Snapshot);
             }
             rendezvous = self
                 .arrived
@@ -471,7 +467,7 @@ impl CheckpointCoordinator {
         self.store.collect_garbage(id, self.settings.retained)?;
         self.metrics.record(CheckpointRecord {
             id,
-            completed_at_ms: super::now_ms(),
+            completed_at_ms: crate::time::now_ms(),
             stats: manifest.stats.clone(),
         });
         tracing::debug!(checkpoint = id, stats = ?manifest.stats, "checkpoint completed");

@@ -11,6 +11,8 @@
 //! zombie) can never publish again (its next id is taken).
 
 use serde::{Deserialize, Serialize};
+
+use crate::metrics::CheckpointStats;
 use std::collections::BTreeMap;
 
 /// Version of the manifest format.
@@ -57,31 +59,6 @@ pub struct StateFile {
     pub object: String,
     /// Size in bytes.
     pub bytes: u64,
-}
-
-/// Figures of one checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointStats {
-    /// From barrier injection until every operator had taken its snapshot
-    /// (includes alignment), ms.
-    pub alignment_ms: f64,
-    /// The synchronous part: writing state back, flushing it and linking
-    /// the RocksDB checkpoint, while records waited, ms.
-    pub sync_ms: f64,
-    /// The asynchronous part: upload and publication, ms.
-    pub async_ms: f64,
-    /// From barrier injection to publication, ms.
-    pub total_ms: f64,
-    /// Size of the whole state snapshot, bytes.
-    pub state_bytes: u64,
-    /// Bytes uploaded for this checkpoint (new files only).
-    pub uploaded_bytes: u64,
-    /// Files uploaded for this checkpoint.
-    pub uploaded_files: u64,
-    /// The sinks' commits after publication, ms (measured after the
-    /// manifest was written: 0 in manifests, set in the metrics).
-    #[serde(default)]
-    pub commit_ms: f64,
 }
 
 /// A checkpoint's manifest.

@@ -34,8 +34,8 @@ pub mod workdir;
 
 pub use coordinator::CheckpointCoordinator;
 pub use failpoint::FAILPOINT_ENV;
-pub use manifest::{CheckpointStats, Manifest, ManifestKind, StateFile};
-pub use restore::{CheckpointStore, RestoreFrom};
+pub use manifest::{Manifest, ManifestKind, StateFile};
+pub use restore::{CheckpointError, CheckpointStore, RestoreFrom};
 pub use storage::{CheckpointStorage, LocalStorage, StorageError};
 
 use std::sync::Arc;
@@ -158,13 +158,6 @@ impl std::fmt::Debug for CheckpointSettings {
             .field("mode", &self.mode)
             .finish()
     }
-}
-
-/// Milliseconds since the Unix epoch: the one wall clock of checkpoints.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Where a pipeline file says checkpoints go.

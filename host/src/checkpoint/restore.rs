@@ -49,6 +49,13 @@ pub enum CheckpointError {
         /// others, so nothing it references may be deleted.
         published: bool,
     },
+    /// The coordinator's background thread could not be started.
+    #[error("cannot start the checkpoint thread: {0}")]
+    Thread(String),
+    /// A checkpoint's snapshot failed (here, or in the thread that took it
+    /// for every thread of the rendezvous): the pipeline stops.
+    #[error("checkpoint failed: {0}")]
+    Snapshot(String),
     /// Something else.
     #[error("{0}")]
     Other(String),
@@ -120,7 +127,7 @@ impl CheckpointStore {
     ) -> Result<u64, CheckpointError> {
         for _ in 0..100 {
             let id = self.ids()?.last().copied().unwrap_or(0) + 1;
-            let fence = Manifest::fence(id, tenant, pipeline, open_id, super::now_ms());
+            let fence = Manifest::fence(id, tenant, pipeline, open_id, crate::time::now_ms());
             if self
                 .storage
                 .put_if_absent(&manifest_key(id), &fence.to_bytes())?
@@ -323,8 +330,9 @@ impl CheckpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::manifest::{CheckpointStats, MANIFEST_FORMAT, StateFile};
+    use crate::checkpoint::manifest::{MANIFEST_FORMAT, StateFile};
     use crate::checkpoint::storage::LocalStorage;
+    use crate::metrics::CheckpointStats;
     use std::path::Path;
     use std::sync::Mutex;
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// A new id for one database open (one process run of a pipeline): time
 /// and randomness, so that object names never collide across restores.
 pub fn new_open_id() -> String {
-    let millis = super::now_ms();
+    let millis = crate::time::now_ms();
     let random: u64 = rand::random();
     format!("{millis:x}-{random:016x}")
 }

@@ -29,11 +29,10 @@
 //! to the pipeline file's directory.
 
 mod locate;
-mod secret;
 
 pub use locate::FieldMap;
-pub use secret::{Secret, SecretMap};
 
+use crate::connectors::SecretMap;
 use crate::connectors::file::{FileFormat, OutputFormat};
 use crate::connectors::generator::Profile;
 use crate::runtime::CallMode;

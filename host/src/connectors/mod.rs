@@ -13,3 +13,6 @@ pub mod generator;
 pub mod iceberg;
 pub mod kafka;
 pub mod schema_registry;
+mod secret;
+
+pub use secret::{Secret, SecretMap};

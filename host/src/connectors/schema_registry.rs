@@ -66,7 +66,7 @@ pub struct SchemaRegistryConfig {
     /// A bearer token the server grants (a tenant's, set by `sluice
     /// serve` in memory); never read from a pipeline file.
     #[serde(skip)]
-    pub granted_token: Option<crate::config::Secret>,
+    pub granted_token: Option<crate::connectors::Secret>,
 }
 
 fn default_request_timeout_ms() -> u64 {

@@ -375,7 +375,7 @@ impl SourceReader<'_> {
                 Some(next) => next,
                 None => return Ok(Injection::InFlight),
             },
-            None => (self.barrier_id + 1, crate::checkpoint::now_ms()),
+            None => (self.barrier_id + 1, crate::time::now_ms()),
         };
         self.barrier_id = id;
         self.metrics

@@ -26,7 +26,7 @@ pub use transform::{FaultPolicy, OnFaultStorm, TransformOperator};
 
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::Record;
-use crate::window::fields::FieldPath;
+use sluice_json::fields::FieldPath;
 use std::sync::Arc;
 
 /// A checkpoint barrier: everything before it belongs to checkpoint `id`.
@@ -167,6 +167,9 @@ pub enum DataflowError {
         /// Why.
         message: String,
     },
+    /// A checkpoint could not be taken.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
 }
 
 /// Sends `message` on the bounded `channel`, blocking while it is full;

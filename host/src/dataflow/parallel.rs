@@ -300,7 +300,7 @@ impl Instance {
                     // reach it too): meet the other threads for the snapshot.
                     match (control, &self.checkpoints) {
                         (StreamElement::Barrier(barrier), Some(coordinator)) => {
-                            coordinator.arrive(barrier.id)
+                            Ok(coordinator.arrive(barrier.id)?)
                         }
                         _ => Ok(()),
                     }

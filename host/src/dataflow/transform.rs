@@ -248,7 +248,7 @@ impl TransformOperator {
             Err(fault) => fault,
         };
         self.stop_on_state_failure(&fault)?;
-        self.metrics.count_fault(&fault);
+        self.metrics.count_fault(fault.kind, &fault.message);
         self.records_faulted(records.len(), &fault);
         self.reinstantiate(records.len())?;
         let reason = format!(
@@ -383,7 +383,7 @@ impl Operator for TransformOperator {
             Err(fault) => fault,
         };
         self.stop_on_state_failure(&fault)?;
-        self.metrics.count_fault(&fault);
+        self.metrics.count_fault(fault.kind, &fault.message);
         tracing::warn!(operator = %self.name, plugin = %self.plugin_label, %fault,
             records = batch.len(), "plugin faulted on a batch; retrying record by record");
         self.reinstantiate(batch.len())?;
@@ -401,7 +401,7 @@ impl Operator for TransformOperator {
                 }
                 Err(fault) => {
                     self.stop_on_state_failure(&fault)?;
-                    self.metrics.count_fault(&fault);
+                    self.metrics.count_fault(fault.kind, &fault.message);
                     self.records_faulted(1, &fault);
                     self.dead_letter(
                         record.clone(),

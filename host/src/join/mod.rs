@@ -30,7 +30,7 @@ use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::{Headers, Record, SourcePosition, Topic};
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite};
-use crate::window::fields::{FieldPath, FieldValue, extract};
+use sluice_json::fields::{FieldPath, FieldValue, extract};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -138,7 +138,7 @@ impl DeadLetterSample {
         DeadLetterSample {
             at_ms: header(h::TIME)
                 .parse()
-                .unwrap_or_else(|_| crate::checkpoint::now_ms()),
+                .unwrap_or_else(|_| crate::time::now_ms()),
             operator: header(h::OPERATOR),
             reason: header(h::REASON),
             source: (
@@ -226,6 +226,34 @@ pub struct OperatorMetrics {
     pub state_disk_peak_bytes: AtomicU64,
 }
 
+/// The operator counter of records whose key and aggregate fields the
+/// window took from its source's parse ([`crate::record::ReadFields`])
+/// instead of parsing the value.
+pub const RECORDS_READ_AHEAD_COUNTER: &str = "records_read_ahead";
+
+/// The operator counter of records whose fields an aggregate plugin on
+/// the projected path got from its source's parse (the spans of
+/// [`crate::record::FieldSpans`]) instead of the host finding them while
+/// packing the batch.
+pub const RECORDS_PROJECTED_AHEAD_COUNTER: &str = "records_projected_ahead";
+
+/// Kinds of plugin faults (the runtime's `PluginFault`), as counted by
+/// [`OperatorMetrics::count_fault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The call ran past its CPU deadline and was interrupted.
+    Deadline,
+    /// The plugin tried to grow its memory past its limit.
+    MemoryLimit,
+    /// Any other trap (a panic, `unreachable`, out-of-bounds access, ...).
+    Trap,
+    /// The plugin returned output that breaks the contract.
+    BadOutput,
+    /// The state backend failed (not the plugin's fault, nor the record's:
+    /// the operator must stop).
+    State,
+}
+
 /// Which plugin an operator runs, for the `sluice_plugin_info` metric.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PluginIdentity {
@@ -262,33 +290,30 @@ impl OperatorMetrics {
     }
 
     /// Records which plugin the operator runs (at start and at a swap).
-    pub fn set_plugin(&self, component: &crate::runtime::PluginComponent) {
-        *self.plugin.lock().unwrap_or_else(|p| p.into_inner()) = Some(PluginIdentity {
-            name: component.name.clone(),
-            sha256: component.sha256.clone(),
-        });
+    pub fn set_plugin(&self, plugin: PluginIdentity) {
+        *self.plugin.lock().unwrap_or_else(|p| p.into_inner()) = Some(plugin);
     }
 
     /// Counts a plugin fault (a trap, and its kind) and keeps it among the
     /// recent ones.
-    pub fn count_fault(&self, fault: &crate::runtime::PluginFault) {
+    pub fn count_fault(&self, kind: FaultKind, message: &str) {
         add(&self.traps, 1);
         *self
             .faults_by_kind
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(format!("{:?}", fault.kind))
+            .entry(format!("{kind:?}"))
             .or_default() += 1;
-        match fault.kind {
-            crate::runtime::FaultKind::Deadline => add(&self.deadline_hits, 1),
-            crate::runtime::FaultKind::MemoryLimit => add(&self.memory_limit_hits, 1),
+        match kind {
+            FaultKind::Deadline => add(&self.deadline_hits, 1),
+            FaultKind::MemoryLimit => add(&self.memory_limit_hits, 1),
             _ => {}
         }
         self.recent_faults.push(FaultSample {
-            at_ms: crate::checkpoint::now_ms(),
+            at_ms: crate::time::now_ms(),
             operator: self.name.clone(),
-            kind: format!("{:?}", fault.kind),
-            message: fault.message.clone(),
+            kind: format!("{kind:?}"),
+            message: message.to_string(),
         });
     }
 
@@ -478,7 +503,7 @@ pub struct PipelineMetrics {
     pub sink_event_time: AtomicI64,
     /// Watermark and idleness per source split, as last published by the
     /// source.
-    pub source_splits: Mutex<Vec<SplitStatus>>,
+    pub source_splits: Mutex<Vec<crate::time::SplitStatus>>,
     /// How full the pipeline's channels are.
     pub channels: Mutex<Vec<Arc<ChannelMetrics>>>,
     /// When the metrics were created (the run started): busy and
@@ -521,7 +546,7 @@ pub struct CheckpointRecord {
     /// When it was published, ms since the Unix epoch.
     pub completed_at_ms: i64,
     /// Its figures.
-    pub stats: crate::checkpoint::CheckpointStats,
+    pub stats: CheckpointStats,
 }
 
 /// How many completed checkpoints [`CheckpointMetrics`] remembers.
@@ -854,7 +879,7 @@ pub struct PipelineSnapshot {
     /// The highest event time written to the main sink, ms.
     pub sink_event_time: Option<i64>,
     /// Watermark and idleness per source split.
-    pub source_splits: Vec<SplitStatus>,
+    pub source_splits: Vec<crate::time::SplitStatus>,
     /// Channel fill.
     pub channels: Vec<ChannelSnapshot>,
     /// Batches read.
@@ -899,17 +924,29 @@ pub fn record_bytes<'a>(records: impl IntoIterator<Item = &'a crate::record::Rec
         .sum()
 }
 
-/// A source split's watermark, as the source last published it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SplitStatus {
-    /// Topic (or file, or generator).
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// The split's watermark, ms (`None` before its first record).
-    pub watermark: Option<i64>,
-    /// Whether it is idle (not holding the source's watermark back).
-    pub idle: bool,
+/// Figures of one checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointStats {
+    /// From barrier injection until every operator had taken its snapshot
+    /// (includes alignment), ms.
+    pub alignment_ms: f64,
+    /// The synchronous part: writing state back, flushing it and linking
+    /// the RocksDB checkpoint, while records waited, ms.
+    pub sync_ms: f64,
+    /// The asynchronous part: upload and publication, ms.
+    pub async_ms: f64,
+    /// From barrier injection to publication, ms.
+    pub total_ms: f64,
+    /// Size of the whole state snapshot, bytes.
+    pub state_bytes: u64,
+    /// Bytes uploaded for this checkpoint (new files only).
+    pub uploaded_bytes: u64,
+    /// Files uploaded for this checkpoint.
+    pub uploaded_files: u64,
+    /// The sinks' commits after publication, ms (measured after the
+    /// manifest was written: 0 in manifests, set in the metrics).
+    #[serde(default)]
+    pub commit_ms: f64,
 }
 
 /// A bounded channel between two threads of a pipeline.

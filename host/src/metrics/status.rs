@@ -349,7 +349,8 @@ fn splits(s: &PipelineSnapshot, now_ms: i64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{PipelineMetrics, SplitStatus};
+    use crate::metrics::PipelineMetrics;
+    use crate::time::SplitStatus;
     use std::sync::atomic::Ordering;
 
     fn view(snapshot: PipelineSnapshot) -> PipelineView {

@@ -40,11 +40,11 @@ use super::instance::{
 };
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
+use crate::metrics::RECORDS_PROJECTED_AHEAD_COUNTER;
 use crate::metrics::{OperatorMetrics, add};
 use crate::record::Record;
 use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
-use crate::window::RECORDS_PROJECTED_AHEAD_COUNTER;
-use crate::window::aggregate::{AggregateError, Aggregator, GroupAdd, add_group_by_group};
+use sluice_json::FieldValue;
 use std::sync::Arc;
 use wasmtime::Store;
 
@@ -256,6 +256,30 @@ impl HostedWorld for AggregateWorld {
     }
 }
 
+/// A failure no record is to blame for (e.g. a plugin that faults while
+/// merging): the window operator stops.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AggregateError(pub String);
+
+/// One key and window's part of a batch, for the window's
+/// `Aggregator::add_groups` (and [`PluginAggregator::add_groups`]).
+#[derive(Debug)]
+pub struct GroupAdd<'r> {
+    /// The window's accumulator: updated in place.
+    pub accumulator: Vec<u8>,
+    /// The records to add, in arrival order (a part of one list for the
+    /// whole batch).
+    pub records: &'r [&'r Record],
+    /// Each record's values of the aggregate's `input_fields`, in that
+    /// order, when the window operator read them (one entry per record);
+    /// empty otherwise, and the aggregate reads the records itself.
+    pub fields: &'r [&'r [Option<FieldValue>]],
+    /// Set by `add_groups`: the records (by index in `records`) that could
+    /// not be added, with the reason.
+    pub rejected: Vec<(usize, String)>,
+}
+
 /// An aggregate plugin instance.
 pub struct PluginAggregator {
     host: PluginHost<AggregateWorld>,
@@ -310,7 +334,7 @@ impl PluginAggregator {
             Ok(value) => Ok(value),
             Err(error) => {
                 let fault = classify(error, &self.host.store, &self.host.limits);
-                self.host.metrics.count_fault(&fault);
+                self.host.metrics.count_fault(fault.kind, &fault.message);
                 tracing::warn!(plugin = %self.host.component.label(), %fault, "aggregate plugin faulted");
                 self.reinstantiate().map_err(|e| e.0)?;
                 Err(fault.message)
@@ -388,7 +412,9 @@ impl PluginAggregator {
     /// then serves it). A plugin whose answer faults is taken to name none.
     /// A `text-projected-aggregate` plugin (no packed `add`) that names
     /// none still gets whole batches, with no field found.
-    fn projected_fields(&mut self) -> Option<Arc<[String]>> {
+    /// The top-level fields the plugin reads on the projected path
+    /// (asked once), or `None` if it has no projected `add`.
+    pub fn projected_fields(&mut self) -> Option<Arc<[String]>> {
         if !self.host.exports.has_projected() {
             return None;
         }
@@ -545,16 +571,17 @@ impl SwappablePlugin for PluginAggregator {
     }
 }
 
-impl Aggregator for PluginAggregator {
-    fn plugin(&mut self) -> Option<&mut dyn SwappablePlugin> {
-        Some(self)
-    }
-
-    fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
+/// The steps of a window's aggregate (its `Aggregator` in
+/// `crate::window::aggregate`, which delegates here).
+impl PluginAggregator {
+    /// A new, empty accumulator.
+    pub fn create(&mut self) -> Result<Vec<u8>, AggregateError> {
         self.call_retrying("create", |b, store| b.create(store))
     }
 
-    fn add(
+    /// Adds `records` (all of one key and window) to `accumulator`;
+    /// the records that could not be added, by index, with the reason.
+    pub fn add(
         &mut self,
         accumulator: &mut Vec<u8>,
         records: &[&Record],
@@ -592,7 +619,7 @@ impl Aggregator for PluginAggregator {
     /// whose memory grew near its limit since its first batch is replaced
     /// first (the accumulators are the host's, so nothing is lost), as
     /// transforms are, rather than left to fail a batch at the limit.
-    fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+    pub fn add_groups(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
         if self.host.grew_near_memory_limit() {
             tracing::debug!(plugin = %self.host.component.label(),
                 "aggregate plugin memory grew near its limit since its first batch; replacing the instance between batches");
@@ -604,7 +631,7 @@ impl Aggregator for PluginAggregator {
         }
         let result = match added {
             BatchAdd::Added => Ok(()),
-            BatchAdd::NotTaken | BatchAdd::Faulted => add_group_by_group(self, groups),
+            BatchAdd::NotTaken | BatchAdd::Faulted => self.add_group_by_group(groups),
         };
         if result.is_ok() {
             self.host.note_call_memory();
@@ -612,15 +639,13 @@ impl Aggregator for PluginAggregator {
         result
     }
 
-    fn projects_fields(&mut self) -> Option<Arc<[String]>> {
-        self.projected_fields()
-    }
-
-    fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
+    /// Combines two accumulators (of windows that merge).
+    pub fn merge(&mut self, a: &[u8], b: &[u8]) -> Result<Vec<u8>, AggregateError> {
         self.call_retrying("merge", |bindings, store| bindings.merge(store, a, b))
     }
 
-    fn finish(&mut self, accumulator: &[u8]) -> Result<serde_json::Value, AggregateError> {
+    /// The window's result.
+    pub fn finish(&mut self, accumulator: &[u8]) -> Result<serde_json::Value, AggregateError> {
         let bytes = self.call_retrying("finish", |b, store| b.finish(store, accumulator))?;
         serde_json::from_slice(&bytes).map_err(|error| {
             AggregateError(format!(
@@ -628,5 +653,13 @@ impl Aggregator for PluginAggregator {
                 self.host.component.label()
             ))
         })
+    }
+
+    /// [`Self::add_groups`] as one [`Self::add`] per group.
+    fn add_group_by_group(&mut self, groups: &mut [GroupAdd<'_>]) -> Result<(), AggregateError> {
+        for group in groups {
+            group.rejected = self.add(&mut group.accumulator, group.records)?;
+        }
+        Ok(())
     }
 }

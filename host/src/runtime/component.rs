@@ -138,6 +138,14 @@ pub struct PluginComponent {
 }
 
 impl PluginComponent {
+    /// Its name and digest, as an operator's metrics show them.
+    pub fn identity(&self) -> crate::metrics::PluginIdentity {
+        crate::metrics::PluginIdentity {
+            name: self.name.clone(),
+            sha256: self.sha256.clone(),
+        }
+    }
+
     /// `name@hash`, as used in logs and dead-letter headers.
     pub fn label(&self) -> String {
         format!("{}@{}", self.name, self.content_hash)

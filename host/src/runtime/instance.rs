@@ -6,7 +6,7 @@ use super::host_api::PluginState;
 use super::limits::{CallLimits, Stopped};
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
-use crate::metrics::OperatorMetrics;
+use crate::metrics::{FaultKind, OperatorMetrics};
 use crate::record::{Header, Record};
 use crate::state::{OperatorScope, ScopedState, StateStore, key_group};
 use bytes::Bytes;
@@ -147,22 +147,6 @@ pub struct PluginFault {
     pub kind: FaultKind,
     /// A one-line description, fit for a dead-letter reason.
     pub message: String,
-}
-
-/// Kinds of [`PluginFault`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FaultKind {
-    /// The call ran past its CPU deadline and was interrupted.
-    Deadline,
-    /// The plugin tried to grow its memory past its limit.
-    MemoryLimit,
-    /// Any other trap (a panic, `unreachable`, out-of-bounds access, ...).
-    Trap,
-    /// The plugin returned output that breaks the contract.
-    BadOutput,
-    /// The state backend failed (not the plugin's fault, nor the record's:
-    /// the operator must stop).
-    State,
 }
 
 impl std::fmt::Display for PluginFault {
@@ -772,7 +756,7 @@ fn decode_output(
                     spliced.reserve(input_bytes + input_bytes / 8);
                 }
                 let start = spliced.len();
-                super::projection::replace_field_into(
+                sluice_json::projection::replace_field_into(
                     &source.value,
                     field,
                     json,

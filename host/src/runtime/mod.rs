@@ -20,7 +20,8 @@ mod plugin_host;
 mod plugin_output;
 mod projection;
 
-pub use aggregate::PluginAggregator;
+pub use crate::metrics::FaultKind;
+pub use aggregate::{AggregateError, GroupAdd, PluginAggregator};
 pub use cache::{
     CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, mark_used, prune_least_recently_used,
     store_bounded,
@@ -28,8 +29,7 @@ pub use cache::{
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
 pub use instance::{
-    BatchResult, CallMode, CallPath, Emit, EmitRoute, Emitted, FaultKind, PluginFault,
-    PluginInstance,
+    BatchResult, CallMode, CallPath, Emit, EmitRoute, Emitted, PluginFault, PluginInstance,
 };
 pub use plugin_host::SwappablePlugin;
 

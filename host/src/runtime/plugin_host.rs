@@ -94,7 +94,7 @@ impl<W: HostedWorld> PluginHost<W> {
     ) -> Result<Self, RuntimeError> {
         let (store, exports) =
             instantiate::<W>(&component, &scope, &state, &metrics, &limits, &config)?;
-        metrics.set_plugin(&component);
+        metrics.set_plugin(component.identity());
         Ok(PluginHost {
             component,
             scope,
@@ -171,7 +171,7 @@ impl<W: HostedWorld> PluginHost<W> {
         self.store = store;
         self.exports = exports;
         self.first_call_memory = None;
-        self.metrics.set_plugin(&component);
+        self.metrics.set_plugin(component.identity());
         Ok(std::mem::replace(&mut self.component, component))
     }
 }

@@ -1,6 +1,7 @@
 //! In-memory state: for tests and for pipelines that declare
 //! `state_backend = "memory"`.
 
+use super::merge::MergeFolds;
 use super::{
     OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
     StateWrite,
@@ -9,9 +10,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Keeps every operator's state in a sorted map in memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStateBackend {
     stores: Mutex<BTreeMap<Vec<u8>, Arc<MemoryStateStore>>>,
+    folds: MergeFolds,
+}
+
+impl MemoryStateBackend {
+    /// An empty backend whose merge operands fold by `folds`.
+    pub fn new(folds: MergeFolds) -> Self {
+        MemoryStateBackend {
+            stores: Mutex::default(),
+            folds,
+        }
+    }
 }
 
 impl StateBackend for MemoryStateBackend {
@@ -30,6 +42,7 @@ impl StateBackend for MemoryStateBackend {
                 Arc::new(MemoryStateStore {
                     entries: Mutex::default(),
                     ttl,
+                    folds: self.folds,
                 })
             })
             .clone();
@@ -42,6 +55,7 @@ impl StateBackend for MemoryStateBackend {
 pub struct MemoryStateStore {
     entries: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
     ttl: Option<StateTtl>,
+    folds: MergeFolds,
 }
 
 impl MemoryStateStore {
@@ -92,7 +106,9 @@ impl StateStore for MemoryStateStore {
                 StateWrite::Merge(key, operand) => {
                     let existing = entries.get(&key).map(Vec::as_slice);
                     let merged = match self.ttl {
-                        None => super::merge::full_merge(existing, [operand.as_slice()]),
+                        None => {
+                            super::merge::full_merge(&self.folds, existing, [operand.as_slice()])
+                        }
                         Some(_) => None,
                     };
                     let Some(merged) = merged else {

@@ -16,7 +16,9 @@
 //! opens, never an operator's plugin: each operand starts with a
 //! [`MergeKind`] byte naming its fold, and every column family gets the
 //! same merge operator. Only the built-in window aggregates have one;
-//! aggregate plugins keep reading and writing their accumulators.
+//! aggregate plugins keep reading and writing their accumulators. The
+//! folds themselves belong to the window (they know its accumulators):
+//! they are handed to the backend when it opens, as [`MergeFolds`].
 
 /// How an operand folds into the value before it (its first byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,42 @@ impl MergeKind {
             2 => Some(MergeKind::WindowAccumulatorList),
             _ => None,
         }
+    }
+}
+
+/// Folds partial accumulators (a list of them per column when `list`)
+/// into a stored value (`None`: none yet); `None` if something is not what
+/// its kind says.
+pub type FoldInto = fn(list: bool, existing: Option<&[u8]>, partials: &[&[u8]]) -> Option<Vec<u8>>;
+
+/// Folds partial accumulators (a list per column when `list`) into one.
+pub type FoldPartials = fn(list: bool, partials: &[&[u8]]) -> Option<Vec<u8>>;
+
+/// The host code that folds operands, by [`MergeKind`]: given to a state
+/// backend when it opens, by the module whose values they are (the
+/// window's `crate::window::MERGE_FOLDS`), so that state depends on no
+/// operator.
+#[derive(Clone, Copy)]
+pub struct MergeFolds {
+    /// Folds a window's partial accumulators (a list of them per column
+    /// when `list`) into its stored state (`None`: none yet).
+    pub window_state: FoldInto,
+    /// Folds a window's partial accumulators into one.
+    pub window_accumulators: FoldPartials,
+}
+
+impl MergeFolds {
+    /// No folds: every merge operand is refused (a backend whose users
+    /// write none, e.g. a plugin's state in `sluice plugin test`).
+    pub const NONE: MergeFolds = MergeFolds {
+        window_state: |_, _, _| None,
+        window_accumulators: |_, _| None,
+    };
+}
+
+impl std::fmt::Debug for MergeFolds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MergeFolds")
     }
 }
 
@@ -79,28 +117,30 @@ fn payloads<'o>(
 /// what its kind says (RocksDB then reports the read, flush or compaction
 /// as failed; the operator stops rather than lose data).
 pub fn full_merge<'o>(
+    folds: &MergeFolds,
     existing: Option<&[u8]>,
     operands: impl IntoIterator<Item = &'o [u8]>,
 ) -> Option<Vec<u8>> {
     let (kind, payloads) = payloads(operands)?;
     match kind {
-        MergeKind::WindowAccumulator | MergeKind::WindowAccumulatorList => {
-            crate::window::fold_window_state(
-                kind == MergeKind::WindowAccumulatorList,
-                existing,
-                &payloads,
-            )
-        }
+        MergeKind::WindowAccumulator | MergeKind::WindowAccumulatorList => (folds.window_state)(
+            kind == MergeKind::WindowAccumulatorList,
+            existing,
+            &payloads,
+        ),
     }
 }
 
 /// One operand equal to folding `operands` (in write order), for RocksDB
 /// to combine operands before it meets the value.
-pub fn partial_merge<'o>(operands: impl IntoIterator<Item = &'o [u8]>) -> Option<Vec<u8>> {
+pub fn partial_merge<'o>(
+    folds: &MergeFolds,
+    operands: impl IntoIterator<Item = &'o [u8]>,
+) -> Option<Vec<u8>> {
     let (kind, payloads) = payloads(operands)?;
     let folded = match kind {
         MergeKind::WindowAccumulator | MergeKind::WindowAccumulatorList => {
-            crate::window::fold_accumulators(kind == MergeKind::WindowAccumulatorList, &payloads)?
+            (folds.window_accumulators)(kind == MergeKind::WindowAccumulatorList, &payloads)?
         }
     };
     Some(operand(kind, &folded))

@@ -26,6 +26,7 @@ pub mod ttl;
 
 pub use lazy::LazyStateBackend;
 pub use memory::MemoryStateBackend;
+pub use merge::MergeFolds;
 pub use rocks::RocksStateBackend;
 pub use ttl::{ProcessingClock, StateTtl};
 
@@ -270,17 +271,27 @@ mod tests {
 
     fn backends() -> Vec<(&'static str, Box<dyn StateBackend>)> {
         vec![
-            ("memory", Box::new(MemoryStateBackend::default())),
+            (
+                "memory",
+                Box::new(MemoryStateBackend::new(crate::window::MERGE_FOLDS)),
+            ),
             (
                 "rocksdb",
-                Box::new(RocksStateBackend::temporary().expect("temporary RocksDB")),
+                Box::new(
+                    RocksStateBackend::temporary(crate::window::MERGE_FOLDS)
+                        .expect("temporary RocksDB"),
+                ),
             ),
             ("lazy rocksdb", Box::new(lazy_rocksdb())),
         ]
     }
 
     fn lazy_rocksdb() -> LazyStateBackend {
-        LazyStateBackend::new(|| Ok(Arc::new(RocksStateBackend::temporary()?)))
+        LazyStateBackend::new(|| {
+            Ok(Arc::new(RocksStateBackend::temporary(
+                crate::window::MERGE_FOLDS,
+            )?))
+        })
     }
 
     #[test]
@@ -412,14 +423,16 @@ mod tests {
             },
         };
         {
-            let backend = RocksStateBackend::open(dir.path()).expect("open");
+            let backend =
+                RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS).expect("open");
             let store = backend
                 .open(&scope("t", "p", "dedup"), Some(ttl.clone()))
                 .expect("open store");
             store.put(b"seen", b"1").expect("put");
             store.flush().expect("flush");
         }
-        let backend = RocksStateBackend::open(dir.path()).expect("reopen");
+        let backend =
+            RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS).expect("reopen");
         let store = backend
             .open(&scope("t", "p", "dedup"), Some(ttl))
             .expect("reopen store");

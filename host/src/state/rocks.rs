@@ -5,6 +5,7 @@
 //! each write. A column family with a TTL gets a compaction filter that drops
 //! expired values.
 
+use super::merge::MergeFolds;
 use super::{
     OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
     StateWrite,
@@ -39,18 +40,18 @@ const COLUMN_FAMILY_WRITE_BUFFER_BYTES: usize = 2 << 20;
 /// under the TTL in `slot`. Every column family gets one when it is created
 /// or the database is opened, so a TTL store keeps its data across restarts
 /// (RocksDB fixes a column family's filter when it is opened).
-fn column_family_options(slot: &TtlSlot) -> Options {
+fn column_family_options(slot: &TtlSlot, folds: MergeFolds) -> Options {
     let mut options = Options::default();
     options.set_write_buffer_size(COLUMN_FAMILY_WRITE_BUFFER_BYTES);
     // Host-defined folds only (see `super::merge`): RocksDB may run them
     // in any flush or compaction, before any operator has opened its state.
     options.set_merge_operator(
         "sluice-merge",
-        |_key: &[u8], existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
-            super::merge::full_merge(existing, operands.iter())
+        move |_key: &[u8], existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
+            super::merge::full_merge(&folds, existing, operands.iter())
         },
-        |_key: &[u8], _existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
-            super::merge::partial_merge(operands.iter())
+        move |_key: &[u8], _existing: Option<&[u8]>, operands: &rocksdb::MergeOperands| {
+            super::merge::partial_merge(&folds, operands.iter())
         },
     );
     let slot = slot.clone();
@@ -70,6 +71,8 @@ pub struct RocksStateBackend {
     path: PathBuf,
     /// The TTL slot of every column family.
     ttl_slots: std::sync::Mutex<std::collections::HashMap<String, TtlSlot>>,
+    /// How merge operands fold (every column family's merge operator).
+    folds: MergeFolds,
     /// A directory removed when the backend is dropped.
     _temporary: Option<super::directory::RunDirectory>,
 }
@@ -91,8 +94,8 @@ fn backend_error(path: &Path, error: impl std::fmt::Display) -> StateError {
 
 impl RocksStateBackend {
     /// Opens (or creates) the database in `dir`, with its existing column
-    /// families.
-    pub fn open(dir: &Path) -> Result<Self, StateError> {
+    /// families; merge operands fold by `folds`.
+    pub fn open(dir: &Path, folds: MergeFolds) -> Result<Self, StateError> {
         std::fs::create_dir_all(dir).map_err(|e| backend_error(dir, e))?;
         let mut options = Options::default();
         options.create_if_missing(true);
@@ -105,7 +108,7 @@ impl RocksStateBackend {
             let slot = TtlSlot::default();
             descriptors.push(ColumnFamilyDescriptor::new(
                 name.clone(),
-                column_family_options(&slot),
+                column_family_options(&slot, folds),
             ));
             ttl_slots.insert(name, slot);
         }
@@ -115,6 +118,7 @@ impl RocksStateBackend {
             db: Arc::new(db),
             path: dir.to_path_buf(),
             ttl_slots: std::sync::Mutex::new(ttl_slots),
+            folds,
             _temporary: None,
         })
     }
@@ -123,12 +127,12 @@ impl RocksStateBackend {
     /// deleted when the backend is dropped: state that lives as long as
     /// one run. Directories of runs that died (SIGKILL) are removed by the
     /// next run that creates one.
-    pub fn temporary() -> Result<Self, StateError> {
+    pub fn temporary(folds: MergeFolds) -> Result<Self, StateError> {
         let root = std::env::temp_dir().join("sluice-state");
         let id = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
         let dir = super::directory::RunDirectory::create(&root, "tmp.", &id)
             .map_err(|e| backend_error(&root, e))?;
-        let mut backend = Self::open(&dir.path().join("db"))?;
+        let mut backend = Self::open(&dir.path().join("db"), folds)?;
         backend._temporary = Some(dir);
         Ok(backend)
     }
@@ -216,7 +220,7 @@ impl StateBackend for RocksStateBackend {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = ttl.clone();
         if self.db.cf_handle(&name).is_none() {
             self.db
-                .create_cf(&name, &column_family_options(&slot))
+                .create_cf(&name, &column_family_options(&slot, self.folds))
                 .map_err(error)?;
         }
         let mut write_options = WriteOptions::default();

@@ -1,6 +1,6 @@
 //! Event time: where a record's timestamp comes from, and watermarks.
 //!
-//! * [`timestamps`]: event time from a field of the record (a JSON pointer
+//! * [`sluice_json::event_time`]: event time from a field of the record (a JSON pointer
 //!   or dotted path, which also addresses fields of Avro values once
 //!   decoded), from the Kafka record timestamp, or set by a plugin (an
 //!   emitted record's `event-time`).
@@ -17,25 +17,18 @@
 //! times bounded so, window and join arithmetic cannot overflow (it is
 //! saturating besides).
 
-pub mod timestamps;
 pub mod watermark;
 
-pub use watermark::{SplitId, SplitWatermarks, WatermarkStrategy};
+pub use watermark::{SplitId, SplitStatus, SplitWatermarks, WatermarkStrategy};
 
-/// The earliest event time accepted: 0001-01-01T00:00:00Z, in ms.
-pub const MIN_EVENT_TIME: i64 = -62_135_596_800_000;
-/// The latest event time accepted: 9999-12-31T23:59:59.999Z, in ms.
-pub const MAX_EVENT_TIME: i64 = 253_402_300_799_999;
+pub use sluice_json::event_time::{MAX_EVENT_TIME, MIN_EVENT_TIME, check_event_time};
 
-/// `time` if it is in the accepted range, else the dead-letter reason.
-pub fn check_event_time(time: i64) -> Result<i64, String> {
-    if (MIN_EVENT_TIME..=MAX_EVENT_TIME).contains(&time) {
-        Ok(time)
-    } else {
-        Err(format!(
-            "event time {time} is outside the supported range {MIN_EVENT_TIME}..={MAX_EVENT_TIME} (years 1 to 9999, in ms since the Unix epoch)"
-        ))
-    }
+/// Milliseconds since the Unix epoch: the one wall clock of checkpoints,
+/// metrics and processing-time decisions (not event time).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The event time of `record` if it has one in the accepted range, else

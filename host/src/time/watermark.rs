@@ -184,11 +184,11 @@ impl SplitWatermarks {
 
     /// Every split's watermark and idleness, sorted by topic and
     /// partition: which split holds the watermark back.
-    pub fn statuses(&self) -> Vec<crate::metrics::SplitStatus> {
-        let mut statuses: Vec<crate::metrics::SplitStatus> = self
+    pub fn statuses(&self) -> Vec<SplitStatus> {
+        let mut statuses: Vec<SplitStatus> = self
             .splits
             .iter()
-            .map(|((topic, partition), state)| crate::metrics::SplitStatus {
+            .map(|((topic, partition), state)| SplitStatus {
                 topic: topic.to_string(),
                 partition: *partition,
                 watermark: state.max_event_time.map(|t| self.split_watermark(t)),
@@ -203,6 +203,19 @@ impl SplitWatermarks {
     pub fn idle_splits(&self) -> usize {
         self.splits.values().filter(|s| s.idle).count()
     }
+}
+
+/// A source split's watermark, as the source last published it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SplitStatus {
+    /// Topic (or file, or generator).
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The split's watermark, ms (`None` before its first record).
+    pub watermark: Option<i64>,
+    /// Whether it is idle (not holding the source's watermark back).
+    pub idle: bool,
 }
 
 #[cfg(test)]

@@ -13,18 +13,13 @@
 //! column from one parse of the record); plugins implement the same four
 //! steps through the `aggregate` WIT world.
 
-use super::fields::{FieldPath, FieldValue, extract};
 use crate::record::Record;
+pub use crate::runtime::{AggregateError, GroupAdd};
 use crate::state::merge::MergeKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sluice_json::fields::{FieldPath, FieldValue, extract};
 use std::borrow::Cow;
-
-/// A failure no record is to blame for (e.g. a plugin that faults while
-/// merging): the window operator stops.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct AggregateError(pub String);
 
 /// Computes window results from records, through an accumulator.
 pub trait Aggregator: Send {
@@ -93,23 +88,6 @@ pub trait Aggregator: Send {
     fn accumulator_encoding(&self) -> AccumulatorEncoding {
         AccumulatorEncoding::AsIs
     }
-}
-
-/// One key and window's part of a batch, for [`Aggregator::add_groups`].
-#[derive(Debug)]
-pub struct GroupAdd<'r> {
-    /// The window's accumulator: updated in place.
-    pub accumulator: Vec<u8>,
-    /// The records to add, in arrival order (a part of one list for the
-    /// whole batch).
-    pub records: &'r [&'r Record],
-    /// Each record's values of [`Aggregator::input_fields`], in that
-    /// order, when the window operator read them (one entry per record);
-    /// empty otherwise, and the aggregate reads the records itself.
-    pub fields: &'r [&'r [Option<FieldValue>]],
-    /// Set by `add_groups`: the records (by index in `records`) that could
-    /// not be added, with the reason.
-    pub rejected: Vec<(usize, String)>,
 }
 
 /// [`Aggregator::add_groups`] as one [`Aggregator::add`] per group.

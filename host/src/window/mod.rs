@@ -18,20 +18,27 @@
 //! `end - 1` (Flink's `maxTimestamp`).
 
 pub mod aggregate;
-pub mod fields;
+pub mod key;
 mod operator;
+mod plugin_aggregate;
 mod states;
 
-pub(crate) use aggregate::fold_accumulators;
-pub(crate) use states::fold_window_state;
+/// How the state backend folds the merge operands of windows kept in the
+/// store (built-in aggregates; see [`crate::state::merge`]): given to every
+/// state backend a pipeline opens.
+pub const MERGE_FOLDS: crate::state::MergeFolds = crate::state::MergeFolds {
+    window_state: states::fold_window_state,
+    window_accumulators: aggregate::fold_accumulators,
+};
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
+pub use crate::metrics::{RECORDS_PROJECTED_AHEAD_COUNTER, RECORDS_READ_AHEAD_COUNTER};
 pub use aggregate::{
     AccumulatorEncoding, AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd,
 };
 pub use operator::{
-    DEFAULT_MINI_BATCH_RECORDS, DEFAULT_WINDOW_CACHE_BYTES, RECORDS_PROJECTED_AHEAD_COUNTER,
-    RECORDS_READ_AHEAD_COUNTER, WindowOperator, WindowOperatorOptions, WindowResult,
+    DEFAULT_MINI_BATCH_RECORDS, DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions,
+    WindowResult,
 };
 
 /// A window `[start, end)` of event time.

@@ -2,9 +2,7 @@
 //! by the watermark; allowed lateness; late output.
 
 use super::aggregate::{AggregateError, Aggregator, GroupAdd};
-use super::fields::{
-    FieldPath, FieldValue, extract, extract_into, typed_key_json, typed_key_record_bytes,
-};
+use super::key::{typed_key_bytes, typed_key_json, typed_key_record_bytes, write_typed_key};
 use super::states::{RestoredWindow, WindowState, WindowStates};
 use super::{Window, WindowSpec};
 use crate::dataflow::deploy::SwitchPort;
@@ -15,6 +13,7 @@ use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
 use crate::time::checked_event_time;
 use serde::{Deserialize, Serialize};
+use sluice_json::fields::{FieldPath, FieldValue, extract, extract_into};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
@@ -103,7 +102,7 @@ pub struct WindowResult {
 }
 
 /// The key of `record`: the value's field at `path` (typed: see
-/// [`super::fields::FieldValue::typed_key_bytes`]), or the record key (records without
+/// [`super::key::typed_key_bytes`]), or the record key (records without
 /// one share the empty key) when there is no path.
 /// `Ok(None)`: the field is missing; `Err`: the value cannot be read.
 fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, String> {
@@ -121,26 +120,15 @@ fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, 
                 .as_ref()
                 .and_then(|read| read.first_value_of(path))
             {
-                return Ok(read.as_ref().map(FieldValue::typed_key_bytes));
+                return Ok(read.as_ref().map(typed_key_bytes));
             }
             Ok(extract(&record.value, &[path])?
                 .pop()
                 .flatten()
-                .map(|value| value.typed_key_bytes()))
+                .map(|value| typed_key_bytes(&value)))
         }
     }
 }
-
-/// The operator counter of records whose key and aggregate fields the
-/// window took from its source's parse ([`crate::record::ReadFields`])
-/// instead of parsing the value.
-pub const RECORDS_READ_AHEAD_COUNTER: &str = "records_read_ahead";
-
-/// The operator counter of records whose fields an aggregate plugin on
-/// the projected path got from its source's parse (the spans of
-/// [`crate::record::FieldSpans`]) instead of the host finding them while
-/// packing the batch.
-pub const RECORDS_PROJECTED_AHEAD_COUNTER: &str = "records_projected_ahead";
 
 /// Where a batch's records for one window are added.
 #[derive(Debug, Clone, Copy)]
@@ -353,7 +341,7 @@ impl WindowOperator {
             }
             Some(_) => match &fields[start] {
                 Some(value) => {
-                    value.write_typed_key(keys);
+                    write_typed_key(value, keys);
                     Ok(key_start..keys.len())
                 }
                 None => Err(Unusable::Invalid(format!(
@@ -867,7 +855,7 @@ impl Operator for WindowOperator {
         if read_ahead > 0 {
             // Shown in the run summary: records this window did not parse.
             self.metrics
-                .add_plugin_counter(RECORDS_READ_AHEAD_COUNTER, read_ahead);
+                .add_plugin_counter(crate::metrics::RECORDS_READ_AHEAD_COUNTER, read_ahead);
         }
 
         if self.options.spec.is_merging() {

@@ -8,6 +8,7 @@ use sluice_host::metrics::OperatorMetrics;
 use sluice_host::state::key_group::KeyGroupRange;
 use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
 use sluice_host::window::LateOutput;
+use sluice_host::window::MERGE_FOLDS;
 use sluice_host::{Record, SourcePosition};
 
 /// An order (left) or a payment (right).
@@ -232,7 +233,7 @@ proptest! {
         let upper = lower + width;
         let events = in_bound_events(items, bound);
         let (pairs, late) =
-            run_join(&events, lower, upper, bound, feeding, &MemoryStateBackend::default());
+            run_join(&events, lower, upper, bound, feeding, &MemoryStateBackend::new(MERGE_FOLDS));
         prop_assert!(late.is_empty(), "late: {late:?}");
         prop_assert_eq!(pairs, brute_force(&events, lower, upper));
     }
@@ -249,7 +250,7 @@ proptest! {
         let upper = lower + width;
         let events = in_bound_events(items, bound);
         let split = (events.len() as f64 * split) as usize;
-        let backend = MemoryStateBackend::default();
+        let backend = MemoryStateBackend::new(MERGE_FOLDS);
         let mut out = Collector::default();
         let mut max_seen = i64::MIN;
         {
@@ -292,7 +293,7 @@ fn orders_and_payments_within_ten_minutes_on_rocksdb() {
         e(true, 1, 30 * minute, 6),  // pushes the watermark to 30 min - 1 ms
         e(false, 1, 20 * minute, 7), // behind the watermark: late output
     ];
-    let backend = RocksStateBackend::temporary().unwrap();
+    let backend = RocksStateBackend::temporary(MERGE_FOLDS).unwrap();
     let (pairs, late) = run_join(&events, 0, 10 * minute, 0, ONE_BY_ONE, &backend);
     assert_eq!(pairs, vec![(0, 1), (3, 5)]);
     assert_eq!(late, vec![7]);

@@ -14,6 +14,7 @@ mod hot_swap;
 mod iceberg;
 mod joins;
 mod kafka;
+mod layers;
 mod nexmark_queries;
 mod plugin_loading;
 mod plugin_round_trip;

@@ -18,6 +18,7 @@ use sluice_host::metrics::OperatorMetrics;
 use sluice_host::record::dead_letter_headers;
 use sluice_host::state::key_group::{self, KeyGroupRange};
 use sluice_host::state::{MemoryStateBackend, OperatorScope, RocksStateBackend, StateBackend};
+use sluice_host::window::MERGE_FOLDS;
 use sluice_host::window::{
     BuiltinAggregate, BuiltinFunction, LateOutput, Window, WindowOperator, WindowOperatorOptions,
     WindowResult, WindowSpec,
@@ -361,7 +362,7 @@ proptest! {
         (bound, events) in (0i64..30).prop_flat_map(|bound| (Just(bound), within_bound(bound))),
         memory in cache_sizes(),
     ) {
-        let backend = MemoryStateBackend::default();
+        let backend = MemoryStateBackend::new(MERGE_FOLDS);
         let outcome = run_operator_with_cache(&events, spec, bound, 0, &backend, memory);
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.time);
@@ -384,7 +385,7 @@ proptest! {
             .into_iter()
             .map(|(key, time, value)| Event { key, time, value })
             .collect();
-        let backend = MemoryStateBackend::default();
+        let backend = MemoryStateBackend::new(MERGE_FOLDS);
         let outcome = run_operator_with_cache(&events, spec, bound, lateness, &backend, memory);
         let expected = model(&events, spec, bound, lateness);
         prop_assert_eq!(&outcome.late, &expected.late);
@@ -402,7 +403,7 @@ proptest! {
         // The first run stops after a checkpoint barrier, part-way through;
         // the second opens the same state and reads the rest, rescaled to
         // `workers_after` workers that each restore their key groups.
-        let backend = MemoryStateBackend::default();
+        let backend = MemoryStateBackend::new(MERGE_FOLDS);
         let split = (events.len() as f64 * split) as usize;
         let mut max_seen = i64::MIN;
         let mut first_out = Collector::default();
@@ -451,7 +452,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
     let mut max_seen = i64::MIN;
     let mut out = Collector::default();
     {
-        let backend = RocksStateBackend::open(dir.path()).unwrap();
+        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
         let mut first = window_operator(spec, 0, &backend, Memory::UNLIMITED);
         // k0's session [0, 15) and k1's [3, 13) are open (watermark 4).
         feed(
@@ -465,7 +466,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
         checkpoint(&mut first, &mut out);
     }
     assert!(out.main.is_empty(), "nothing fired before the restart");
-    let backend = RocksStateBackend::open(dir.path()).unwrap();
+    let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
     // Windows go back to the store after every batch: restored sessions
     // merge with new records read back from RocksDB.
     let mut second = window_operator(spec, 0, &backend, Memory::cache(0));
@@ -505,7 +506,7 @@ fn allowed_lateness_re_fires_updates_and_later_records_are_late() {
         e(0, 40, 1),
         e(0, 3, 100),
     ];
-    let backend = RocksStateBackend::temporary().unwrap();
+    let backend = RocksStateBackend::temporary(MERGE_FOLDS).unwrap();
     let outcome = run_operator(&events, spec, 10, 10, &backend);
     assert_eq!(outcome, model(&events, spec, 10, 10));
     let first: Vec<(i64, serde_json::Value, bool, u64)> = outcome
@@ -536,8 +537,8 @@ fn sessions_merge_and_fire_after_the_gap() {
         e(0, 40, 7),
     ];
     for backend in [
-        Box::new(MemoryStateBackend::default()) as Box<dyn StateBackend>,
-        Box::new(RocksStateBackend::temporary().unwrap()),
+        Box::new(MemoryStateBackend::new(MERGE_FOLDS)) as Box<dyn StateBackend>,
+        Box::new(RocksStateBackend::temporary(MERGE_FOLDS).unwrap()),
     ] {
         let outcome = run_operator(&events, spec, 20, 0, backend.as_ref());
         let got: Vec<(String, i64, i64, serde_json::Value)> = outcome
@@ -651,7 +652,7 @@ fn run_keyed_by_k_in_batches(
     cache_bytes: usize,
     batches: &[&[(i64, &str)]],
 ) -> Collector {
-    let store = MemoryStateBackend::default()
+    let store = MemoryStateBackend::new(MERGE_FOLDS)
         .open(&OperatorScope::new("t", "p", "window"), None)
         .unwrap();
     let mut options = WindowOperatorOptions::new("window", WindowSpec::Tumbling { size: 10 });
@@ -1261,7 +1262,7 @@ fn a_leaking_aggregate_plugin_is_replaced_between_batches_before_its_memory_limi
 fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     use sluice_host::connectors::file::{FileSource, FileSourceOptions};
     use sluice_host::dataflow::Source;
-    use sluice_host::window::fields::{FieldValue, extract};
+    use sluice_json::fields::{FieldValue, extract};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("in.jsonl");
@@ -1292,7 +1293,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     };
     let spec = WindowSpec::Tumbling { size: 50 };
 
-    let backend = MemoryStateBackend::default();
+    let backend = MemoryStateBackend::new(MERGE_FOLDS);
     let mut reading_ahead = window_operator(spec, 0, &backend, Memory::UNLIMITED);
     let fields = reading_ahead.reads_fields().expect("a window reads fields");
     assert_eq!(fields.len(), 2, "the key field and the summed field");
@@ -1329,7 +1330,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
         out
     };
     let ahead = run(&mut reading_ahead, records.clone());
-    let other_backend = MemoryStateBackend::default();
+    let other_backend = MemoryStateBackend::new(MERGE_FOLDS);
     let parsed = run(
         &mut window_operator(spec, 0, &other_backend, Memory::UNLIMITED),
         parsing,
@@ -1345,7 +1346,7 @@ fn a_window_after_a_file_source_takes_the_fields_the_source_read() {
     if let Some(read) = record.read_fields.as_mut() {
         read.values[0] = Some(FieldValue::Str("read-ahead".into()));
     }
-    let third_backend = MemoryStateBackend::default();
+    let third_backend = MemoryStateBackend::new(MERGE_FOLDS);
     let out = run(
         &mut window_operator(spec, 0, &third_backend, Memory::UNLIMITED),
         vec![record],
@@ -1541,7 +1542,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         let mut loads = 0;
         let restart_after = BATCHES / 2;
         {
-            let backend = RocksStateBackend::open(dir.path()).unwrap();
+            let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
             let mut first = operator(&backend);
             for b in 0..restart_after {
                 first.process_batch(batch(b), &mut out).unwrap();
@@ -1559,7 +1560,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
             merges += counters.get("state_merges").copied().unwrap_or(0);
             loads += counters.get("state_cache_loads").copied().unwrap_or(0);
         }
-        let backend = RocksStateBackend::open(dir.path()).unwrap();
+        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
         let mut second = operator(&backend);
         for b in restart_after..BATCHES {
             second.process_batch(batch(b), &mut out).unwrap();

@@ -3,13 +3,15 @@
 //! one that does not exist. `/healthz` needs no token.
 
 use super::auth::{Auth, Caller, TenantLimits};
-use super::deployments::{Deployment, DeploymentKind, SwapError, SwapRequest};
-use super::guard::{
+use super::deployments::{Deployment, DeploymentKind, SwapRequest};
+use super::errors::{CreateError, SwapError};
+use super::operations::{OperationKind, Operations};
+use guard::{
     BODY_TIMEOUT, HANDLER_TIMEOUT, MAX_BODY_BYTES, MAX_FOLLOWERS_PER_TENANT, MAX_UPLOAD_BYTES,
 };
-use super::operations::{OperationKind, Operations};
+pub mod guard;
 mod tenants;
-use super::supervisor::{CreateError, PipelineKey, Supervisor};
+use super::supervisor::{PipelineKey, Supervisor};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -39,7 +41,7 @@ pub struct AppState {
     /// Every pipeline's recent rates and ratios, for the dashboard.
     pub history: Arc<sluice_host::metrics::status::StatusHistory>,
     /// Rate limits, log-stream slots and the audit log.
-    pub guard: Arc<super::guard::Guard>,
+    pub guard: Arc<guard::Guard>,
 }
 
 /// An error answer: a status and a message, as `{"error": ".."}`.
@@ -124,7 +126,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::observe::dashboard::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            super::guard::guard,
+            guard::guard,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))

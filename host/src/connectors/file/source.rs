@@ -7,17 +7,17 @@
 //! front of the next chunk.
 
 use crate::dataflow::{DataflowError, Source, SourceBatch};
-use crate::json_scan::{self, FieldNames, JsonDocument};
 use crate::record::{
     FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
 };
-use crate::time::timestamps::{event_time_from, event_time_of, json_pointer};
-use crate::window::fields::{
+use bytes::Bytes;
+use serde_json::Value;
+use sluice_json::event_time::{event_time_from, event_time_of, json_pointer};
+use sluice_json::fields::{
     FieldPath, FieldValue, Spans, check_json, extract_into, extract_into_with_spans,
     extract_with_names, scan_names,
 };
-use bytes::Bytes;
-use serde_json::Value;
+use sluice_json::scan::{self as json_scan, FieldNames, JsonDocument};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -109,7 +109,7 @@ pub struct RestCatalogConfig {
     /// Properties the server adds (a tenant's granted `token` or
     /// `credential`); never read from a pipeline file.
     #[serde(skip)]
-    pub granted_properties: crate::config::SecretMap,
+    pub granted_properties: crate::connectors::SecretMap,
 }
 
 /// `[sink.iceberg] rows`.

@@ -36,7 +36,7 @@ impl ValueFormat {
             ValueFormat::Raw | ValueFormat::ConfluentAvro(_) => Ok(Bytes::copy_from_slice(value)),
             // UTF-8 throughout, skipped strings too (serde_json's
             // `IgnoredAny` alone does not check the strings it skips).
-            ValueFormat::Json => match crate::window::fields::why_not_json(value) {
+            ValueFormat::Json => match sluice_json::fields::why_not_json(value) {
                 None => Ok(Bytes::copy_from_slice(value)),
                 Some(reason) => Err(format!("invalid JSON value: {reason}")),
             },

@@ -14,9 +14,9 @@
 //!   streams at once;
 //! * every action and every refusal is written to the audit log.
 
-use super::api::AppState;
-use super::audit::{AuditEntry, AuditLog, outcome};
-use super::auth::Caller;
+use super::AppState;
+use crate::serve::audit::{AuditEntry, AuditLog, outcome};
+use crate::serve::auth::Caller;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
@@ -131,7 +131,7 @@ fn mutates(method: &Method) -> bool {
 
 /// The middleware: rate limit, then the handler, then the audit line.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let caller = super::api::caller(&state, request.headers()).ok();
+    let caller = super::caller(&state, request.headers()).ok();
     let (who, tenant) = match &caller {
         Some(Caller::Admin) => ("admin", None),
         Some(Caller::Tenant(name)) => ("tenant", Some(name.as_str())),
@@ -155,7 +155,7 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
     let status = response.status().as_u16();
     if mutates(&method) || matches!(status, 401 | 403 | 429) {
         state.guard.audit.record(&AuditEntry {
-            at_ms: sluice_host::checkpoint::now_ms(),
+            at_ms: sluice_host::time::now_ms(),
             who,
             tenant,
             method: method.as_str(),

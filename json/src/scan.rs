@@ -15,7 +15,7 @@
 //! 1 MiB, a CPU without the SIMD features it was compiled for), is handed
 //! back as `None` and the caller parses it with serde_json, which accepts
 //! it or says why not. This pass only ever accepts what serde_json accepts
-//! (tested against it: `tests` below and `window::fields`), so which parser
+//! (tested against it: `tests` below and `crate::fields`), so which parser
 //! ran never changes a result. `SLUICE_JSON_SCAN=serde` in the environment
 //! turns this pass off (serde_json alone), to compare the two.
 

@@ -1,15 +1,16 @@
 //! Reading a few fields of a JSON record without building the whole value:
-//! the window operator needs a key and a number per record, at hundreds of
-//! thousands of records per second.
+//! a window needs a key and a number per record, a source an event time, at
+//! hundreds of thousands of records per second. simdjson's pass
+//! ([`crate::scan`]) does the work where it can; serde_json decides the rest.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use sluice_wire::projected::same_name;
 use smallvec::SmallVec;
 
-use crate::json_scan::{self, FieldNames, JsonDocument, ScannedField};
+use crate::scan::{self, FieldNames, JsonDocument, ScannedField};
 
-/// A field's value, as far as windows care.
+/// A field's value, as far as keys, numbers and event times care.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldValue {
     /// An integer (within i64).
@@ -21,12 +22,6 @@ pub enum FieldValue {
     /// Anything else (object, array, bool, null, or an integer beyond i64).
     Other(Value),
 }
-
-/// The first byte of a window key taken from a field that is not a string:
-/// the key is this byte and the value's JSON text. It never starts UTF-8
-/// text, so a string key (its UTF-8 bytes) cannot be mistaken for one, and
-/// `42` and `"42"` are different keys.
-const TYPED_KEY_MARKER: u8 = 0xFF;
 
 impl FieldValue {
     /// The key bytes this value stands for: a string's UTF-8, else its JSON.
@@ -48,51 +43,14 @@ impl FieldValue {
             FieldValue::Other(v) => v.clone(),
         }
     }
-
-    /// The key bytes of a window keyed by this field value, keeping its
-    /// JSON type: a string's UTF-8; any other value as a marker byte and
-    /// its JSON text ([`typed_key_json`] gives the value back).
-    pub fn typed_key_bytes(&self) -> Vec<u8> {
-        let mut key = Vec::new();
-        self.write_typed_key(&mut key);
-        key
-    }
-
-    /// Appends [`Self::typed_key_bytes`] to `out` (keys of a batch share
-    /// one buffer).
-    pub fn write_typed_key(&self, out: &mut Vec<u8>) {
-        match self {
-            FieldValue::Str(s) => out.extend_from_slice(s.as_bytes()),
-            FieldValue::Int(i) => {
-                out.push(TYPED_KEY_MARKER);
-                // itoa: a few times cheaper than `write!`'s formatting
-                // machinery, once per record of an integer-keyed window.
-                out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes());
-            }
-            other => {
-                out.push(TYPED_KEY_MARKER);
-                out.extend_from_slice(&other.key_bytes());
-            }
-        }
-    }
 }
 
-/// The JSON value of a key made by [`FieldValue::typed_key_bytes`]: a
-/// number stays a number. Other keys are strings (UTF-8, lossy).
-pub fn typed_key_json(key: &[u8]) -> Value {
-    match key.split_first() {
-        Some((&TYPED_KEY_MARKER, json)) => serde_json::from_slice(json)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(json).into_owned())),
-        _ => Value::String(String::from_utf8_lossy(key).into_owned()),
-    }
-}
-
-/// A key made by [`FieldValue::typed_key_bytes`] as a record key: the
-/// string's bytes or the value's JSON text, without the marker.
-pub fn typed_key_record_bytes(key: &[u8]) -> &[u8] {
-    match key.split_first() {
-        Some((&TYPED_KEY_MARKER, json)) => json,
-        _ => key,
+/// `a.b`, `a` or `/a/b` as a JSON pointer.
+pub fn json_pointer(field: &str) -> String {
+    if field.starts_with('/') {
+        field.to_string()
+    } else {
+        format!("/{}", field.replace('.', "/"))
     }
 }
 
@@ -117,7 +75,7 @@ pub enum FieldPath {
 impl FieldPath {
     /// `name`, `a.b` or `/a/b`.
     pub fn parse(field: &str) -> FieldPath {
-        let pointer = crate::time::timestamps::json_pointer(field);
+        let pointer = json_pointer(field);
         let rest = &pointer[1..];
         if rest.contains('/') || rest.contains('~') {
             FieldPath::Pointer(pointer)
@@ -168,7 +126,7 @@ pub fn extract_into<'d, P: AsRef<FieldPath>>(
 }
 
 /// The names [`extract_with_names`] takes for `paths` and `span_names`
-/// (laid out for [`json_scan`]), or `None` if a path is not
+/// (laid out for [`scan`](crate::scan)), or `None` if a path is not
 /// [`FieldPath::Top`].
 pub fn scan_names<P: AsRef<FieldPath>>(paths: &[P], span_names: &[String]) -> Option<FieldNames> {
     let mut names = FieldNames::new();
@@ -295,7 +253,7 @@ pub fn why_not_json<'d>(document: impl Into<JsonDocument<'d>>) -> Option<String>
     // value, and it hands back scalars (a plugin's new string field, say).
     if document.len() >= SIMD_CHECK_MIN_BYTES
         && matches!(document.first(), Some(b'{' | b'['))
-        && json_scan::check(scanned)
+        && scan::check(scanned)
     {
         return None;
     }
@@ -348,15 +306,15 @@ fn is_plain_json_string(document: &[u8]) -> bool {
     !special && (!non_ascii || std::str::from_utf8(text).is_ok())
 }
 
-/// The shortest document [`check_json`] hands to [`json_scan::check`].
+/// The shortest document [`check_json`] hands to [`scan::check`].
 const SIMD_CHECK_MIN_BYTES: usize = 64;
 
 /// Fields a [`scan_top_level_simd`] call finds without allocating.
 const INLINE_NAMES: usize = 8;
 
-/// [`scan_top_level`] by [`json_scan`] (simdjson), which takes most
+/// [`scan_top_level`] by [`scan`](crate::scan) (simdjson), which takes most
 /// documents; `None` if it hands this one back to serde_json (see
-/// [`json_scan`]), with `found` and the spans left empty. `names` are the
+/// [`scan`](crate::scan)), with `found` and the spans left empty. `names` are the
 /// paths' names (one per slot of `found`), then the spans'.
 ///
 /// Integers come from the scan; any other value asked for is read from its
@@ -374,7 +332,7 @@ fn scan_top_level_simd(
     }
     let mut scanned =
         SmallVec::<[ScannedField; INLINE_NAMES]>::from_elem(ScannedField::default(), names.len());
-    let entries = json_scan::scan_object(document, names, &mut scanned)?;
+    let entries = scan::scan_object(document, names, &mut scanned)?;
     let (path_fields, span_fields) = scanned.split_at(found.len());
     for (slot, field) in found.iter_mut().zip(path_fields) {
         if read_scanned(document.bytes(), field, slot).is_none() {
@@ -390,7 +348,7 @@ fn scan_top_level_simd(
     Some(entries)
 }
 
-/// Reads a field [`json_scan::scan_object`] found into `slot` (`None` if
+/// Reads a field [`scan::scan_object`] found into `slot` (`None` if
 /// missing); `None` if its text does not read as a value (never for a
 /// document the scan took).
 fn read_scanned(
@@ -781,7 +739,7 @@ mod tests {
         let [a, ts, text] = ["a", "ts", "text"].map(FieldPath::parse);
         let paths = [&a, &ts, &text, &a];
         let span_names = ["text".to_string(), "a".to_string(), "b".to_string()];
-        if json_scan::check(document.into()) {
+        if scan::check(document.into()) {
             assert!(serde_json::from_slice::<IgnoredAny>(document).is_ok());
         }
         let Some(simd) = simd_scan(document, &paths, &span_names) else {

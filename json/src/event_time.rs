@@ -1,15 +1,28 @@
-//! Taking a record's event time from one of its fields.
+//! Taking a record's event time from one of its fields, and the range of
+//! event times Sluice accepts.
+//!
+//! Event times must lie in [`MIN_EVENT_TIME`]`..=`[`MAX_EVENT_TIME`] (years
+//! 1 to 9999, what ISO-8601 timestamps can write): a record outside it is
+//! a dead letter ([`check_event_time`]), wherever its time came from.
 
 use serde_json::Value;
 
-use crate::window::fields::FieldValue;
+use crate::fields::FieldValue;
+pub use crate::fields::json_pointer;
 
-/// `a.b`, `a` or `/a/b` as a JSON pointer.
-pub fn json_pointer(field: &str) -> String {
-    if field.starts_with('/') {
-        field.to_string()
+/// The earliest event time accepted: 0001-01-01T00:00:00Z, in ms.
+pub const MIN_EVENT_TIME: i64 = -62_135_596_800_000;
+/// The latest event time accepted: 9999-12-31T23:59:59.999Z, in ms.
+pub const MAX_EVENT_TIME: i64 = 253_402_300_799_999;
+
+/// `time` if it is in the accepted range, else the dead-letter reason.
+pub fn check_event_time(time: i64) -> Result<i64, String> {
+    if (MIN_EVENT_TIME..=MAX_EVENT_TIME).contains(&time) {
+        Ok(time)
     } else {
-        format!("/{}", field.replace('.', "/"))
+        Err(format!(
+            "event time {time} is outside the supported range {MIN_EVENT_TIME}..={MAX_EVENT_TIME} (years 1 to 9999, in ms since the Unix epoch)"
+        ))
     }
 }
 
@@ -21,7 +34,7 @@ pub fn event_time_from(document: &Value, pointer: &str, field: &str) -> Result<i
         Some(Value::Number(n)) if n.as_i64().is_some() => n
             .as_i64()
             .ok_or_else(|| format!("timestamp field `{field}` is not an integer"))
-            .and_then(super::check_event_time),
+            .and_then(check_event_time),
         Some(other) => Err(format!(
             "timestamp field `{field}` is not an integer (found {other})"
         )),
@@ -34,7 +47,7 @@ pub fn event_time_from(document: &Value, pointer: &str, field: &str) -> Result<i
 /// reasons as [`event_time_from`].
 pub fn event_time_of(value: Option<&FieldValue>, field: &str) -> Result<i64, String> {
     match value {
-        Some(FieldValue::Int(time)) => super::check_event_time(*time),
+        Some(FieldValue::Int(time)) => check_event_time(*time),
         Some(other) => Err(format!(
             "timestamp field `{field}` is not an integer (found {})",
             other.to_json()
@@ -67,10 +80,10 @@ mod tests {
     #[test]
     fn event_times_outside_years_1_to_9999_are_refused() {
         for (time, ok) in [
-            (super::super::MIN_EVENT_TIME, true),
-            (super::super::MAX_EVENT_TIME, true),
-            (super::super::MIN_EVENT_TIME - 1, false),
-            (super::super::MAX_EVENT_TIME + 1, false),
+            (super::MIN_EVENT_TIME, true),
+            (super::MAX_EVENT_TIME, true),
+            (super::MIN_EVENT_TIME - 1, false),
+            (super::MAX_EVENT_TIME + 1, false),
             (i64::MAX, false),
             (i64::MIN, false),
         ] {
