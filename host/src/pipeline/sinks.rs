@@ -1,0 +1,409 @@
+//! The sinks of a pipeline: main, dead-letter and side outputs, each
+//! written plainly, at-least-once or exactly-once as its checkpoints ask.
+
+use super::PipelineError;
+use crate::checkpoint::CheckpointMode;
+use crate::checkpoint::workdir::new_open_id;
+use crate::config::{Delivery, LoadedConfig, SinkConfig, SinkValueFormat};
+use crate::connectors::blackhole::BlackholeSink;
+use crate::connectors::file::{ExactlyOnceFileSink, JsonLinesSink, OutputFormat};
+use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
+use crate::connectors::kafka::{
+    DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaSink,
+    KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions,
+};
+use crate::connectors::schema_registry::{ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry};
+use crate::dataflow::{Sink, SinkSet};
+use crate::metrics::PipelineMetrics;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the sinks of a pipeline write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum SinkMode {
+    /// No checkpoints: files are created afresh, barriers flush.
+    Plain,
+    /// Checkpoints at-least-once: files continue (`append`) after a
+    /// restore.
+    AtLeastOnce {
+        /// Whether a checkpoint will be restored.
+        append: bool,
+    },
+    /// Checkpoints exactly-once: sinks that can commit in two phases do.
+    ExactlyOnce {
+        /// This process's database open (names part files).
+        open_id: String,
+    },
+}
+
+/// The main, dead-letter and side-output sinks of `loaded`.
+pub(super) fn build_sinks(
+    loaded: &LoadedConfig,
+    metrics: &PipelineMetrics,
+    mode: &SinkMode,
+) -> Result<SinkSet, PipelineError> {
+    let config = &loaded.config;
+    let mut factory = SinkFactory {
+        loaded,
+        metrics,
+        mode,
+        kafka_transactions: None,
+    };
+    let mut side = BTreeMap::new();
+    for (name, sink) in &config.side_outputs {
+        let field = format!("side_outputs.{name}");
+        side.insert(
+            name.clone(),
+            factory.build(&field, sink, OutputFormat::Value)?,
+        );
+    }
+    let main = factory.build("sink", &config.sink, OutputFormat::Value)?;
+    let dead_letter = factory.build("dead_letter", &config.dead_letter, OutputFormat::Record)?;
+    let sinks = SinkSet {
+        main,
+        dead_letter,
+        side,
+    };
+    if let SinkMode::ExactlyOnce { .. } = mode {
+        let all = std::iter::once(&sinks.main)
+            .chain(sinks.side.values())
+            .chain(std::iter::once(&sinks.dead_letter));
+        for sink in all.filter(|sink| sink.committer().is_none()) {
+            tracing::warn!(
+                sink = %sink.name(),
+                "this sink cannot commit in two phases: after a restore it may write records again (at-least-once)"
+            );
+        }
+    }
+    Ok(sinks)
+}
+
+/// Builds the sinks of one pipeline; exactly-once Kafka sinks share one
+/// set of transactions.
+pub(super) struct SinkFactory<'a> {
+    loaded: &'a LoadedConfig,
+    metrics: &'a PipelineMetrics,
+    mode: &'a SinkMode,
+    /// The pipeline's Kafka transactions, and the sink that set them up.
+    kafka_transactions: Option<(String, Arc<KafkaTransactions>)>,
+}
+
+impl SinkFactory<'_> {
+    fn build(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+        default_format: OutputFormat,
+    ) -> Result<Box<dyn Sink>, PipelineError> {
+        let loaded = self.loaded;
+        Ok(match sink {
+            SinkConfig::File { path, format } => {
+                let path = loaded.resolve_path(path);
+                let format = format.unwrap_or(default_format);
+                let error = |error: std::io::Error| {
+                    loaded.error_at(
+                        &format!("{field}.file.path"),
+                        format!("cannot create {}: {error}", path.display()),
+                    )
+                };
+                match self.mode {
+                    SinkMode::Plain | SinkMode::AtLeastOnce { append: false } => {
+                        Box::new(JsonLinesSink::create(field, &path, format).map_err(error)?)
+                    }
+                    SinkMode::AtLeastOnce { append: true } => {
+                        Box::new(JsonLinesSink::append(field, &path, format).map_err(error)?)
+                    }
+                    SinkMode::ExactlyOnce { open_id } => Box::new(
+                        ExactlyOnceFileSink::new(field, &path, format, open_id).map_err(error)?,
+                    ),
+                }
+            }
+            SinkConfig::Stdout { format } => Box::new(JsonLinesSink::new(
+                field,
+                Box::new(std::io::stdout()),
+                format.unwrap_or(default_format),
+            )),
+            SinkConfig::Stderr { format } => Box::new(JsonLinesSink::new(
+                field,
+                Box::new(std::io::stderr()),
+                format.unwrap_or(default_format),
+            )),
+            SinkConfig::Blackhole {} => Box::new(BlackholeSink),
+            SinkConfig::Iceberg(iceberg) => {
+                let (open_id, commits) = match self.mode {
+                    SinkMode::ExactlyOnce { open_id } => {
+                        (open_id.clone(), IcebergCommits::TwoPhase)
+                    }
+                    SinkMode::AtLeastOnce { .. } => (new_open_id(), IcebergCommits::EveryWrite),
+                    SinkMode::Plain => (new_open_id(), IcebergCommits::AtBarriers),
+                };
+                let base = loaded
+                    .file
+                    .parent()
+                    .unwrap_or_else(|| std::path::Path::new("."));
+                let pipeline = &loaded.config.pipeline;
+                Box::new(
+                    IcebergSink::open(
+                        field,
+                        iceberg,
+                        base,
+                        &pipeline.tenant,
+                        &pipeline.name,
+                        &open_id,
+                        commits,
+                    )
+                    .map_err(|error| loaded.error_at(&format!("{field}.iceberg"), error.0))?,
+                )
+            }
+            SinkConfig::Kafka {
+                topic,
+                value_format,
+                avro_schema,
+                schema_registry,
+                subject,
+                ..
+            } => {
+                // Set up (and register) the encoding first: a registry that
+                // refuses the schema stops the pipeline before any output.
+                let encoder = match value_format {
+                    SinkValueFormat::Json => None,
+                    SinkValueFormat::AvroConfluent => {
+                        let schema_field = format!("{field}.kafka.avro_schema");
+                        let registry_field = format!("{field}.kafka.schema_registry");
+                        let schema = avro_schema
+                            .as_deref()
+                            .ok_or_else(|| {
+                                loaded.error_at(&schema_field, "`avro-confluent` needs it")
+                            })
+                            .and_then(|path| loaded.avro_schema(&schema_field, path))?;
+                        let registry = schema_registry
+                            .as_ref()
+                            .ok_or_else(|| {
+                                loaded.error_at(&registry_field, "`avro-confluent` needs it")
+                            })
+                            .and_then(|config| {
+                                SchemaRegistry::new(config)
+                                    .map_err(|why| loaded.error_at(&registry_field, why))
+                            })?;
+                        let subject = subject.clone().unwrap_or_else(|| format!("{topic}-value"));
+                        Some(
+                            ConfluentAvroEncoder::register(&registry, &subject, schema)
+                                .map_err(|why| loaded.error_at(&registry_field, why.to_string()))?,
+                        )
+                    }
+                };
+                let sink = self.kafka_sink(field, sink)?;
+                match encoder {
+                    Some(encoder) => Box::new(ConfluentAvroSink::new(sink, encoder)),
+                    None => sink,
+                }
+            }
+        })
+    }
+
+    /// A Kafka sink, exactly-once or not, of the sink config `sink`.
+    fn kafka_sink(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+    ) -> Result<Box<dyn Sink>, PipelineError> {
+        let loaded = self.loaded;
+        let SinkConfig::Kafka {
+            bootstrap_servers,
+            topic,
+            partition,
+            properties,
+            granted_properties,
+            delivery,
+            ..
+        } = sink
+        else {
+            return Err(loaded.error_at(field, "not a Kafka sink").into());
+        };
+        Ok({
+            let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
+                && *delivery != Some(Delivery::AtLeastOnce);
+            if exactly_once {
+                let transactions = self.kafka_transactions(field, sink)?;
+                Box::new(ExactlyOnceKafkaSink::new(
+                    field,
+                    topic.clone(),
+                    *partition,
+                    transactions,
+                ))
+            } else {
+                if *delivery == Some(Delivery::ExactlyOnce) {
+                    return Err(loaded
+                            .error_at(
+                                &format!("{field}.kafka.delivery"),
+                                "exactly-once delivery needs `[checkpoints]` with mode = \"exactly-once\"",
+                            )
+                            .into());
+                }
+                Box::new(
+                    KafkaSink::new(
+                        field,
+                        KafkaSinkOptions {
+                            bootstrap_servers: bootstrap_servers.clone(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                            properties: granted_properties.over(properties),
+                            flush_timeout: Duration::from_secs(60),
+                        },
+                        self.metrics.sink_partitions.clone(),
+                    )
+                    .map_err(|error| {
+                        loaded.error_at(&format!("{field}.kafka"), error.to_string())
+                    })?,
+                )
+            }
+        })
+    }
+
+    /// The pipeline's Kafka transactions, set up by the first exactly-once
+    /// Kafka sink; later ones must name the same cluster and settings (one
+    /// transaction spans them all).
+    fn kafka_transactions(
+        &mut self,
+        field: &str,
+        sink: &SinkConfig,
+    ) -> Result<Arc<KafkaTransactions>, PipelineError> {
+        let loaded = self.loaded;
+        let SinkConfig::Kafka {
+            bootstrap_servers,
+            properties,
+            granted_properties,
+            progress_topic,
+            transactional_id_prefix,
+            transaction_timeout_ms,
+            ..
+        } = sink
+        else {
+            return Err(loaded.error_at(field, "not a Kafka sink").into());
+        };
+        let checkpoints = loaded.config.checkpoints.as_ref();
+        let interval_ms = checkpoints.map_or(0, |c| c.interval_ms);
+        let options = KafkaTransactionOptions {
+            bootstrap_servers: bootstrap_servers.clone(),
+            properties: granted_properties.over(properties),
+            transactional_id_prefix: transactional_id_prefix
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TRANSACTIONAL_ID_PREFIX.to_string()),
+            tenant: loaded.config.pipeline.tenant.clone(),
+            pipeline: loaded.config.pipeline.name.clone(),
+            progress_topic: progress_topic
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROGRESS_TOPIC.to_string()),
+            transaction_timeout: Duration::from_millis(transaction_timeout(
+                *transaction_timeout_ms,
+                interval_ms,
+            )),
+            operation_timeout: Duration::from_secs(60),
+            open_id: match self.mode {
+                SinkMode::ExactlyOnce { open_id } => open_id.clone(),
+                _ => String::new(),
+            },
+        };
+        if let Some((first, transactions)) = &self.kafka_transactions {
+            let shared = &transactions.options();
+            if shared.bootstrap_servers != options.bootstrap_servers
+                || shared.properties != options.properties
+                || shared.progress_topic != options.progress_topic
+                || shared.transactional_id_prefix != options.transactional_id_prefix
+                || shared.transaction_timeout != options.transaction_timeout
+            {
+                return Err(loaded
+                    .error_at(
+                        &format!("{field}.kafka"),
+                        format!(
+                            "exactly-once Kafka sinks share one transaction: this one must name the same cluster, properties, progress topic, transactional id prefix and transaction timeout as `{first}`"
+                        ),
+                    )
+                    .into());
+            }
+            return Ok(transactions.clone());
+        }
+        if options.transaction_timeout.as_millis() <= u128::from(interval_ms) {
+            return Err(loaded
+                .error_at(
+                    &format!("{field}.kafka.transaction_timeout_ms"),
+                    format!(
+                        "must exceed checkpoints.interval_ms = {interval_ms}: a transaction stays open for an interval plus the checkpoint's duration"
+                    ),
+                )
+                .into());
+        }
+        let transactions = KafkaTransactions::new(options, self.metrics.sink_partitions.clone())
+            .map_err(|message| loaded.error_at(&format!("{field}.kafka"), message))?;
+        self.kafka_transactions = Some((field.to_string(), transactions.clone()));
+        Ok(transactions)
+    }
+}
+
+/// A Kafka sink's transaction timeout, ms: as set, or three checkpoint
+/// intervals and at least a minute.
+pub(super) fn transaction_timeout(set: Option<u64>, interval_ms: u64) -> u64 {
+    set.unwrap_or(interval_ms.saturating_mul(3).max(60_000))
+}
+
+/// How long checkpoints of the pipeline `config` may be held: less than
+/// its exactly-once Kafka sinks' transaction timeout minus an interval
+/// (`None`: no such sink, no limit).
+pub(super) fn hold_limit(config: &crate::config::PipelineConfig) -> Option<Duration> {
+    let checkpoints = config.checkpoints.as_ref()?;
+    if checkpoints.mode != CheckpointMode::ExactlyOnce {
+        return None;
+    }
+    std::iter::once(&config.sink)
+        .chain(std::iter::once(&config.dead_letter))
+        .chain(config.side_outputs.values())
+        .filter_map(|sink| match sink {
+            SinkConfig::Kafka {
+                transaction_timeout_ms,
+                ..
+            } => Some(transaction_timeout(
+                *transaction_timeout_ms,
+                checkpoints.interval_ms,
+            )),
+            _ => None,
+        })
+        .min()
+        .map(|timeout| Duration::from_millis(timeout.saturating_sub(checkpoints.interval_ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::test_files::pipeline;
+
+    #[test]
+    fn transactions_outlive_three_intervals_and_at_least_a_minute() {
+        assert_eq!(transaction_timeout(Some(5_000), 1_000), 5_000);
+        assert_eq!(transaction_timeout(None, 1_000), 60_000);
+        assert_eq!(transaction_timeout(None, 30_000), 90_000);
+    }
+
+    #[test]
+    fn checkpoints_are_held_less_than_the_shortest_transaction_less_an_interval() {
+        let kafka = |section: &str, timeout: u64| {
+            format!(
+                "[{section}.kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"t\"\ntransaction_timeout_ms = {timeout}\n"
+            )
+        };
+        let checkpoints = "[checkpoints]\ninterval_ms = 1000\nmode = \"exactly-once\"\n";
+        let mut loaded = pipeline(&format!("{checkpoints}{}", kafka("dead_letter", 90_000)));
+        assert_eq!(
+            hold_limit(&loaded.config),
+            Some(Duration::from_millis(89_000))
+        );
+        loaded.config.checkpoints = None;
+        assert_eq!(hold_limit(&loaded.config), None, "no checkpoints, no hold");
+        let loaded = pipeline(&format!(
+            "{}{}",
+            checkpoints.replace("exactly-once", "at-least-once"),
+            kafka("dead_letter", 90_000)
+        ));
+        assert_eq!(hold_limit(&loaded.config), None, "no transactions");
+    }
+}
