@@ -5,6 +5,8 @@
 //!
 //! `cargo bench -p sluice-benches --bench plugin_call`
 
+#![allow(missing_docs)] // `criterion_group!` defines an undocumented `pub fn`.
+
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sluice_host::dataflow::{Collector, DataflowError, Operator};

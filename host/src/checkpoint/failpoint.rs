@@ -16,7 +16,7 @@ pub const FAILPOINT_ENV: &str = "SLUICE_CHECKPOINT_FAILPOINT";
 /// A step of checkpointing or restore where the process can be killed.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failpoint {
+pub(crate) enum Failpoint {
     /// State files uploaded, manifest not yet published.
     AfterStateUpload,
     /// Manifest published, sinks not yet committed.

@@ -16,7 +16,7 @@
 //!   as a string; the Python and JavaScript SDKs export it).
 
 /// Bindings for the `transform` world.
-pub mod typed {
+pub(super) mod typed {
     wasmtime::component::bindgen!({
         world: "transform",
         path: "../wit",
@@ -28,7 +28,7 @@ pub mod typed {
 }
 
 /// Bindings for the `fast-transform` world.
-pub mod fast {
+pub(super) mod fast {
     wasmtime::component::bindgen!({
         world: "fast-transform",
         path: "../wit",
@@ -42,7 +42,7 @@ pub mod fast {
 }
 
 /// Bindings for the `text-transform` world.
-pub mod text {
+pub(super) mod text {
     wasmtime::component::bindgen!({
         world: "text-transform",
         path: "../wit",
@@ -56,7 +56,7 @@ pub mod text {
 }
 
 /// Bindings for the `projected-transform` world.
-pub mod projected {
+pub(super) mod projected {
     wasmtime::component::bindgen!({
         world: "projected-transform",
         path: "../wit",
@@ -71,7 +71,7 @@ pub mod projected {
 }
 
 /// Bindings for the `fast-projected-transform` world.
-pub mod fast_projected {
+pub(super) mod fast_projected {
     wasmtime::component::bindgen!({
         world: "fast-projected-transform",
         path: "../wit",
@@ -86,7 +86,7 @@ pub mod fast_projected {
 }
 
 /// Bindings for the `aggregate` world (window aggregates).
-pub mod aggregate {
+pub(super) mod aggregate {
     wasmtime::component::bindgen!({
         world: "aggregate",
         path: "../wit",
@@ -98,7 +98,7 @@ pub mod aggregate {
 }
 
 /// Bindings for the `fast-aggregate` world (the packed `add`).
-pub mod fast_aggregate {
+pub(super) mod fast_aggregate {
     wasmtime::component::bindgen!({
         world: "fast-aggregate",
         path: "../wit",
@@ -111,7 +111,7 @@ pub mod fast_aggregate {
 }
 
 /// Bindings for the `fast-projected-aggregate` world (the projected `add`).
-pub mod fast_projected_aggregate {
+pub(super) mod fast_projected_aggregate {
     wasmtime::component::bindgen!({
         world: "fast-projected-aggregate",
         path: "../wit",
@@ -125,7 +125,7 @@ pub mod fast_projected_aggregate {
 }
 
 /// Bindings for the `text-aggregate` world (results as strings).
-pub mod text_aggregate {
+pub(super) mod text_aggregate {
     wasmtime::component::bindgen!({
         world: "text-aggregate",
         path: "../wit",
@@ -139,7 +139,7 @@ pub mod text_aggregate {
 
 /// Bindings for the `text-projected-aggregate` world (the projected `add`
 /// with its answer as a string).
-pub mod text_projected_aggregate {
+pub(super) mod text_projected_aggregate {
     wasmtime::component::bindgen!({
         world: "text-projected-aggregate",
         path: "../wit",

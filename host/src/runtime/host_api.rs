@@ -10,7 +10,7 @@ use std::time::Duration;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
 /// The data of one plugin instance's `Store`.
-pub struct PluginState {
+pub(crate) struct PluginState {
     pub(crate) scope: OperatorScope,
     pub(crate) state: ScopedState,
     pub(crate) metrics: Arc<OperatorMetrics>,

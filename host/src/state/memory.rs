@@ -52,7 +52,7 @@ impl StateBackend for MemoryStateBackend {
 
 /// One operator's in-memory state.
 #[derive(Debug)]
-pub struct MemoryStateStore {
+pub(super) struct MemoryStateStore {
     entries: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
     ttl: Option<StateTtl>,
     folds: MergeFolds,

@@ -236,7 +236,7 @@ impl StateBackend for RocksStateBackend {
 }
 
 /// One operator's column family.
-pub struct RocksStateStore {
+pub(super) struct RocksStateStore {
     db: Arc<Db>,
     name: String,
     operator: String,

@@ -94,7 +94,7 @@ enum Parsed {
 }
 
 /// How much of the file is read at a time (more when one line is longer).
-pub const CHUNK_BYTES: usize = 1 << 20;
+pub(super) const CHUNK_BYTES: usize = 1 << 20;
 
 /// At most this many chunk buffers wait in a source's [`ChunkPool`] (the
 /// records in flight between the source and its operators span a few

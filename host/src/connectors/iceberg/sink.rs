@@ -31,7 +31,7 @@ const ROWS_PER_BATCH: usize = 4096;
 
 /// The longest at-least-once rows wait for their commit (each commit is a
 /// snapshot: committing every write would make thousands).
-pub const STRAIGHT_THROUGH_COMMIT_INTERVAL: std::time::Duration =
+pub(super) const STRAIGHT_THROUGH_COMMIT_INTERVAL: std::time::Duration =
     std::time::Duration::from_millis(100);
 
 /// Snapshot summary properties naming who committed a snapshot.
