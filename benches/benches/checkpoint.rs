@@ -14,8 +14,8 @@
 //!    `[checkpoints]` every second to local storage: the figures the
 //!    pipeline itself records for each checkpoint.
 
+use sluice_host::checkpoint::IncrementalUploader;
 use sluice_host::checkpoint::LocalStorage;
-use sluice_host::checkpoint::snapshot::IncrementalUploader;
 use sluice_host::state::{OperatorScope, RocksStateBackend, StateBackend, StateWrite};
 use sluice_host::window::MERGE_FOLDS;
 use std::time::{Duration, Instant};

@@ -735,12 +735,12 @@ pub mod s3 {
 
     /// The storage the pipeline `tenant`/`pipeline` checkpoints to in
     /// `s3://bucket/prefix`.
-    pub fn storage(bucket: &str, prefix: &str) -> sluice_host::checkpoint::s3::S3Storage {
+    pub fn storage(bucket: &str, prefix: &str) -> sluice_host::checkpoint::S3Storage {
         use_test_credentials();
-        sluice_host::checkpoint::s3::S3Storage::connect(
+        sluice_host::checkpoint::S3Storage::connect(
             bucket,
             prefix,
-            &sluice_host::checkpoint::s3::S3Options {
+            &sluice_host::checkpoint::S3Options {
                 endpoint: Some(endpoint()),
                 region: Some("us-east-1".into()),
                 path_style: Some(true),
@@ -753,14 +753,14 @@ pub mod s3 {
 
     /// Multipart uploads started and neither completed nor aborted, under
     /// `storage`'s root (aborts them).
-    pub fn abort_incomplete(storage: &sluice_host::checkpoint::s3::S3Storage) -> usize {
+    pub fn abort_incomplete(storage: &sluice_host::checkpoint::S3Storage) -> usize {
         storage
             .abort_incomplete_uploads()
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every key under the storage's root.
-    pub fn keys(storage: &sluice_host::checkpoint::s3::S3Storage) -> Vec<String> {
+    pub fn keys(storage: &sluice_host::checkpoint::S3Storage) -> Vec<String> {
         storage.list("").unwrap_or_else(|e| panic!("{e}"))
     }
 }

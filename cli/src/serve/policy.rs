@@ -25,7 +25,7 @@
 //! a pipeline that no longer fits).
 
 use super::reach::{TenantReach, secret_map};
-use sluice_host::checkpoint::s3::{S3Credentials, S3Options};
+use sluice_host::checkpoint::{S3Credentials, S3Options};
 use sluice_host::config::{ConfigError, LoadedConfig, PipelineConfig, SinkConfig, SourceConfig};
 use sluice_host::connectors::iceberg::IcebergSinkConfig;
 use sluice_host::connectors::schema_registry::SchemaRegistryConfig;

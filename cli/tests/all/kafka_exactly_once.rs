@@ -95,7 +95,7 @@ struct Setup {
     bucket: String,
     records: u64,
     /// The pipeline's checkpoint storage, to watch checkpoints complete.
-    storage: sluice_host::checkpoint::s3::S3Storage,
+    storage: sluice_host::checkpoint::S3Storage,
     /// Runs started (names their logs).
     runs: std::sync::atomic::AtomicUsize,
     /// The pipeline's name: unique, since a pipeline's transactional ids
@@ -238,7 +238,7 @@ transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
     fn newest_manifest(&self) -> u64 {
         s3::keys(&self.storage)
             .iter()
-            .filter_map(|key| sluice_host::checkpoint::manifest::manifest_id(key))
+            .filter_map(|key| sluice_host::checkpoint::manifest_id(key))
             .max()
             .unwrap_or(0)
     }
@@ -476,7 +476,7 @@ fn assert_bucket_is_clean(setup: &Setup) {
     )));
     let mut referenced = BTreeSet::new();
     for id in store.ids().expect("ids") {
-        referenced.insert(sluice_host::checkpoint::manifest::manifest_key(id));
+        referenced.insert(sluice_host::checkpoint::manifest_key(id));
         let manifest = store.read(id).expect("manifest");
         referenced.extend(manifest.state.iter().map(|f| f.object.clone()));
     }

@@ -16,14 +16,14 @@ use crate::metrics::CheckpointStats;
 use std::collections::BTreeMap;
 
 /// Version of the manifest format.
-pub const MANIFEST_FORMAT: u32 = 1;
+pub(crate) const MANIFEST_FORMAT: u32 = 1;
 
 /// Directory of manifests under a pipeline's root.
-pub const MANIFESTS_DIR: &str = "manifests/";
+pub(crate) const MANIFESTS_DIR: &str = "manifests/";
 
 /// Directory of state files under a pipeline's root (one subdirectory per
 /// database open).
-pub const SHARED_DIR: &str = "shared/";
+pub(crate) const SHARED_DIR: &str = "shared/";
 
 /// The storage key of checkpoint `id`'s manifest (zero-padded, so keys sort
 /// like ids).

@@ -23,19 +23,21 @@
 //! have happened), downloads its files into a fresh state directory,
 //! rewinds the source and brings every sink's output to exactly that cut.
 
-pub mod coordinator;
+pub(crate) mod coordinator;
 pub(crate) mod failpoint;
-pub mod manifest;
-pub mod restore;
-pub mod s3;
-pub mod snapshot;
-pub mod storage;
-pub mod workdir;
+pub(crate) mod manifest;
+pub(crate) mod restore;
+pub(crate) mod s3;
+pub(crate) mod snapshot;
+pub(crate) mod storage;
+pub(crate) mod workdir;
 
 pub use coordinator::CheckpointCoordinator;
 pub use failpoint::FAILPOINT_ENV;
-pub use manifest::{Manifest, ManifestKind, StateFile};
+pub use manifest::{Manifest, ManifestKind, StateFile, manifest_id, manifest_key};
 pub use restore::{CheckpointError, CheckpointStore, RestoreFrom};
+pub use s3::{S3Credentials, S3Options, S3Storage};
+pub use snapshot::IncrementalUploader;
 pub use storage::{CheckpointStorage, LocalStorage, StorageError};
 
 use std::sync::Arc;

@@ -19,10 +19,10 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use std::path::Path;
 
 /// Files at least this large are uploaded in parts (by default).
-pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
+pub(crate) const MULTIPART_THRESHOLD: u64 = 16 << 20;
 
 /// Size of one part of a multipart upload (S3's minimum is 5 MiB).
-pub const PART_SIZE: usize = 8 << 20;
+pub(crate) const PART_SIZE: usize = 8 << 20;
 
 /// Settings that override the AWS environment chain.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]

@@ -136,7 +136,7 @@ fn is_sst(name: &str) -> bool {
 }
 
 /// Downloads every file of a snapshot into `dir` (created; must be empty).
-pub fn download(
+pub(crate) fn download(
     storage: &dyn CheckpointStorage,
     files: &[StateFile],
     dir: &Path,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// A new id for one database open (one process run of a pipeline): time
 /// and randomness, so that object names never collide across restores.
-pub fn new_open_id() -> String {
+pub(crate) fn new_open_id() -> String {
     let millis = crate::time::now_ms();
     let random: u64 = rand::random();
     format!("{millis:x}-{random:016x}")
@@ -21,14 +21,14 @@ pub fn new_open_id() -> String {
 
 /// A run's working directory, removed when dropped.
 #[derive(Debug)]
-pub struct WorkDir {
+pub(crate) struct WorkDir {
     dir: RunDirectory,
 }
 
 impl WorkDir {
     /// Creates the directory of this run under `root`, after removing
     /// those of earlier, dead runs of the same pipeline.
-    pub fn create(
+    pub(crate) fn create(
         root: &Path,
         tenant: &str,
         pipeline: &str,
@@ -41,12 +41,12 @@ impl WorkDir {
     }
 
     /// The RocksDB directory.
-    pub fn db(&self) -> PathBuf {
+    pub(crate) fn db(&self) -> PathBuf {
         self.dir.path().join("db")
     }
 
     /// Where local RocksDB checkpoints are made before upload.
-    pub fn snapshots(&self) -> PathBuf {
+    pub(crate) fn snapshots(&self) -> PathBuf {
         self.dir.path().join("snapshots")
     }
 }

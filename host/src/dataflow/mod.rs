@@ -16,7 +16,7 @@ mod chain;
 pub mod deploy;
 mod executor;
 mod input_gate;
-pub mod parallel;
+pub(crate) mod parallel;
 mod transform;
 
 pub use chain::{OperatorChain, SinkSet};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Upper bounds of the buckets, seconds: 1, 2.5 and 5 of each decade from
 /// 1 µs to 5 s, then 10 s and 30 s.
-pub const BUCKETS_SECONDS: [f64; 23] = [
+pub(crate) const BUCKETS_SECONDS: [f64; 23] = [
     0.000_001,
     0.000_002_5,
     0.000_005,

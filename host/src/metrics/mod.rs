@@ -7,7 +7,7 @@
 //! the Prometheus text format; [`status`] into the JSON the dashboard reads.
 
 pub mod exposition;
-pub mod histogram;
+pub(crate) mod histogram;
 pub mod status;
 
 pub use histogram::{DurationHistogram, HistogramSnapshot};

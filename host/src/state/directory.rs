@@ -13,14 +13,14 @@ const OWNER_FILE: &str = "owner.pid";
 
 /// A directory owned by this process, removed when dropped.
 #[derive(Debug)]
-pub struct RunDirectory {
+pub(crate) struct RunDirectory {
     dir: PathBuf,
 }
 
 impl RunDirectory {
     /// Creates `<root>/<prefix><id>`, after removing the directories
     /// `<root>/<prefix>*` of dead processes.
-    pub fn create(root: &Path, prefix: &str, id: &str) -> std::io::Result<Self> {
+    pub(crate) fn create(root: &Path, prefix: &str, id: &str) -> std::io::Result<Self> {
         std::fs::create_dir_all(root)?;
         for entry in std::fs::read_dir(root)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -36,7 +36,7 @@ impl RunDirectory {
     }
 
     /// The directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 }

@@ -52,10 +52,11 @@ impl MergeKind {
 /// Folds partial accumulators (a list of them per column when `list`)
 /// into a stored value (`None`: none yet); `None` if something is not what
 /// its kind says.
-pub type FoldInto = fn(list: bool, existing: Option<&[u8]>, partials: &[&[u8]]) -> Option<Vec<u8>>;
+pub(crate) type FoldInto =
+    fn(list: bool, existing: Option<&[u8]>, partials: &[&[u8]]) -> Option<Vec<u8>>;
 
 /// Folds partial accumulators (a list per column when `list`) into one.
-pub type FoldPartials = fn(list: bool, partials: &[&[u8]]) -> Option<Vec<u8>>;
+pub(crate) type FoldPartials = fn(list: bool, partials: &[&[u8]]) -> Option<Vec<u8>>;
 
 /// The host code that folds operands, by [`MergeKind`]: given to a state
 /// backend when it opens, by the module whose values they are (the
@@ -87,7 +88,7 @@ impl std::fmt::Debug for MergeFolds {
 
 /// The operand that folds `payload` in as `kind` (for
 /// [`super::StateWrite::Merge`]).
-pub fn operand(kind: MergeKind, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn operand(kind: MergeKind, payload: &[u8]) -> Vec<u8> {
     let mut operand = Vec::with_capacity(1 + payload.len());
     operand.push(kind.tag());
     operand.extend_from_slice(payload);
@@ -116,7 +117,7 @@ fn payloads<'o>(
 /// (`None`: the key had no value). `None`: an operand or the value is not
 /// what its kind says (RocksDB then reports the read, flush or compaction
 /// as failed; the operator stops rather than lose data).
-pub fn full_merge<'o>(
+pub(crate) fn full_merge<'o>(
     folds: &MergeFolds,
     existing: Option<&[u8]>,
     operands: impl IntoIterator<Item = &'o [u8]>,
@@ -133,7 +134,7 @@ pub fn full_merge<'o>(
 
 /// One operand equal to folding `operands` (in write order), for RocksDB
 /// to combine operands before it meets the value.
-pub fn partial_merge<'o>(
+pub(crate) fn partial_merge<'o>(
     folds: &MergeFolds,
     operands: impl IntoIterator<Item = &'o [u8]>,
 ) -> Option<Vec<u8>> {

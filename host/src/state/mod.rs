@@ -16,19 +16,19 @@
 //! dead-lettering records. ADR 0006 explains why the plugin-facing WIT
 //! `state` interface stays infallible.
 
-pub mod directory;
+pub(crate) mod directory;
 pub mod key_group;
 mod lazy;
 mod memory;
-pub mod merge;
+pub(crate) mod merge;
 mod rocks;
-pub mod ttl;
+pub(crate) mod ttl;
 
 pub use lazy::LazyStateBackend;
 pub use memory::MemoryStateBackend;
 pub use merge::MergeFolds;
 pub use rocks::RocksStateBackend;
-pub use ttl::{ProcessingClock, StateTtl};
+pub use ttl::{ProcessingClock, StateTtl, system_clock};
 
 use std::sync::Arc;
 

@@ -58,7 +58,7 @@ impl StateTtl {
 }
 
 /// Whether a stamped value has expired at `now`.
-pub fn is_expired(stamped: &[u8], now: i64) -> bool {
+pub(crate) fn is_expired(stamped: &[u8], now: i64) -> bool {
     match stamped.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
         Some(bytes) => i64::from_be_bytes(bytes) <= now,
         None => true,
@@ -67,7 +67,7 @@ pub fn is_expired(stamped: &[u8], now: i64) -> bool {
 
 /// `value` as stored by a store with `ttl` (stamped with its expiry, or as
 /// it is without a TTL).
-pub fn stamp(ttl: Option<&StateTtl>, value: &[u8]) -> Vec<u8> {
+pub(crate) fn stamp(ttl: Option<&StateTtl>, value: &[u8]) -> Vec<u8> {
     match ttl {
         Some(ttl) => ttl.wrap(value),
         None => value.to_vec(),
@@ -75,7 +75,7 @@ pub fn stamp(ttl: Option<&StateTtl>, value: &[u8]) -> Vec<u8> {
 }
 
 /// The live value of `stored` in a store with `ttl`: `None` if expired.
-pub fn live(ttl: Option<&StateTtl>, stored: Vec<u8>) -> Option<Vec<u8>> {
+pub(crate) fn live(ttl: Option<&StateTtl>, stored: Vec<u8>) -> Option<Vec<u8>> {
     match ttl {
         Some(ttl) => ttl.unwrap(stored),
         None => Some(stored),

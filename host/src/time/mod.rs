@@ -17,7 +17,7 @@
 //! times bounded so, window and join arithmetic cannot overflow (it is
 //! saturating besides).
 
-pub mod watermark;
+pub(crate) mod watermark;
 
 pub use watermark::{SplitId, SplitStatus, SplitWatermarks, WatermarkStrategy};
 

@@ -91,7 +91,7 @@ pub trait Aggregator: Send {
 }
 
 /// [`Aggregator::add_groups`] as one [`Aggregator::add`] per group.
-pub fn add_group_by_group<A: Aggregator + ?Sized>(
+pub(crate) fn add_group_by_group<A: Aggregator + ?Sized>(
     aggregator: &mut A,
     groups: &mut [GroupAdd<'_>],
 ) -> Result<(), AggregateError> {

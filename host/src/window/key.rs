@@ -14,7 +14,7 @@ const TYPED_KEY_MARKER: u8 = 0xFF;
 /// The key bytes of a window keyed by `value`, keeping its JSON type: a
 /// string's UTF-8; any other value as a marker byte and its JSON text
 /// ([`typed_key_json`] gives the value back).
-pub fn typed_key_bytes(value: &FieldValue) -> Vec<u8> {
+pub(crate) fn typed_key_bytes(value: &FieldValue) -> Vec<u8> {
     let mut key = Vec::new();
     write_typed_key(value, &mut key);
     key
@@ -22,7 +22,7 @@ pub fn typed_key_bytes(value: &FieldValue) -> Vec<u8> {
 
 /// Appends [`typed_key_bytes`] of `value` to `out` (keys of a batch share
 /// one buffer).
-pub fn write_typed_key(value: &FieldValue, out: &mut Vec<u8>) {
+pub(crate) fn write_typed_key(value: &FieldValue, out: &mut Vec<u8>) {
     match value {
         FieldValue::Str(s) => out.extend_from_slice(s.as_bytes()),
         FieldValue::Int(i) => {
@@ -40,7 +40,7 @@ pub fn write_typed_key(value: &FieldValue, out: &mut Vec<u8>) {
 
 /// The JSON value of a key made by [`typed_key_bytes`]: a
 /// number stays a number. Other keys are strings (UTF-8, lossy).
-pub fn typed_key_json(key: &[u8]) -> Value {
+pub(crate) fn typed_key_json(key: &[u8]) -> Value {
     match key.split_first() {
         Some((&TYPED_KEY_MARKER, json)) => serde_json::from_slice(json)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(json).into_owned())),
@@ -50,7 +50,7 @@ pub fn typed_key_json(key: &[u8]) -> Value {
 
 /// A key made by [`typed_key_bytes`] as a record key: the
 /// string's bytes or the value's JSON text, without the marker.
-pub fn typed_key_record_bytes(key: &[u8]) -> &[u8] {
+pub(crate) fn typed_key_record_bytes(key: &[u8]) -> &[u8] {
     match key.split_first() {
         Some((&TYPED_KEY_MARKER, json)) => json,
         _ => key,

@@ -17,8 +17,8 @@
 //! holds event times `start <= t < end`; its results carry event time
 //! `end - 1` (Flink's `maxTimestamp`).
 
-pub mod aggregate;
-pub mod key;
+pub(crate) mod aggregate;
+pub(crate) mod key;
 mod operator;
 mod plugin_aggregate;
 mod states;

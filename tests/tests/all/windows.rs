@@ -1527,7 +1527,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         let operator = |backend: &RocksStateBackend| {
             let ttl = ttl.then(|| sluice_host::state::StateTtl {
                 ttl: std::time::Duration::from_secs(3600),
-                clock: sluice_host::state::ttl::system_clock(),
+                clock: sluice_host::state::system_clock(),
             });
             let store = backend.open(&scope, ttl).unwrap();
             let mut options =
