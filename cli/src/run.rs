@@ -8,6 +8,7 @@ use sluice_host::dataflow::RunOutcome;
 use sluice_host::metrics::PipelineSnapshot;
 use sluice_host::pipeline::Pipeline;
 use sluice_host::runtime::{PluginRuntime, RuntimeConfig};
+use sluice_host::sync::lock;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -157,7 +158,7 @@ pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport>
     });
 
     let result = pipeline.run(stop);
-    *observed.state.lock().unwrap_or_else(|p| p.into_inner()) = match &result {
+    *lock(&observed.state) = match &result {
         Ok(RunOutcome::Completed) => "finished".into(),
         Ok(RunOutcome::Stopped) => "stopped".into(),
         Err(_) => "failed".into(),

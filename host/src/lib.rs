@@ -31,6 +31,7 @@ pub mod pipeline;
 pub mod record;
 pub mod runtime;
 pub mod state;
+pub mod sync;
 pub mod time;
 pub mod window;
 

@@ -1,5 +1,6 @@
 //! The record: what flows through a pipeline.
 
+use crate::sync::lock;
 use bytes::Bytes;
 use sluice_json::fields::{FieldPath, FieldValue};
 use std::collections::BTreeSet;
@@ -40,9 +41,7 @@ impl Topic {
     pub fn new(name: &str) -> Topic {
         static NAMES: std::sync::Mutex<BTreeSet<&'static str>> =
             std::sync::Mutex::new(BTreeSet::new());
-        let mut names = NAMES
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut names = lock(&NAMES);
         if let Some(known) = names.get(name) {
             return Topic(known);
         }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use sluice_host::metrics::PipelineMetrics;
 use sluice_host::metrics::exposition::{self, PipelineView};
 use sluice_host::metrics::status::{self, StatusHistory};
+use sluice_host::sync::lock;
 use sluice_host::time::now_ms;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,7 +140,7 @@ impl RunPipeline {
         PipelineView {
             tenant: self.tenant.clone(),
             pipeline: self.name.clone(),
-            state: self.state.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            state: lock(&self.state).clone(),
             snapshot: self.metrics.snapshot(),
             deployments: Vec::new(),
         }

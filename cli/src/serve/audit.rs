@@ -5,6 +5,7 @@
 //! rotated to `audit.jsonl.1` (one generation kept).
 
 use serde::Serialize;
+use sluice_host::sync::lock;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -66,7 +67,7 @@ impl AuditLog {
             return;
         };
         line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = lock(&self.file);
         if file.metadata().is_ok_and(|m| m.len() >= ROTATE_AT) {
             let rotated = self.path.with_extension("jsonl.1");
             if let Err(error) = std::fs::rename(&self.path, &rotated)

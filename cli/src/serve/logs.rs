@@ -11,6 +11,7 @@
 //! the caller's tenant).
 
 use serde::Serialize;
+use sluice_host::sync::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,7 @@ pub struct LogStore {
 
 impl LogStore {
     fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), VecDeque<LogLine>>> {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.lines)
     }
 
     /// Files a line under the pipeline `(tenant, pipeline)`.

@@ -5,6 +5,7 @@
 
 use super::supervisor::{PipelineState, Supervisor};
 use serde::Serialize;
+use sluice_host::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -61,7 +62,7 @@ pub struct Operations {
 
 impl Operations {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     /// Records a new pending operation of `tenant`.

@@ -17,6 +17,7 @@ use sluice_host::metrics::exposition::PipelineView;
 use sluice_host::metrics::{PipelineMetrics, PipelineSnapshot};
 use sluice_host::pipeline::{Deployer, Pipeline, PluginFootprint, plugin_footprint};
 use sluice_host::runtime::PluginRuntime;
+use sluice_host::sync::lock;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -172,10 +173,7 @@ impl Supervisor {
     /// stopped and marked failed with the reason, which is returned per
     /// pipeline.
     pub fn set_reach(&self, tenant: &str, reach: &TenantReach) -> Vec<(String, String)> {
-        self.reach
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(tenant.to_string(), reach.clone());
+        lock(&self.reach).insert(tenant.to_string(), reach.clone());
         let mut outside = Vec::new();
         for key in self.keys_of(tenant) {
             let file = self.pipeline_dir(&key).join("pipeline.toml");
@@ -203,13 +201,7 @@ impl Supervisor {
         tenant: &str,
         loaded: &mut LoadedConfig,
     ) -> Result<(), sluice_host::config::ConfigError> {
-        let reach = self
-            .reach
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tenant)
-            .cloned()
-            .unwrap_or_default();
+        let reach = lock(&self.reach).get(tenant).cloned().unwrap_or_default();
         super::policy::apply(loaded, tenant, &reach, &self.server_reach)
     }
 
@@ -217,19 +209,11 @@ impl Supervisor {
     /// created from now on, the other limits to requests from now on.
     pub fn set_limits(&self, tenant: &str, limits: &TenantLimits) {
         self.runtime.set_cpu_share(tenant, limits.cpu_cores);
-        self.limits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(tenant.to_string(), limits.clone());
+        lock(&self.limits).insert(tenant.to_string(), limits.clone());
     }
 
     fn limits_of(&self, tenant: &str) -> TenantLimits {
-        self.limits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tenant)
-            .cloned()
-            .unwrap_or_default()
+        lock(&self.limits).get(tenant).cloned().unwrap_or_default()
     }
 
     /// Refuses a new pipeline of `tenant` taking `footprint` if the
@@ -340,7 +324,7 @@ impl Supervisor {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<PipelineKey, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.entries)
     }
 
     /// Finds the pipelines stored under the root and starts those whose

@@ -14,11 +14,12 @@ use super::{CheckpointSettings, CommitKind, Committable, Committer, failpoint};
 use crate::metrics::CheckpointStats;
 use crate::metrics::{CheckpointMetrics, CheckpointRecord};
 use crate::state::RocksStateBackend;
+use crate::sync::{lock, wait};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// The checkpoint being taken.
@@ -81,12 +82,6 @@ pub struct CheckpointCoordinator {
     /// What the background thread starts from: the uploader (seeded with
     /// the restored files) and the parent of the first checkpoint.
     start: Mutex<Option<(IncrementalUploader, Option<u64>)>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a coordinator needs besides its settings.
@@ -346,10 +341,7 @@ impl CheckpointCoordinator {
             {
                 return result.clone().map_err(CheckpointError::Snapshot);
             }
-            rendezvous = self
-                .arrived
-                .wait(rendezvous)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            rendezvous = wait(&self.arrived, rendezvous);
         }
     }
 

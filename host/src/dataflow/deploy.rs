@@ -11,6 +11,7 @@
 //! version fails to start keeps the old one and says why.
 
 use crate::runtime::{PluginComponent, PluginWorld, SwappablePlugin};
+use crate::sync::lock;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -140,7 +141,7 @@ impl PluginSwitch {
     }
 
     fn state(&self) -> MutexGuard<'_, SwitchState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Asks every worker to run `component` from barrier `at_barrier` on

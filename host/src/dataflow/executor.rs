@@ -5,6 +5,7 @@
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::checkpoint::CheckpointCoordinator;
 use crate::metrics::{ChannelMetrics, PipelineMetrics, add, record_bytes};
+use crate::sync::lock;
 use crate::time::{SplitWatermarks, WatermarkStrategy};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 use std::sync::Arc;
@@ -274,11 +275,7 @@ impl SourceReader<'_> {
                 .store(watermarks.idle_splits() as u64, Ordering::Relaxed);
             if now >= next_split_status {
                 next_split_status = now + SPLIT_STATUS_INTERVAL;
-                *self
-                    .metrics
-                    .source_splits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = watermarks.statuses();
+                *lock(&self.metrics.source_splits) = watermarks.statuses();
             }
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due

@@ -12,6 +12,7 @@ pub mod status;
 
 pub use histogram::{DurationHistogram, HistogramSnapshot};
 
+use crate::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,7 @@ impl<T> Default for Recent<T> {
 impl<T: Clone> Recent<T> {
     /// Keeps `item`, forgetting the oldest beyond [`RECENT_SAMPLES`].
     pub fn push(&self, item: T) {
-        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let mut items = lock(&self.items);
         if items.len() == RECENT_SAMPLES {
             items.pop_front();
         }
@@ -46,7 +47,7 @@ impl<T: Clone> Recent<T> {
 
     /// The samples kept, oldest first.
     pub fn list(&self) -> Vec<T> {
-        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let items = lock(&self.items);
         items.iter().cloned().collect()
     }
 }
@@ -291,17 +292,14 @@ impl OperatorMetrics {
 
     /// Records which plugin the operator runs (at start and at a swap).
     pub fn set_plugin(&self, plugin: PluginIdentity) {
-        *self.plugin.lock().unwrap_or_else(|p| p.into_inner()) = Some(plugin);
+        *lock(&self.plugin) = Some(plugin);
     }
 
     /// Counts a plugin fault (a trap, and its kind) and keeps it among the
     /// recent ones.
     pub fn count_fault(&self, kind: FaultKind, message: &str) {
         add(&self.traps, 1);
-        *self
-            .faults_by_kind
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        *lock(&self.faults_by_kind)
             .entry(format!("{kind:?}"))
             .or_default() += 1;
         match kind {
@@ -359,10 +357,7 @@ impl OperatorMetrics {
 
     /// Adds `delta` to the plugin counter `name`.
     pub fn add_plugin_counter(&self, name: &str, delta: u64) {
-        let mut counters = self
-            .plugin_counters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut counters = lock(&self.plugin_counters);
         *counters.entry(name.to_string()).or_default() += delta;
     }
 
@@ -389,16 +384,8 @@ impl OperatorMetrics {
             plugin_calls: load(&self.plugin_calls),
             plugin_call_seconds: self.plugin_call_seconds.snapshot(),
             plugin_memory_bytes: load(&self.plugin_memory_bytes),
-            plugin: self
-                .plugin
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-            faults_by_kind: self
-                .faults_by_kind
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            plugin: lock(&self.plugin).clone(),
+            faults_by_kind: lock(&self.faults_by_kind).clone(),
             traps: load(&self.traps),
             deadline_hits: load(&self.deadline_hits),
             memory_limit_hits: load(&self.memory_limit_hits),
@@ -413,11 +400,7 @@ impl OperatorMetrics {
             state_keys: load(&self.state_keys),
             state_disk_bytes: load(&self.state_disk_bytes),
             state_disk_peak_bytes: load(&self.state_disk_peak_bytes),
-            plugin_counters: self
-                .plugin_counters
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clone(),
+            plugin_counters: lock(&self.plugin_counters).clone(),
         }
     }
 }
@@ -441,9 +424,7 @@ pub struct PartitionMetrics {
 
 impl PartitionMetrics {
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), PartitionStats>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.entries)
     }
 
     /// Adds `records` to `topic`/`partition`.
@@ -576,10 +557,7 @@ impl CheckpointMetrics {
             .observe(std::time::Duration::from_secs_f64(
                 record.stats.total_ms.max(0.0) / 1000.0,
             ));
-        let mut history = self
-            .history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut history = lock(&self.history);
         if history.len() == CHECKPOINT_HISTORY {
             history.pop_front();
         }
@@ -593,13 +571,7 @@ impl CheckpointMetrics {
             failed: load(&self.failed),
             uploaded_bytes: load(&self.uploaded_bytes),
             duration_seconds: self.duration_seconds.snapshot(),
-            history: self
-                .history
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .iter()
-                .cloned()
-                .collect(),
+            history: lock(&self.history).iter().cloned().collect(),
         }
     }
 }
@@ -663,10 +635,7 @@ impl Default for PipelineMetrics {
 impl PipelineMetrics {
     /// The latest plugin faults of every operator, oldest first.
     pub fn recent_faults(&self) -> Vec<FaultSample> {
-        let operators = self
-            .operators
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let operators = lock(&self.operators);
         let mut faults: Vec<FaultSample> = operators
             .iter()
             .flat_map(|operator| operator.recent_faults.list())
@@ -684,10 +653,7 @@ impl PipelineMetrics {
             capacity: capacity as u64,
             queued: AtomicU64::new(0),
         });
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(channel.clone());
+        lock(&self.channels).push(channel.clone());
         channel
     }
 
@@ -703,10 +669,7 @@ impl PipelineMetrics {
 
     /// Registers an operator's counters (in chain order).
     pub fn register_operator(&self, operator: Arc<OperatorMetrics>) {
-        self.operators
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(operator);
+        lock(&self.operators).push(operator);
     }
 
     /// A consistent-enough copy of every counter.
@@ -725,15 +688,8 @@ impl PipelineMetrics {
             sink_rejected: load(&self.sink_rejected),
             record_latency: self.record_latency.snapshot(),
             sink_event_time: watermark_value(&self.sink_event_time),
-            source_splits: self
-                .source_splits
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-            channels: self
-                .channels
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+            source_splits: lock(&self.source_splits).clone(),
+            channels: lock(&self.channels)
                 .iter()
                 .map(|c| ChannelSnapshot {
                     from: c.from.clone(),
@@ -748,10 +704,7 @@ impl PipelineMetrics {
             source_backpressured_ns: load(&self.source_backpressured_ns),
             idle_splits: load(&self.idle_splits),
             exchange_backpressured_ns: load(&self.exchange_backpressured_ns),
-            operators: self
-                .operators
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
+            operators: lock(&self.operators)
                 .iter()
                 .map(|op| op.snapshot())
                 .collect(),

@@ -10,6 +10,7 @@
 
 use super::exposition::PipelineView;
 use super::{OperatorMetrics, OperatorSnapshot, PipelineSnapshot};
+use crate::sync::lock;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
@@ -72,7 +73,7 @@ pub struct StatusHistory {
 impl StatusHistory {
     /// Adds the snapshot of `(tenant, pipeline)` taken at `now_ms`.
     pub fn record(&self, tenant: &str, pipeline: &str, snapshot: PipelineSnapshot, now_ms: i64) {
-        let mut pipelines = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pipelines = lock(&self.pipelines);
         let history = pipelines
             .entry((tenant.to_string(), pipeline.to_string()))
             .or_default();
@@ -108,16 +109,13 @@ impl StatusHistory {
 
     /// Forgets a deleted pipeline.
     pub fn forget(&self, tenant: &str, pipeline: &str) {
-        self.pipelines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(tenant.to_string(), pipeline.to_string()));
+        lock(&self.pipelines).remove(&(tenant.to_string(), pipeline.to_string()));
     }
 
     /// The samples of `(tenant, pipeline)`, oldest first, and the oldest of
     /// its recent snapshots (for ratios over the last seconds).
     fn read(&self, tenant: &str, pipeline: &str) -> (Vec<Sample>, Option<(i64, PipelineSnapshot)>) {
-        let pipelines = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        let pipelines = lock(&self.pipelines);
         match pipelines.get(&(tenant.to_string(), pipeline.to_string())) {
             Some(history) => (
                 history.samples.iter().cloned().collect(),
@@ -129,7 +127,7 @@ impl StatusHistory {
 
     /// The latest sample of `(tenant, pipeline)`.
     pub fn latest(&self, tenant: &str, pipeline: &str) -> Option<Sample> {
-        let pipelines = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        let pipelines = lock(&self.pipelines);
         pipelines
             .get(&(tenant.to_string(), pipeline.to_string()))
             .and_then(|history| history.samples.back().cloned())

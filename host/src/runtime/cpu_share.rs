@@ -14,6 +14,7 @@
 //! per call); the CPU clock is read twice per call here, which costs about
 //! 0.1 µs.
 
+use crate::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ impl CpuShare {
     }
 
     fn refilled(&self) -> std::sync::MutexGuard<'_, Bucket> {
-        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bucket = lock(&self.bucket);
         let now = Instant::now();
         let elapsed = now.duration_since(bucket.last_refill).as_secs_f64();
         bucket.tokens =

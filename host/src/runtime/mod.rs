@@ -33,6 +33,7 @@ pub use instance::{
 };
 pub use plugin_host::SwappablePlugin;
 
+use crate::sync::lock;
 use host_api::PluginState;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -253,11 +254,7 @@ impl PluginRuntime {
     /// Limits the plugins of `tenant` to `cores` CPUs from their next
     /// instantiation on (`None`: no limit). See [`CpuShare`].
     pub fn set_cpu_share(&self, tenant: &str, cores: Option<f64>) {
-        let mut shares = self
-            .inner
-            .cpu_shares
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut shares = lock(&self.inner.cpu_shares);
         match cores {
             Some(cores) => {
                 shares.insert(tenant.to_string(), Arc::new(CpuShare::new(cores)));
@@ -270,12 +267,7 @@ impl PluginRuntime {
 
     /// The CPU share of `tenant`'s plugins, if it has one.
     pub(crate) fn cpu_share(&self, tenant: &str) -> Option<Arc<CpuShare>> {
-        self.inner
-            .cpu_shares
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tenant)
-            .cloned()
+        lock(&self.inner.cpu_shares).get(tenant).cloned()
     }
 
     /// The shared engine.

@@ -7,6 +7,7 @@
 //! dead-letter reason can say what the plugin printed (e.g. its panic).
 
 use crate::state::OperatorScope;
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -51,9 +52,7 @@ impl PluginOutput {
     }
 
     fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
-        self.lines
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.lines)
     }
 
     fn write_bytes(&self, bytes: &[u8]) {

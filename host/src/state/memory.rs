@@ -6,6 +6,7 @@ use super::{
     OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
     StateWrite,
 };
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -32,10 +33,7 @@ impl StateBackend for MemoryStateBackend {
         scope: &OperatorScope,
         ttl: Option<StateTtl>,
     ) -> Result<Arc<dyn StateStore>, StateError> {
-        let mut stores = self
-            .stores
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut stores = lock(&self.stores);
         let store = stores
             .entry(scope.prefix())
             .or_insert_with(|| {
@@ -62,9 +60,7 @@ impl MemoryStateStore {
     fn entries(&self) -> MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>> {
         // Each operation is a single map call, so a panic while holding the
         // lock cannot leave the map half-updated: a poisoned lock is safe.
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.entries)
     }
 
     fn stamp(&self, value: &[u8]) -> Vec<u8> {

@@ -10,6 +10,7 @@ use super::{
     OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
     StateWrite,
 };
+use crate::sync::{lock, read, write};
 use rocksdb::{
     BoundColumnFamily, ColumnFamilyDescriptor, DBWithThreadMode, Direction, IteratorMode,
     MultiThreaded, Options, WriteBatch, WriteOptions, compaction_filter::Decision,
@@ -56,7 +57,7 @@ fn column_family_options(slot: &TtlSlot, folds: MergeFolds) -> Options {
     );
     let slot = slot.clone();
     options.set_compaction_filter("sluice-ttl", move |_level, _key, value| {
-        let ttl = slot.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ttl = read(&slot);
         match &*ttl {
             Some(ttl) if super::ttl::is_expired(value, (ttl.clock)()) => Decision::Remove,
             _ => Decision::Keep,
@@ -208,16 +209,11 @@ impl StateBackend for RocksStateBackend {
             operator: scope.operator.clone(),
             message: format!("RocksDB column family `{name}`: {e}"),
         };
-        let slot = self
-            .ttl_slots
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        let slot = lock(&self.ttl_slots)
             .entry(name.clone())
             .or_default()
             .clone();
-        *slot
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = ttl.clone();
+        *write(&slot) = ttl.clone();
         if self.db.cf_handle(&name).is_none() {
             self.db
                 .create_cf(&name, &column_family_options(&slot, self.folds))

@@ -22,6 +22,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::{DefaultKeyedRateLimiter, Quota};
+use sluice_host::sync::lock;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -89,7 +90,7 @@ impl Guard {
     /// A slot for one more log stream of `tenant`, released when dropped;
     /// none if the tenant holds [`MAX_FOLLOWERS_PER_TENANT`] already.
     pub fn follower(self: &Arc<Self>, tenant: &str) -> Option<FollowerSlot> {
-        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut followers = lock(&self.followers);
         let count = followers.entry(tenant.to_string()).or_default();
         if *count >= MAX_FOLLOWERS_PER_TENANT {
             return None;
@@ -111,11 +112,7 @@ pub struct FollowerSlot {
 
 impl Drop for FollowerSlot {
     fn drop(&mut self) {
-        let mut followers = self
-            .guard
-            .followers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut followers = lock(&self.guard.followers);
         if let Some(count) = followers.get_mut(&self.tenant) {
             *count = count.saturating_sub(1);
         }

@@ -24,6 +24,7 @@ use crate::checkpoint::{CommitError, CommitKind, Committable, Committer, parse_c
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
 use crate::record::Record;
+use crate::sync::lock;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -190,14 +191,11 @@ impl KafkaTransactions {
     }
 
     fn epoch(&self) -> std::sync::MutexGuard<'_, Epoch> {
-        self.epoch.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.epoch)
     }
 
     fn delivery_failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.failure).clone()
     }
 
     /// Sends `message` in the current epoch's transaction (begun on the

@@ -4,6 +4,7 @@ use super::client_config;
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
 use crate::record::Record;
+use crate::sync::lock;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
@@ -104,7 +105,7 @@ impl ProducerContext for SinkContext {
                 .add_records(message.topic(), message.partition(), 1);
         }
         if let Err((error, message)) = result {
-            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            let mut failure = lock(&self.failure);
             if failure.is_none() {
                 *failure = Some(format!(
                     "delivery to {}/{} failed permanently: {error}",
@@ -173,11 +174,7 @@ impl KafkaSink {
     }
 
     fn check_deliveries(&self) -> Result<(), DataflowError> {
-        let failure = self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let failure = lock(&self.failure).clone();
         match failure {
             None => Ok(()),
             Some(message) => Err(DataflowError::Sink {

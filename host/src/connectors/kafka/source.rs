@@ -5,6 +5,7 @@ use crate::connectors::schema_registry::DecodeError;
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Header, Record, SourcePosition, Topic, into_dead_letter};
+use crate::sync::lock;
 use crate::time::SplitId;
 use crate::time::check_event_time;
 use bytes::Bytes;
@@ -93,8 +94,8 @@ impl SourceContext {
         assignment: &mut TopicPartitionList,
     ) {
         {
-            let restored = self.restored.lock().unwrap_or_else(|p| p.into_inner());
-            let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+            let restored = lock(&self.restored);
+            let mut started = lock(&self.started);
             for mut element in assignment.elements() {
                 let key = (element.topic().to_string(), element.partition());
                 if let Some(offset) = restored.get(&key)
@@ -116,7 +117,7 @@ impl SourceContext {
             StartPosition::Latest => Offset::End,
             StartPosition::Timestamp(millis) => Offset::Offset(millis),
         };
-        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let mut started = lock(&self.started);
         let mut first_time = TopicPartitionList::new();
         for element in assignment.elements() {
             if started.insert((element.topic().to_string(), element.partition())) {
@@ -202,7 +203,7 @@ impl ConsumerContext for SourceContext {
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 tracing::info!(revoked = ?partitions.to_topic_map(), "Kafka partitions revoked");
-                let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+                let mut log = lock(&self.log);
                 log.revoked.extend(
                     partitions
                         .elements()
@@ -352,7 +353,7 @@ impl KafkaSource {
     /// their offsets must not be committed by this member.
     fn apply_rebalances(&mut self) {
         let revoked = {
-            let mut log = self.rebalances.lock().unwrap_or_else(|p| p.into_inner());
+            let mut log = lock(&self.rebalances);
             std::mem::take(&mut log.revoked)
         };
         for (topic, partition) in revoked {
@@ -631,12 +632,7 @@ impl Source for KafkaSource {
                 _ => return Err(self.error(format!("unreadable Kafka offset {entry}"))),
             }
         }
-        *self
-            .consumer
-            .context()
-            .restored
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = restored;
+        *lock(&self.consumer.context().restored) = restored;
         Ok(())
     }
 
