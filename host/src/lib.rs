@@ -21,6 +21,7 @@
 //! Reading JSON records (the simdjson pass, field paths, event times from
 //! fields) is the `sluice-json` crate, below every module here.
 
+pub mod bounded;
 pub mod checkpoint;
 pub mod config;
 pub mod connectors;

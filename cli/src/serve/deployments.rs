@@ -154,7 +154,7 @@ impl Supervisor {
         self.hold_to_reach(&request.key.0, &mut loaded)
             .map_err(|e| SwapError::Invalid(e.to_string()))?;
         let policy = loaded.config.deploy.clone();
-        let window = Duration::from_millis(policy.verify_window_ms);
+        let window = Duration::from_millis(policy.verify_window_ms.get());
         let verify = request.kind == DeploymentKind::Deploy && !window.is_zero();
         // The verdict comes within the window plus a judging interval.
         let hold = verify.then(|| window + JUDGE_EVERY * 4);
@@ -240,7 +240,7 @@ impl Supervisor {
             baseline,
             started,
         } = probation;
-        let window = Duration::from_millis(policy.verify_window_ms);
+        let window = Duration::from_millis(policy.verify_window_ms.get());
         let verdict = loop {
             if self.state(&key) != Some(PipelineState::Running) {
                 break Verdict::RollBack("the pipeline stopped during verification".into());

@@ -24,6 +24,10 @@ pub(crate) const MULTIPART_THRESHOLD: u64 = 16 << 20;
 /// Size of one part of a multipart upload (S3's minimum is 5 MiB).
 pub(crate) const PART_SIZE: usize = 8 << 20;
 
+/// `multipart_threshold_bytes`: at least one byte, and an S3 object ends
+/// at 5 TiB (parts are [`PART_SIZE`] whatever the threshold).
+pub(crate) type MultipartThreshold = crate::bounded::Bounded<u64, 1, { 5 << 40 }>;
+
 /// Settings that override the AWS environment chain.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +41,7 @@ pub struct S3Options {
     pub path_style: Option<bool>,
     /// Files at least this large are uploaded in parts of [`PART_SIZE`]
     /// (default [`MULTIPART_THRESHOLD`]).
-    pub multipart_threshold_bytes: Option<u64>,
+    pub multipart_threshold_bytes: Option<MultipartThreshold>,
     /// Credentials to sign with instead of the AWS chain's. Never read from
     /// a pipeline file: `sluice serve` sets a tenant's own credentials here,
     /// in memory, from what the admin granted.
@@ -127,7 +131,7 @@ impl S3Storage {
             prefix: prefix.trim_matches('/').to_string(),
             multipart_threshold: options
                 .multipart_threshold_bytes
-                .unwrap_or(MULTIPART_THRESHOLD),
+                .map_or(MULTIPART_THRESHOLD, crate::bounded::Bounded::get),
             runtime,
         })
     }

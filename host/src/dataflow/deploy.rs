@@ -314,7 +314,7 @@ impl std::ops::Add for PluginCounters {
 pub struct VerifyPolicy {
     /// How long a new version is on probation, ms (0: no verification,
     /// the swap is kept at once).
-    pub verify_window_ms: u64,
+    pub verify_window_ms: crate::bounded::DurationMs,
     /// Largest share of records the plugin may fault on (trap, deadline,
     /// memory limit, broken output).
     pub max_fault_rate: f64,
@@ -331,7 +331,7 @@ pub struct VerifyPolicy {
 impl Default for VerifyPolicy {
     fn default() -> Self {
         VerifyPolicy {
-            verify_window_ms: 10_000,
+            verify_window_ms: crate::bounded::Bounded::known(10_000),
             max_fault_rate: 0.001,
             max_dead_letter_rate: 0.05,
             max_deadline_hits: 10,

@@ -126,7 +126,7 @@ pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>
                 RocksStateBackend::open(&loaded.resolve_path(dir), crate::window::MERGE_FOLDS)
                     .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
             backend
-                .claim_max_parallelism(pipeline.max_parallelism)
+                .claim_max_parallelism(pipeline.max_parallelism.get())
                 .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
             Arc::new(backend)
         }
@@ -179,14 +179,16 @@ impl Pipeline {
         let committers = sinks.committers();
         let restored = store.choose(from, &committers)?;
         if let Some(manifest) = &restored
-            && manifest.max_parallelism != pipeline.max_parallelism
+            && manifest.max_parallelism != pipeline.max_parallelism.get()
         {
             return Err(loaded
                 .error_at(
                     "pipeline.max_parallelism",
                     format!(
                         "checkpoint {} splits state into {} key groups; it cannot change to {}",
-                        manifest.id, manifest.max_parallelism, pipeline.max_parallelism
+                        manifest.id,
+                        manifest.max_parallelism,
+                        pipeline.max_parallelism.get()
                     ),
                 )
                 .into());
@@ -217,7 +219,7 @@ impl Pipeline {
         let backend = RocksStateBackend::open(&workdir.db(), crate::window::MERGE_FOLDS)
             .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
         backend
-            .claim_max_parallelism(pipeline.max_parallelism)
+            .claim_max_parallelism(pipeline.max_parallelism.get())
             .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
         let backend = Arc::new(backend);
 
@@ -259,13 +261,13 @@ impl Pipeline {
         }
         let settings = CheckpointSettings {
             storage,
-            interval: Duration::from_millis(section.interval_ms),
-            timeout: Duration::from_millis(section.timeout_ms),
-            retained: section.retained,
+            interval: Duration::from_millis(section.interval_ms.get()),
+            timeout: Duration::from_millis(section.timeout_ms.get()),
+            retained: section.retained.get(),
             mode: section.mode,
             tenant: pipeline.tenant.clone(),
             pipeline: pipeline.name.clone(),
-            max_parallelism: pipeline.max_parallelism,
+            max_parallelism: pipeline.max_parallelism.get(),
             workers: pipeline.workers,
         };
         built.executor.barrier_interval = Some(settings.interval);
@@ -402,19 +404,22 @@ impl Pipeline {
         }
 
         let executor = ExecutorConfig {
-            batch_size: config.pipeline.batch_size,
-            channel_capacity: config.pipeline.channel_capacity,
+            batch_size: config.pipeline.batch_size.get(),
+            channel_capacity: config.pipeline.channel_capacity.get(),
             watermarks: WatermarkStrategy {
                 max_out_of_orderness: Duration::from_millis(
-                    config.pipeline.max_out_of_orderness_ms,
+                    config.pipeline.max_out_of_orderness_ms.get(),
                 ),
-                idle_timeout: config.pipeline.idle_timeout_ms.map(Duration::from_millis),
+                idle_timeout: config
+                    .pipeline
+                    .idle_timeout_ms
+                    .map(|ms| Duration::from_millis(ms.get())),
             },
-            barrier_interval: (config.pipeline.checkpoint_interval_ms > 0)
-                .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms)),
+            barrier_interval: (config.pipeline.checkpoint_interval_ms.get() > 0)
+                .then(|| Duration::from_millis(config.pipeline.checkpoint_interval_ms.get())),
             restored_watermarks: None,
-            latency_marker_interval: (config.pipeline.latency_marker_interval_ms > 0)
-                .then(|| Duration::from_millis(config.pipeline.latency_marker_interval_ms)),
+            latency_marker_interval: (config.pipeline.latency_marker_interval_ms.get() > 0)
+                .then(|| Duration::from_millis(config.pipeline.latency_marker_interval_ms.get())),
         };
         let topology = if stages.is_empty() {
             Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))
@@ -422,10 +427,10 @@ impl Pipeline {
             Topology::Parallel(ParallelChains {
                 head,
                 stages,
-                max_parallelism: config.pipeline.max_parallelism,
+                max_parallelism: config.pipeline.max_parallelism.get(),
                 sinks,
                 side_outputs: config.side_outputs.keys().cloned().collect(),
-                channel_capacity: config.pipeline.channel_capacity,
+                channel_capacity: config.pipeline.channel_capacity.get(),
             })
         };
         Ok(Pipeline {

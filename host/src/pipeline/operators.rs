@@ -44,7 +44,7 @@ pub(super) fn build_operator(
         stage_worker.map_or(0, |(stage, _)| stage),
     );
     let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
-        ttl: Duration::from_millis(ms),
+        ttl: Duration::from_millis(ms.get()),
         clock: ttl::system_clock(),
     });
     let store = state
@@ -58,10 +58,10 @@ pub(super) fn build_operator(
             name: operator.name.clone(),
             left,
             right,
-            lower: join.lower_ms,
-            upper: join.upper_ms,
+            lower: join.lower_ms.get(),
+            upper: join.upper_ms.get(),
             late_output: late_output(loaded, index)?,
-            max_parallelism: config.pipeline.max_parallelism,
+            max_parallelism: config.pipeline.max_parallelism.get(),
             key_groups: key_groups(loaded, worker),
             cache_bytes: state_cache_bytes(loaded),
         };
@@ -83,8 +83,8 @@ pub(super) fn build_operator(
         None => None,
     };
     let limits = PluginLimits {
-        deadline: Duration::from_millis(operator.deadline_ms),
-        init_deadline: Duration::from_millis(operator.init_deadline_ms),
+        deadline: Duration::from_millis(operator.deadline_ms.get()),
+        init_deadline: Duration::from_millis(operator.init_deadline_ms.get()),
         memory_bytes: usize::try_from(operator.memory_limit_mb.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
         grant_clock: operator.grant_clock,
@@ -132,7 +132,7 @@ pub(super) fn build_operator(
     )
     .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
     let policy = FaultPolicy::default()
-        .storm_threshold(operator.fault_storm_threshold)
+        .storm_threshold(operator.fault_storm_threshold.get())
         .on_storm(operator.on_fault_storm);
     let mut transform = TransformOperator::new(&operator.name, instance, operator_metrics)
         .with_fault_policy(policy);
@@ -186,7 +186,7 @@ pub(super) fn builtin_aggregate(
 pub(super) fn state_cache_bytes(loaded: &LoadedConfig) -> usize {
     let pipeline = &loaded.config.pipeline;
     usize::try_from(
-        pipeline.state_cache_mb.saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
+        pipeline.state_cache_mb.get().saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
     )
     .unwrap_or(usize::MAX)
 }
@@ -197,9 +197,9 @@ pub(super) fn key_groups(loaded: &LoadedConfig, worker: Option<usize>) -> KeyGro
     let pipeline = &loaded.config.pipeline;
     match worker {
         Some(worker) => {
-            KeyGroupRange::for_worker(worker, pipeline.workers, pipeline.max_parallelism)
+            KeyGroupRange::for_worker(worker, pipeline.workers, pipeline.max_parallelism.get())
         }
-        None => KeyGroupRange::for_worker(0, 1, pipeline.max_parallelism),
+        None => KeyGroupRange::for_worker(0, 1, pipeline.max_parallelism.get()),
     }
 }
 
@@ -222,14 +222,15 @@ pub(super) fn build_window_operator(
         .map_err(|message| loaded.error_at(&at("window"), message))?;
     let late_output = late_output(loaded, index)?;
     let mut options = WindowOperatorOptions::new(operator.name.clone(), spec);
-    options.allowed_lateness = i64::try_from(operator.allowed_lateness_ms).unwrap_or(i64::MAX);
+    options.allowed_lateness =
+        i64::try_from(operator.allowed_lateness_ms.get()).unwrap_or(i64::MAX);
     options.key_field = operator.key_field.clone();
     options.late_output = late_output;
-    options.max_parallelism = pipeline.max_parallelism;
+    options.max_parallelism = pipeline.max_parallelism.get();
     options.key_groups = key_groups(loaded, worker);
     options.cache_bytes = state_cache_bytes(loaded);
     options.mini_batch_records =
-        usize::try_from(pipeline.state_mini_batch_records).unwrap_or(usize::MAX);
+        usize::try_from(pipeline.state_mini_batch_records.get()).unwrap_or(usize::MAX);
     WindowOperator::new(options, aggregator, store, metrics).map_err(|error| {
         loaded
             .error_at(&format!("operators[{index}]"), error.to_string())

@@ -2,6 +2,7 @@
 //! written plainly, at-least-once or exactly-once as its checkpoints ask.
 
 use super::PipelineError;
+use crate::bounded::Bounded;
 use crate::checkpoint::CheckpointMode;
 use crate::checkpoint::workdir::new_open_id;
 use crate::config::{Delivery, LoadedConfig, SinkConfig, SinkValueFormat};
@@ -229,7 +230,7 @@ impl SinkFactory<'_> {
                 Box::new(ExactlyOnceKafkaSink::new(
                     field,
                     topic.clone(),
-                    *partition,
+                    partition.map(Bounded::get),
                     transactions,
                 ))
             } else {
@@ -247,7 +248,7 @@ impl SinkFactory<'_> {
                         KafkaSinkOptions {
                             bootstrap_servers: bootstrap_servers.clone(),
                             topic: topic.clone(),
-                            partition: *partition,
+                            partition: partition.map(Bounded::get),
                             properties: granted_properties.over(properties),
                             flush_timeout: Duration::from_secs(60),
                         },
@@ -283,7 +284,7 @@ impl SinkFactory<'_> {
             return Err(loaded.error_at(field, "not a Kafka sink").into());
         };
         let checkpoints = loaded.config.checkpoints.as_ref();
-        let interval_ms = checkpoints.map_or(0, |c| c.interval_ms);
+        let interval_ms = checkpoints.map_or(0, |c| c.interval_ms.get());
         let options = KafkaTransactionOptions {
             bootstrap_servers: bootstrap_servers.clone(),
             properties: granted_properties.over(properties),
@@ -296,7 +297,7 @@ impl SinkFactory<'_> {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROGRESS_TOPIC.to_string()),
             transaction_timeout: Duration::from_millis(transaction_timeout(
-                *transaction_timeout_ms,
+                transaction_timeout_ms.map(Bounded::get),
                 interval_ms,
             )),
             operation_timeout: Duration::from_secs(60),
@@ -363,13 +364,13 @@ pub(super) fn hold_limit(config: &crate::config::PipelineConfig) -> Option<Durat
                 transaction_timeout_ms,
                 ..
             } => Some(transaction_timeout(
-                *transaction_timeout_ms,
-                checkpoints.interval_ms,
+                transaction_timeout_ms.map(Bounded::get),
+                checkpoints.interval_ms.get(),
             )),
             _ => None,
         })
         .min()
-        .map(|timeout| Duration::from_millis(timeout.saturating_sub(checkpoints.interval_ms)))
+        .map(|timeout| Duration::from_millis(timeout.saturating_sub(checkpoints.interval_ms.get())))
 }
 
 #[cfg(test)]

@@ -23,11 +23,11 @@ pub(super) fn build_source(
                 count: g.count,
                 rate: g.rate,
                 seed: g.seed,
-                value_bytes: g.value_bytes,
+                value_bytes: g.value_bytes.get(),
                 invalid_ratio: g.invalid_ratio,
                 duplicate_ratio: g.duplicate_ratio,
                 events_per_second: g.events_per_second,
-                max_disorder_ms: g.max_disorder_ms,
+                max_disorder_ms: g.max_disorder_ms.get(),
                 nexmark_encoding: g.encoding,
                 ..GeneratorOptions::default()
             },
@@ -73,7 +73,7 @@ pub(super) fn build_source(
                 }
             };
             let start = match (k.start_timestamp_ms, k.start) {
-                (Some(millis), _) => StartPosition::Timestamp(millis),
+                (Some(millis), _) => StartPosition::Timestamp(millis.get()),
                 (None, KafkaStart::Committed) => StartPosition::Committed,
                 (None, KafkaStart::Earliest) => StartPosition::Earliest,
                 (None, KafkaStart::Latest) => StartPosition::Latest,
@@ -88,7 +88,7 @@ pub(super) fn build_source(
                         start,
                         value_format,
                         properties: k.granted_properties.over(&k.properties),
-                        poll_timeout: Duration::from_millis(k.poll_timeout_ms),
+                        poll_timeout: Duration::from_millis(k.poll_timeout_ms.get()),
                         timestamp_field: k.timestamp_field.clone(),
                         // A checkpointed pipeline restarts quickly after a
                         // crash: its restart takes over at once.
