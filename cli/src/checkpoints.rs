@@ -4,7 +4,8 @@
 use anyhow::{Context, Result, bail};
 use sluice_host::checkpoint::CheckpointMode;
 use sluice_host::checkpoint::{CheckpointStore, Manifest, RestoreFrom, open_storage};
-use sluice_host::config::{Delivery, LoadedConfig, SinkConfig};
+use sluice_host::config::{LoadedConfig, SinkConfig};
+use sluice_host::connectors::kafka::Delivery;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -27,7 +28,7 @@ fn store(file: &Path) -> Result<(CheckpointStore, bool)> {
             .chain(config.side_outputs.values())
             .chain(std::iter::once(&config.dead_letter))
             .any(|sink| {
-                matches!(sink, SinkConfig::Kafka { delivery, .. } if *delivery != Some(Delivery::AtLeastOnce))
+                matches!(sink, SinkConfig::Kafka(kafka) if kafka.delivery != Some(Delivery::AtLeastOnce))
             });
     Ok((CheckpointStore::new(storage), transactional))
 }

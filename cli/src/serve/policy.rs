@@ -274,17 +274,18 @@ impl<'a> Grants<'a> {
             ),
             SinkConfig::File { .. } | SinkConfig::Blackhole {} => Ok(()),
             SinkConfig::Iceberg(iceberg) => self.iceberg(&format!("{field}.iceberg"), iceberg),
-            SinkConfig::Kafka {
-                bootstrap_servers,
-                topic,
-                properties,
-                granted_properties,
-                progress_topic,
-                transactional_id_prefix,
-                schema_registry,
-                subject,
-                ..
-            } => {
+            SinkConfig::Kafka(kafka) => {
+                let sluice_host::connectors::kafka::KafkaSinkConfig {
+                    bootstrap_servers,
+                    topic,
+                    properties,
+                    granted_properties,
+                    progress_topic,
+                    transactional_id_prefix,
+                    schema_registry,
+                    subject,
+                    ..
+                } = &mut **kafka;
                 let at = |name: &str| format!("{field}.kafka.{name}");
                 *granted_properties =
                     self.kafka_cluster(&at("bootstrap_servers"), bootstrap_servers)?;

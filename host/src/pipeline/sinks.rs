@@ -5,7 +5,7 @@ use super::PipelineError;
 use crate::bounded::Bounded;
 use crate::checkpoint::CheckpointMode;
 use crate::checkpoint::workdir::new_open_id;
-use crate::config::{Delivery, LoadedConfig, SinkConfig, SinkValueFormat};
+use crate::config::{LoadedConfig, SinkConfig};
 use crate::connectors::blackhole::BlackholeSink;
 use crate::connectors::file::{ExactlyOnceFileSink, JsonLinesSink, OutputFormat};
 use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
@@ -13,6 +13,7 @@ use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaSink,
     KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions,
 };
+use crate::connectors::kafka::{Delivery, KafkaSinkConfig, SinkValueFormat};
 use crate::connectors::schema_registry::{ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry};
 use crate::dataflow::{Sink, SinkSet};
 use crate::metrics::PipelineMetrics;
@@ -99,9 +100,9 @@ impl SinkFactory<'_> {
     ) -> Result<Box<dyn Sink>, PipelineError> {
         let loaded = self.loaded;
         Ok(match sink {
-            SinkConfig::File { path, format } => {
-                let path = loaded.resolve_path(path);
-                let format = format.unwrap_or(default_format);
+            SinkConfig::File(file) => {
+                let path = loaded.resolve_path(&file.path);
+                let format = file.format.unwrap_or(default_format);
                 let error = |error: std::io::Error| {
                     loaded.error_at(
                         &format!("{field}.file.path"),
@@ -157,28 +158,23 @@ impl SinkFactory<'_> {
                     .map_err(|error| loaded.error_at(&format!("{field}.iceberg"), error.0))?,
                 )
             }
-            SinkConfig::Kafka {
-                topic,
-                value_format,
-                avro_schema,
-                schema_registry,
-                subject,
-                ..
-            } => {
+            SinkConfig::Kafka(kafka) => {
                 // Set up (and register) the encoding first: a registry that
                 // refuses the schema stops the pipeline before any output.
-                let encoder = match value_format {
+                let encoder = match kafka.value_format {
                     SinkValueFormat::Json => None,
                     SinkValueFormat::AvroConfluent => {
                         let schema_field = format!("{field}.kafka.avro_schema");
                         let registry_field = format!("{field}.kafka.schema_registry");
-                        let schema = avro_schema
+                        let schema = kafka
+                            .avro_schema
                             .as_deref()
                             .ok_or_else(|| {
                                 loaded.error_at(&schema_field, "`avro-confluent` needs it")
                             })
                             .and_then(|path| loaded.avro_schema(&schema_field, path))?;
-                        let registry = schema_registry
+                        let registry = kafka
+                            .schema_registry
                             .as_ref()
                             .ok_or_else(|| {
                                 loaded.error_at(&registry_field, "`avro-confluent` needs it")
@@ -187,14 +183,17 @@ impl SinkFactory<'_> {
                                 SchemaRegistry::new(config)
                                     .map_err(|why| loaded.error_at(&registry_field, why))
                             })?;
-                        let subject = subject.clone().unwrap_or_else(|| format!("{topic}-value"));
+                        let subject = kafka
+                            .subject
+                            .clone()
+                            .unwrap_or_else(|| format!("{}-value", kafka.topic));
                         Some(
                             ConfluentAvroEncoder::register(&registry, &subject, schema)
                                 .map_err(|why| loaded.error_at(&registry_field, why.to_string()))?,
                         )
                     }
                 };
-                let sink = self.kafka_sink(field, sink)?;
+                let sink = self.kafka_sink(field, kafka)?;
                 match encoder {
                     Some(encoder) => Box::new(ConfluentAvroSink::new(sink, encoder)),
                     None => sink,
@@ -203,34 +202,23 @@ impl SinkFactory<'_> {
         })
     }
 
-    /// A Kafka sink, exactly-once or not, of the sink config `sink`.
+    /// A Kafka sink, exactly-once or not, of the sink config `kafka`.
     fn kafka_sink(
         &mut self,
         field: &str,
-        sink: &SinkConfig,
+        kafka: &KafkaSinkConfig,
     ) -> Result<Box<dyn Sink>, PipelineError> {
         let loaded = self.loaded;
-        let SinkConfig::Kafka {
-            bootstrap_servers,
-            topic,
-            partition,
-            properties,
-            granted_properties,
-            delivery,
-            ..
-        } = sink
-        else {
-            return Err(loaded.error_at(field, "not a Kafka sink").into());
-        };
+        let delivery = &kafka.delivery;
         Ok({
             let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
                 && *delivery != Some(Delivery::AtLeastOnce);
             if exactly_once {
-                let transactions = self.kafka_transactions(field, sink)?;
+                let transactions = self.kafka_transactions(field, kafka)?;
                 Box::new(ExactlyOnceKafkaSink::new(
                     field,
-                    topic.clone(),
-                    partition.map(Bounded::get),
+                    kafka.topic.clone(),
+                    kafka.partition.map(Bounded::get),
                     transactions,
                 ))
             } else {
@@ -246,10 +234,10 @@ impl SinkFactory<'_> {
                     KafkaSink::new(
                         field,
                         KafkaSinkOptions {
-                            bootstrap_servers: bootstrap_servers.clone(),
-                            topic: topic.clone(),
-                            partition: partition.map(Bounded::get),
-                            properties: granted_properties.over(properties),
+                            bootstrap_servers: kafka.bootstrap_servers.clone(),
+                            topic: kafka.topic.clone(),
+                            partition: kafka.partition.map(Bounded::get),
+                            properties: kafka.granted_properties.over(&kafka.properties),
                             flush_timeout: Duration::from_secs(60),
                         },
                         self.metrics.sink_partitions.clone(),
@@ -268,36 +256,26 @@ impl SinkFactory<'_> {
     fn kafka_transactions(
         &mut self,
         field: &str,
-        sink: &SinkConfig,
+        kafka: &KafkaSinkConfig,
     ) -> Result<Arc<KafkaTransactions>, PipelineError> {
         let loaded = self.loaded;
-        let SinkConfig::Kafka {
-            bootstrap_servers,
-            properties,
-            granted_properties,
-            progress_topic,
-            transactional_id_prefix,
-            transaction_timeout_ms,
-            ..
-        } = sink
-        else {
-            return Err(loaded.error_at(field, "not a Kafka sink").into());
-        };
         let checkpoints = loaded.config.checkpoints.as_ref();
         let interval_ms = checkpoints.map_or(0, |c| c.interval_ms.get());
         let options = KafkaTransactionOptions {
-            bootstrap_servers: bootstrap_servers.clone(),
-            properties: granted_properties.over(properties),
-            transactional_id_prefix: transactional_id_prefix
+            bootstrap_servers: kafka.bootstrap_servers.clone(),
+            properties: kafka.granted_properties.over(&kafka.properties),
+            transactional_id_prefix: kafka
+                .transactional_id_prefix
                 .clone()
                 .unwrap_or_else(|| DEFAULT_TRANSACTIONAL_ID_PREFIX.to_string()),
             tenant: loaded.config.pipeline.tenant.clone(),
             pipeline: loaded.config.pipeline.name.clone(),
-            progress_topic: progress_topic
+            progress_topic: kafka
+                .progress_topic
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROGRESS_TOPIC.to_string()),
             transaction_timeout: Duration::from_millis(transaction_timeout(
-                transaction_timeout_ms.map(Bounded::get),
+                kafka.transaction_timeout_ms.map(Bounded::get),
                 interval_ms,
             )),
             operation_timeout: Duration::from_secs(60),
@@ -360,11 +338,8 @@ pub(super) fn hold_limit(config: &crate::config::PipelineConfig) -> Option<Durat
         .chain(std::iter::once(&config.dead_letter))
         .chain(config.side_outputs.values())
         .filter_map(|sink| match sink {
-            SinkConfig::Kafka {
-                transaction_timeout_ms,
-                ..
-            } => Some(transaction_timeout(
-                transaction_timeout_ms.map(Bounded::get),
+            SinkConfig::Kafka(kafka) => Some(transaction_timeout(
+                kafka.transaction_timeout_ms.map(Bounded::get),
                 checkpoints.interval_ms.get(),
             )),
             _ => None,

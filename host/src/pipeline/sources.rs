@@ -1,10 +1,11 @@
 //! The source of a pipeline, from its `[source]` section.
 
 use super::PipelineError;
-use crate::config::{KafkaStart, LoadedConfig, SourceConfig, ValueFormatName};
+use crate::config::{LoadedConfig, SourceConfig};
 use crate::connectors::file::{FileSource, FileSourceOptions};
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
 use crate::connectors::kafka::{KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat};
+use crate::connectors::kafka::{KafkaStart, ValueFormatName};
 use crate::connectors::schema_registry::{ConfluentAvroDecoder, SchemaRegistry};
 use crate::dataflow::Source;
 use crate::metrics::PipelineMetrics;

@@ -45,16 +45,17 @@ fn admit(body: &str) -> Result<LoadedConfig, ConfigError> {
 #[test]
 fn a_pipeline_within_its_reach_is_admitted_and_given_its_grants() {
     let loaded = admit(&format!("{KAFKA_SOURCE}{KAFKA_SINK}")).unwrap();
-    let SinkConfig::Kafka {
-        progress_topic,
-        transactional_id_prefix,
-        ..
-    } = &loaded.config.sink
-    else {
+    let SinkConfig::Kafka(kafka) = &loaded.config.sink else {
         panic!("a Kafka sink");
     };
-    assert_eq!(progress_topic.as_deref(), Some("team-b.sluice-progress"));
-    assert_eq!(transactional_id_prefix.as_deref(), Some("team-b.sluice."));
+    assert_eq!(
+        kafka.progress_topic.as_deref(),
+        Some("team-b.sluice-progress")
+    );
+    assert_eq!(
+        kafka.transactional_id_prefix.as_deref(),
+        Some("team-b.sluice.")
+    );
     let shared = format!(
         "{}{FILE_SINK}",
         KAFKA_SOURCE.replace("team-b.in", "shared.events")

@@ -10,6 +10,9 @@
 //!   events (1 : 3 : 46), with event times and configurable disorder.
 //! * [`Profile::Payload`]: fixed-size opaque values (throughput benchmarks).
 
+mod config;
+
+pub use config::GeneratorConfig;
 mod bronze;
 mod nexmark;
 

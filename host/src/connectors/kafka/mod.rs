@@ -12,12 +12,16 @@
 //! * [`TransactionalProducer`]: the transactional API (init, begin, send
 //!   offsets, commit, abort), for exactly-once sinks.
 
+mod config;
 mod exactly_once;
 mod format;
 mod sink;
 mod source;
 mod transactions;
 
+pub use config::{
+    Delivery, KafkaSinkConfig, KafkaSourceConfig, KafkaStart, SinkValueFormat, ValueFormatName,
+};
 pub use exactly_once::{
     DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink,
     KAFKA_TRANSACTIONS, KafkaTransactionOptions, KafkaTransactions,

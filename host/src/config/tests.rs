@@ -1,0 +1,233 @@
+//! The pipeline file's parsing and validation, against files that name
+//! what they get wrong.
+
+use super::*;
+use std::path::Path;
+
+const GOOD: &str = r#"
+[pipeline]
+name = "p"
+
+[source.generator]
+count = 10
+
+[sink]
+blackhole = {}
+"#;
+
+fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
+    LoadedConfig::parse(Path::new("p.toml"), text)
+}
+
+#[test]
+fn minimal_file_parses_with_defaults() {
+    let loaded = parse(GOOD).unwrap();
+    assert_eq!(loaded.config.pipeline.batch_size.get(), 256);
+    assert!(matches!(
+        loaded.config.dead_letter,
+        SinkConfig::Stderr { .. }
+    ));
+}
+
+#[test]
+fn unknown_field_names_file_line_and_field() {
+    let text = GOOD.replace("count = 10", "count = 10\nrat = 5");
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        (error.line, error.field.as_deref()),
+        (7, Some("source.generator.rat")),
+        "{error}"
+    );
+    assert!(error.message.contains("unknown field `rat`"), "{error}");
+    assert!(error.to_string().starts_with("p.toml:7:"), "{error}");
+}
+
+#[test]
+fn wrong_type_names_the_field() {
+    let text = GOOD.replace("count = 10", "count = \"ten\"");
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        (error.line, error.field.as_deref()),
+        (6, Some("source.generator.count")),
+        "{error}"
+    );
+}
+
+#[test]
+fn invalid_value_is_located() {
+    let text = GOOD.replace("count = 10", "count = 10\nrate = 0");
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        (error.line, error.field.as_deref()),
+        (7, Some("source.generator.rate")),
+        "{error}"
+    );
+}
+
+#[test]
+fn numeric_settings_out_of_bounds_name_file_line_and_field() {
+    let operator = "[[operators]]\nname = \"w\"\nwindow = { tumbling_ms = 1000 }\naggregate = { function = \"count\" }\n";
+    let cases = [
+        (
+            "[pipeline]\nname = \"p\"\nworkers = 0\n",
+            "pipeline.workers",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nworkers = 200\n",
+            "pipeline.workers",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nmax_parallelism = 0\n",
+            "pipeline.max_parallelism",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nmax_parallelism = 40000\n",
+            "pipeline.max_parallelism",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nbatch_size = 0\n",
+            "pipeline.batch_size",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nbatch_size = 10000000\n",
+            "pipeline.batch_size",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nchannel_capacity = 0\n",
+            "pipeline.channel_capacity",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nidle_timeout_ms = 0\n",
+            "pipeline.idle_timeout_ms",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\nmax_out_of_orderness_ms = 9223372036854775807\n",
+            "pipeline.max_out_of_orderness_ms",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\n[checkpoints]\ninterval_ms = 0\n",
+            "checkpoints.interval_ms",
+        ),
+        (
+            "[pipeline]\nname = \"p\"\n[checkpoints]\nretained = 0\n",
+            "checkpoints.retained",
+        ),
+    ];
+    for (head, field) in cases {
+        let text = format!("{head}{}", GOOD.replace("[pipeline]\nname = \"p\"\n", ""));
+        let error = parse(&text)
+            .err()
+            .unwrap_or_else(|| panic!("{field} accepted"));
+        assert_eq!(error.field.as_deref(), Some(field), "{error}");
+        assert!(error.line > 0, "{error}");
+    }
+    for (setting, field) in [
+        ("deadline_ms = 0", "operators[0].deadline_ms"),
+        ("init_deadline_ms = 0", "operators[0].init_deadline_ms"),
+        ("memory_limit_mb = 0", "operators[0].memory_limit_mb"),
+        ("memory_limit_mb = 5000", "operators[0].memory_limit_mb"),
+        (
+            "fault_storm_threshold = 0",
+            "operators[0].fault_storm_threshold",
+        ),
+        (
+            "allowed_lateness_ms = 9223372036854775807",
+            "operators[0].allowed_lateness_ms",
+        ),
+        ("state_ttl_ms = 0", "operators[0].state_ttl_ms"),
+    ] {
+        let text = format!("{GOOD}{operator}{setting}\n");
+        let error = parse(&text)
+            .err()
+            .unwrap_or_else(|| panic!("{setting} accepted"));
+        assert_eq!(error.field.as_deref(), Some(field), "{error}");
+        assert_eq!(error.line, GOOD.lines().count() + 5, "{error}");
+    }
+    // Beyond i64: not TOML, refused where it stands.
+    let text = format!("{GOOD}{operator}deadline_ms = 18446744073709551615\n");
+    let error = parse(&text).expect_err("an integer beyond i64");
+    assert_eq!(error.line, GOOD.lines().count() + 5, "{error}");
+    let huge_window = format!(
+        "{GOOD}{}",
+        operator.replace("tumbling_ms = 1000", "tumbling_ms = 9223372036854775807")
+    );
+    let error = parse(&huge_window).expect_err("a window of 292 million years");
+    assert_eq!(
+        error.field.as_deref(),
+        Some("operators[0].window"),
+        "{error}"
+    );
+}
+
+#[test]
+fn several_builtin_aggregates_parse_and_bad_ones_name_their_field() {
+    let operator = "[[operators]]\nname = \"w\"\nwindow = { tumbling_ms = 1000 }\n";
+    let good = format!(
+        "{GOOD}{operator}aggregates = [\n  {{ name = \"n\", function = \"count\" }},\n  {{ name = \"longest\", function = \"max\", field = \"length(note)\" }},\n]\n"
+    );
+    let loaded = parse(&good).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(
+        loaded.config.operators[0].builtin_aggregate(),
+        Some(Ok(_))
+    ));
+    for (setting, message) in [
+        (
+            "aggregates = [{ name = \"n\", function = \"count\" }, { name = \"n\", function = \"count\" }]",
+            "used twice",
+        ),
+        (
+            "aggregates = [{ name = \"u\", function = \"max\", field = \"upper(note)\" }]",
+            "unknown function",
+        ),
+        ("aggregates = []", "empty"),
+        (
+            "aggregate = { function = \"count\" }\naggregates = [{ name = \"n\", function = \"count\" }]",
+            "not both",
+        ),
+    ] {
+        let error = parse(&format!("{GOOD}{operator}{setting}\n"))
+            .err()
+            .unwrap_or_else(|| panic!("{setting} accepted"));
+        assert_eq!(
+            error.field.as_deref(),
+            Some("operators[0].aggregates"),
+            "{error}"
+        );
+        assert!(error.line > GOOD.lines().count(), "{error}");
+        assert!(error.to_string().contains(message), "{setting}: {error}");
+    }
+}
+
+#[test]
+fn syntax_error_is_located() {
+    let text = GOOD.replace("count = 10", "count = = 10");
+    let error = parse(&text).unwrap_err();
+    assert_eq!(error.line, 6, "{error}");
+}
+
+proptest::proptest! {
+    /// Any text as a pipeline file: an error or a config, never a
+    /// panic, and an error located within the file.
+    #[test]
+    fn arbitrary_pipeline_text_never_panics(text in "\\PC{0,200}") {
+        if let Err(error) = parse(&text) {
+            proptest::prop_assert!(error.line <= text.lines().count() + 1, "{}", error);
+        }
+    }
+
+    /// A valid file with one line replaced by a random setting.
+    #[test]
+    fn mutated_pipeline_files_never_panic(
+        line in 0usize..8,
+        key in "[a-z_]{1,20}",
+        value in "(-?[0-9]{1,22}|\"[a-z./]{0,10}\"|true|\\{ *\\}|\\[[0-9, ]{0,6}\\])",
+    ) {
+        let mut lines: Vec<String> = GOOD.lines().map(str::to_string).collect();
+        let index = line.min(lines.len() - 1);
+        lines[index] = format!("{key} = {value}");
+        let text = lines.join("\n");
+        if let Err(error) = parse(&text) {
+            proptest::prop_assert!(error.line <= lines.len() + 1, "{}", error);
+        }
+    }
+}
