@@ -27,6 +27,7 @@
 //! as a string; it has no `add-packed`, so an answer it does not read goes
 //! group by group through `add-text`.
 
+use super::batch_output::latin1_bytes;
 use super::bindings::aggregate::Aggregate;
 use super::bindings::fast_aggregate::FastAggregate;
 use super::bindings::fast_projected_aggregate::FastProjectedAggregate;
@@ -35,9 +36,7 @@ use super::bindings::text_projected_aggregate::TextProjectedAggregate;
 use super::bindings::typed::sluice::plugin::types as wit;
 use super::component::PluginComponent;
 use super::host_api::PluginState;
-use super::instance::{
-    classify, end_call, latin1_bytes, start_call, to_wire_record, to_wit_record,
-};
+use super::instance::{classify, end_call, start_call, to_wire_record, to_wit_record};
 use super::plugin_host::{HostedWorld, PluginHost, SwappablePlugin};
 use super::{PluginLimits, RuntimeError};
 use crate::metrics::RECORDS_PROJECTED_AHEAD_COUNTER;

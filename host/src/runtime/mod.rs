@@ -9,6 +9,7 @@
 //! tenants and pipelines share nothing but the engine.
 
 mod aggregate;
+mod batch_output;
 mod bindings;
 mod cache;
 mod component;

@@ -18,6 +18,7 @@
 //! `end - 1` (Flink's `maxTimestamp`).
 
 pub(crate) mod aggregate;
+mod builtin;
 pub(crate) mod key;
 mod operator;
 mod plugin_aggregate;
@@ -28,14 +29,13 @@ mod states;
 /// state backend a pipeline opens.
 pub const MERGE_FOLDS: crate::state::MergeFolds = crate::state::MergeFolds {
     window_state: states::fold_window_state,
-    window_accumulators: aggregate::fold_accumulators,
+    window_accumulators: builtin::fold_accumulators,
 };
 
 pub use crate::dataflow::{LATE_ARRIVAL_HEADER, LateOutput};
 pub use crate::metrics::{RECORDS_PROJECTED_AHEAD_COUNTER, RECORDS_READ_AHEAD_COUNTER};
-pub use aggregate::{
-    AccumulatorEncoding, AggregateError, Aggregator, BuiltinAggregate, BuiltinFunction, GroupAdd,
-};
+pub use aggregate::{AccumulatorEncoding, AggregateError, Aggregator, GroupAdd};
+pub use builtin::{BuiltinAggregate, BuiltinFunction};
 pub use operator::{
     DEFAULT_MINI_BATCH_RECORDS, DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions,
     WindowResult,

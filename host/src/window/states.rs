@@ -151,7 +151,7 @@ pub(crate) fn fold_window_state(
         None => 0,
     };
     accumulators.extend_from_slice(partials);
-    let folded = super::aggregate::fold_accumulators(list, &accumulators)?;
+    let folded = super::builtin::fold_accumulators(list, &accumulators)?;
     let mut value = Vec::with_capacity(8 + folded.len());
     value.extend_from_slice(&emitted.to_le_bytes());
     value.extend_from_slice(&folded);

@@ -210,6 +210,33 @@ fn the_serve_modules_use_each_other_without_a_circle() {
     assert_layered(&workspace().join("cli/src/serve"), "crate::serve::", 10);
 }
 
+/// The longest source file a module may have (issue 38): past it a file
+/// holds more than one concept, and a newcomer scrolls instead of reading.
+const MOST_LINES: usize = 800;
+
+#[test]
+fn no_source_file_of_the_host_or_the_cli_is_over_800_lines() {
+    let mut long = Vec::new();
+    for dir in ["host/src", "json/src", "cli/src"] {
+        let mut files = Vec::new();
+        collect_rust_files(&workspace().join(dir), &mut files);
+        for file in files {
+            let lines = std::fs::read_to_string(&file)
+                .expect("read a source file")
+                .lines()
+                .count();
+            if lines > MOST_LINES {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these by concept: {}",
+        long.join(", ")
+    );
+}
+
 #[test]
 fn the_checker_sees_a_circle() {
     let code = "use crate::{a::X, b};\nlet y = crate::c::f();\n// crate::d\n";
