@@ -484,7 +484,7 @@ impl Supervisor {
         }
         let outcome = pipeline.run(stop.clone());
         let state = match outcome {
-            Err(error) => PipelineState::Failed(error.to_string()),
+            Err(error) => PipelineState::Failed(error.chain()),
             Ok(_) if stop.load(Ordering::Relaxed) => PipelineState::Stopped,
             Ok(_) => PipelineState::Finished,
         };

@@ -473,9 +473,7 @@ impl CheckpointCoordinator {
         for kind in [CommitKind::Final, CommitKind::Resumable] {
             for committer in self.committers.iter().filter(|c| c.kind() == kind) {
                 if let Some(committable) = manifest.sinks.get(committer.name()) {
-                    committer
-                        .commit(manifest.id, committable)
-                        .map_err(|e| CheckpointError::Other(e.to_string()))?;
+                    committer.commit(manifest.id, committable)?;
                 }
             }
         }

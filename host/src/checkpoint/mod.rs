@@ -66,8 +66,43 @@ pub enum CommitKind {
 pub struct CommitError {
     /// The sink.
     pub sink: String,
+    /// Whether this process may go on at all.
+    pub kind: CommitFailure,
     /// What went wrong.
     pub message: String,
+}
+
+/// The kind of a commit's failure: what the caller decides on, rather than
+/// the message's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFailure {
+    /// Another process has taken the output over (it restored after this
+    /// one started): this process is a zombie and must stop without
+    /// committing anything more.
+    Fenced,
+    /// Anything else (storage, network, a broker's answer): the checkpoint
+    /// fails and the pipeline restarts from the last completed one.
+    Failed,
+}
+
+impl CommitError {
+    /// A commit of `sink` that failed for `message`.
+    pub fn failed(sink: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CommitError {
+            sink: sink.into(),
+            kind: CommitFailure::Failed,
+            message: message.to_string(),
+        }
+    }
+
+    /// A commit of `sink` refused because another process owns the output.
+    pub fn fenced(sink: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CommitError {
+            sink: sink.into(),
+            kind: CommitFailure::Fenced,
+            message: message.to_string(),
+        }
+    }
 }
 
 /// Reads the pre-commit of sink `sink` back from a manifest's committable.
@@ -75,10 +110,8 @@ pub fn parse_committable<T: serde::de::DeserializeOwned>(
     sink: &str,
     committable: &Committable,
 ) -> Result<T, CommitError> {
-    serde_json::from_value(committable.clone()).map_err(|e| CommitError {
-        sink: sink.to_string(),
-        message: format!("unreadable pre-commit {committable}: {e}"),
-    })
+    serde_json::from_value(committable.clone())
+        .map_err(|e| CommitError::failed(sink, format!("unreadable pre-commit {committable}: {e}")))
 }
 
 /// Phase two of a two-phase sink (Flink's `Committer`, Arroyo's

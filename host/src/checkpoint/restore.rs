@@ -56,6 +56,10 @@ pub enum CheckpointError {
     /// for every thread of the rendezvous): the pipeline stops.
     #[error("checkpoint failed: {0}")]
     Snapshot(String),
+    /// A sink's commit failed (its kind says whether this process was
+    /// fenced off).
+    #[error(transparent)]
+    Commit(#[from] crate::checkpoint::CommitError),
     /// Something else.
     #[error("{0}")]
     Other(String),
@@ -305,9 +309,7 @@ impl CheckpointStore {
                         .get(committer.name())
                         .cloned()
                         .unwrap_or_default();
-                    let committed = committer
-                        .was_committed(latest.id, &committable)
-                        .map_err(|e| CheckpointError::Other(e.to_string()))?;
+                    let committed = committer.was_committed(latest.id, &committable)?;
                     if !committed {
                         tracing::warn!(
                             checkpoint = latest.id,

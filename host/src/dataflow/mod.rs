@@ -167,7 +167,38 @@ pub enum DataflowError {
         /// Why.
         message: String,
     },
-    /// A checkpoint could not be taken.
+    /// An operator's state backend failed (neither a record's fault nor
+    /// a plugin's: the pipeline stops and restarts from its checkpoint).
+    #[error("operator `{operator}` failed")]
+    State {
+        /// Operator name.
+        operator: String,
+        /// The backend's error.
+        #[source]
+        source: crate::state::StateError,
+    },
+    /// An operator's plugin faulted where no record is to blame (its
+    /// state failed under it, or a fault storm with `on_fault_storm =
+    /// "stop"`).
+    #[error("operator `{operator}` failed")]
+    Plugin {
+        /// Operator name.
+        operator: String,
+        /// The fault.
+        #[source]
+        source: crate::runtime::PluginFault,
+    },
+    /// A window's aggregate failed where no record is to blame (a plugin
+    /// that faults while merging or finishing).
+    #[error("operator `{operator}` failed")]
+    Aggregate {
+        /// Operator name.
+        operator: String,
+        /// Why.
+        #[source]
+        source: crate::runtime::AggregateError,
+    },
+    /// A checkpoint could not be taken or committed.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
 }
@@ -193,6 +224,19 @@ pub(crate) fn send_timing_backpressure<T>(
 }
 
 impl DataflowError {
+    /// The error and its causes on one line (`a: b: c`), as the CLI
+    /// prints it: for places that keep a failure as text.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(error) = cause {
+            text.push_str(": ");
+            text.push_str(&error.to_string());
+            cause = error.source();
+        }
+        text
+    }
+
     /// A failure of the operator `name`.
     pub fn operator(name: &str, message: impl std::fmt::Display) -> Self {
         DataflowError::Operator {

@@ -98,9 +98,9 @@ impl TransformOperator {
     /// dead-lettering records.
     fn stop_on_state_failure(&self, fault: &PluginFault) -> Result<(), DataflowError> {
         if fault.kind == FaultKind::State {
-            return Err(DataflowError::Operator {
-                name: self.name.clone(),
-                message: fault.message.clone(),
+            return Err(DataflowError::Plugin {
+                operator: self.name.clone(),
+                source: fault.clone(),
             });
         }
         Ok(())
@@ -158,9 +158,9 @@ impl TransformOperator {
         let usage = self
             .instance
             .flush_state()
-            .map_err(|error| DataflowError::Operator {
-                name: self.name.clone(),
-                message: error.to_string(),
+            .map_err(|error| DataflowError::State {
+                operator: self.name.clone(),
+                source: error,
             })?;
         self.metrics.set_state_usage(usage);
         Ok(())

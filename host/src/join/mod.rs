@@ -296,7 +296,10 @@ impl IntervalJoinOperator {
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::operator(&self.options.name, error)
+        DataflowError::State {
+            operator: self.options.name.clone(),
+            source: error,
+        }
     }
 
     /// The last event time a record of `side` at `time` can still meet a

@@ -250,7 +250,7 @@ impl Pipeline {
             });
             committer
                 .restore(restored_commit.as_ref().map(|(id, c)| (*id, c)))
-                .map_err(|e| CheckpointError::Other(e.to_string()))?;
+                .map_err(CheckpointError::from)?;
         }
         if let Some(manifest) = &restored {
             tracing::info!(

@@ -151,6 +151,8 @@ pub struct PluginFault {
     pub message: String,
 }
 
+impl std::error::Error for PluginFault {}
+
 impl std::fmt::Display for PluginFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)

@@ -59,10 +59,7 @@ struct Output {
 
 impl Output {
     fn error(&self, error: impl std::fmt::Display) -> CommitError {
-        CommitError {
-            sink: self.name.clone(),
-            message: format!("{}: {error}", self.path.display()),
-        }
+        CommitError::failed(&self.name, format!("{}: {error}", self.path.display()))
     }
 
     /// Takes the exclusive lock on the output (blocking, with a log line
@@ -106,10 +103,14 @@ impl Output {
         let owner = std::fs::read_to_string(&path)
             .map_err(|e| self.error(format!("{}: {e}", path.display())))?;
         if owner != self.open_id {
-            return Err(self.error(format!(
-                "fenced: run {owner} restored the output after this run ({}) started; this run's commit is refused",
-                self.open_id
-            )));
+            return Err(CommitError::fenced(
+                &self.name,
+                format!(
+                    "{}: fenced: run {owner} restored the output after this run ({}) started; this run's commit is refused",
+                    self.path.display(),
+                    self.open_id
+                ),
+            ));
         }
         Ok(())
     }
@@ -373,6 +374,7 @@ impl Sink for ExactlyOnceFileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::CommitFailure;
     use crate::record::SourcePosition;
 
     fn record(value: &str) -> Record {
@@ -447,7 +449,7 @@ mod tests {
         let refused = committer
             .commit(2, &second)
             .expect_err("a zombie's commit is refused");
-        assert!(refused.message.contains("fenced"), "{refused:?}");
+        assert_eq!(refused.kind, CommitFailure::Fenced, "{refused:?}");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "1\n2\n");
     }
 }

@@ -461,10 +461,10 @@ impl Sink for IcebergSink {
 
 impl Shared {
     fn commit_error(&self, message: impl std::fmt::Display) -> CommitError {
-        CommitError {
-            sink: self.name.clone(),
-            message: format!("Iceberg table {}: {message}", self.ident),
-        }
+        CommitError::failed(
+            &self.name,
+            format!("Iceberg table {}: {message}", self.ident),
+        )
     }
 
     /// Deletes this sink's data files that no snapshot references (see

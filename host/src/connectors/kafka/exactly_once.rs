@@ -121,10 +121,7 @@ pub struct KafkaTransactions {
 }
 
 fn transaction_error(error: impl std::fmt::Display) -> CommitError {
-    CommitError {
-        sink: KAFKA_TRANSACTIONS.into(),
-        message: error.to_string(),
-    }
+    CommitError::failed(KAFKA_TRANSACTIONS, error)
 }
 
 impl KafkaTransactions {
@@ -479,10 +476,25 @@ impl Committer for TransactionCommitter {
         producer
             .commit_transaction(self.transactions.options.operation_timeout)
             .map_err(|e| {
-                transaction_error(format!(
+                // A newer process's producer with the same transactional
+                // id fenced this one: it is a zombie, not unlucky.
+                let fenced = matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::Fenced
+                            | RDKafkaErrorCode::ProducerFenced
+                            | RDKafkaErrorCode::InvalidProducerEpoch
+                    )
+                );
+                let message = format!(
                     "commit of checkpoint {checkpoint} ({}): outcome unknown, resolved on restore: {e}",
                     pre_commit.transactional_id
-                ))
+                );
+                if fenced {
+                    CommitError::fenced(KAFKA_TRANSACTIONS, message)
+                } else {
+                    transaction_error(message)
+                }
             })
     }
 

@@ -267,11 +267,17 @@ impl WindowOperator {
     }
 
     fn aggregate_error(&self, error: AggregateError) -> DataflowError {
-        DataflowError::operator(&self.options.name, error.0)
+        DataflowError::Aggregate {
+            operator: self.options.name.clone(),
+            source: error,
+        }
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::operator(&self.options.name, error)
+        DataflowError::State {
+            operator: self.options.name.clone(),
+            source: error,
+        }
     }
 
     /// Reads `record`'s event time and `record_fields` (appending exactly
