@@ -87,7 +87,8 @@ pub(super) async fn create_tenant(
         .map_err(|_| internal("auth lock poisoned"))?;
     let token = auth
         .add_tenant_token(&body.name, body.limits, body.reach)
-        .map_err(|e| bad_request(format!("{e:#}")))?;
+        // Storing the tenant failed (disk, sealing): the server's fault.
+        .map_err(|e| internal(format!("{e:#}")))?;
     if let Some(limits) = auth.limits(&body.name) {
         state.supervisor.set_limits(&body.name, limits);
     }
@@ -118,7 +119,8 @@ pub(super) async fn update_tenant(
             .map_err(|_| internal("auth lock poisoned"))?;
         let found = auth
             .update_tenant(&name, body.limits, body.reach)
-            .map_err(|e| bad_request(format!("{e:#}")))?;
+            // Storing the tenant failed (disk, sealing): the server's fault.
+            .map_err(|e| internal(format!("{e:#}")))?;
         if !found {
             return Err(not_found("such tenant"));
         }
