@@ -1,25 +1,34 @@
 //! # sluice-host: the Sluice stream host
 //!
-//! The host owns what must be correct and fast: reading and writing records,
-//! event time, state and checkpoints. User logic runs as sandboxed
-//! WebAssembly components called through the `sluice:plugin` WIT interfaces.
+//! The host owns what must be correct and fast: reading and writing
+//! records, event time, state and checkpoints. User logic runs as sandboxed
+//! WebAssembly components called through the `sluice:plugin` WIT
+//! interfaces. A tour, in the order a record meets the concepts:
 //!
-//! Modules, in the order data flows:
+//! 1. A [`pipeline`] is built from its pipeline file ([`config`]; numbers
+//!    with a range are [`bounded`] as they are read, and every error names
+//!    file, line and field).
+//! 2. A source of [`connectors`] (generator, file, Kafka) reads each
+//!    [`Record`] and, for JSON, checks it and finds its fields in one pass
+//!    (the `sluice-json` crate, below every module here). Its event time
+//!    comes from a field or the Kafka timestamp; [`time`] turns the times of
+//!    each split into watermarks.
+//! 3. The [`dataflow`] carries batches of records, watermarks and
+//!    checkpoint barriers through a chain of operators, one thread per
+//!    worker, keyed operators after an exchange by key group.
+//! 4. Operators: a plugin transform through the [`runtime`] (one shared
+//!    wasmtime engine, CPU deadlines, memory limits, hot swap at a
+//!    barrier), a [`window`] (built-in or plugin aggregates), an interval
+//!    [`join`]. Their keyed [`state`] lives in RocksDB or memory.
+//! 5. At each barrier, [`checkpoint`] snapshots state, source positions and
+//!    sink pre-commits to local disk or S3; sinks commit once it is
+//!    published (exactly-once Kafka, files, Iceberg).
+//! 6. [`metrics`] count all of it for progress lines, run summaries,
+//!    Prometheus and the dashboard.
 //!
-//! * [`connectors`]: sources (generator, file) and sinks (file, stdout, blackhole).
-//! * [`dataflow`]: the stream elements (record batches, watermarks, barriers),
-//!   the [`dataflow::Operator`] trait, operator chains and the executor.
-//! * [`runtime`]: the WebAssembly plugin runtime (one shared engine, compiled
-//!   component cache, pooling allocator, CPU deadlines, memory limits).
-//! * [`state`]: keyed state that plugins reach through the `state` interface.
-//! * [`checkpoint`]: consistent snapshots of state, source positions and
-//!   sink pre-commits, stored on a local disk or S3, and restores from them.
-//! * [`config`]: the pipeline file, with errors that name file, line and field.
-//! * [`pipeline`]: builds a runnable pipeline from its config.
-//! * [`metrics`]: counters shown by progress lines and run summaries.
-//!
-//! Reading JSON records (the simdjson pass, field paths, event times from
-//! fields) is the `sluice-json` crate, below every module here.
+//! Layers: each module uses only those listed before it in
+//! `tests/tests/all/layers.rs`'s output (`record`, `state`, `sync` at the
+//! bottom; `pipeline` at the top); that test fails on an import circle.
 
 pub mod bounded;
 pub mod checkpoint;
