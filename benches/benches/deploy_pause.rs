@@ -68,7 +68,7 @@ fn measure(plugin: &str) -> (Vec<f64>, u64, f64) {
         &sluice_host::checkpoint::RestoreFrom::Fresh,
     )
     .expect("open");
-    let (deployer, metrics) = (pipeline.deployer(), pipeline.metrics());
+    let (swapper, metrics) = (pipeline.swapper(), pipeline.metrics());
     let stop = Arc::new(AtomicBool::new(false));
     let cpu = sluice_benches::cpu_seconds();
     let run = {
@@ -79,7 +79,7 @@ fn measure(plugin: &str) -> (Vec<f64>, u64, f64) {
     for swap in 0..SWAPS {
         std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
-        let reports = deployer
+        let reports = swapper
             .swap(
                 "validate-dedup",
                 versions[swap % 2].clone(),

@@ -114,7 +114,7 @@ pub const WIT_PACKAGE_VERSION: &str = "0.1.0";
 ///
 /// One value of your type lives in each plugin instance: the host creates it
 /// with [`Transform::init`] and calls [`Transform::process`] for every record.
-/// The host may re-create the instance (after a trap, or on redeploy), so keep
+/// The host may re-create the instance (after a trap, or on a hot swap), so keep
 /// anything that must survive in [`state`], not in fields.
 pub trait Transform: Sized + 'static {
     /// Builds the transform from the operator's `config` table. An `Err`

@@ -3,7 +3,7 @@
 //! The host scopes every key to the tenant, pipeline and operator (and, on
 //! keyed streams, to the current record's key), so plugins cannot see each
 //! other's state. State outlives the plugin instance: it survives traps,
-//! re-instantiation and redeploys.
+//! re-instantiation and hot swaps.
 
 use crate::bindings::sluice::plugin::state as imports;
 

@@ -3,7 +3,7 @@
 //!
 //! A deploy loads and checks the uploaded component, then swaps it into
 //! every instance of the operator at the next checkpoint barrier
-//! ([`Deployer::swap`]). With a verify window (`[deploy]` in the pipeline
+//! ([`PluginSwapper::swap`]). With a verify window (`[deploy]` in the pipeline
 //! file, on by default) the new version is on probation: checkpoints after
 //! the swap barrier are held, so nothing it produces is committed, and its
 //! fault rate, dead-letter rate and deadline hits are judged
@@ -21,8 +21,8 @@ use super::errors::SwapError;
 use super::supervisor::{PipelineKey, PipelineState, Supervisor};
 use serde::{Deserialize, Serialize};
 use sluice_host::config::LoadedConfig;
-use sluice_host::dataflow::deploy::{DeployError, Verdict, VerifyPolicy};
-use sluice_host::pipeline::Deployer;
+use sluice_host::dataflow::swap::{PluginSwapError, Verdict, VerifyPolicy};
+use sluice_host::pipeline::PluginSwapper;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,8 +131,8 @@ impl Supervisor {
         request: &SwapRequest<'_>,
     ) -> Result<Deployment, SwapError> {
         let key = request.key;
-        let (dir, deployer) = self.begin_deployment(key)?;
-        let result = self.swap_claimed(request, &dir, &deployer);
+        let (dir, swapper) = self.begin_deployment(key)?;
+        let result = self.swap_claimed(request, &dir, &swapper);
         if !matches!(&result, Ok(d) if d.status == DeploymentStatus::Verifying) {
             self.end_deployment(key);
         }
@@ -143,7 +143,7 @@ impl Supervisor {
         self: &Arc<Self>,
         request: &SwapRequest<'_>,
         dir: &Path,
-        deployer: &Deployer,
+        swapper: &PluginSwapper,
     ) -> Result<Deployment, SwapError> {
         let file = dir.join("pipeline.toml");
         let from = plugin_of(&file, request.operator)?;
@@ -158,12 +158,12 @@ impl Supervisor {
         let verify = request.kind == DeploymentKind::Deploy && !window.is_zero();
         // The verdict comes within the window plus a judging interval.
         let hold = verify.then(|| window + JUDGE_EVERY * 4);
-        let reports = deployer
+        let reports = swapper
             .swap(request.operator, component, SWAP_TIMEOUT, hold)
             .map_err(|error| {
-                deployer.release();
+                swapper.release();
                 match error {
-                    DeployError::Timeout { .. } => SwapError::Failed(error.to_string()),
+                    PluginSwapError::Timeout { .. } => SwapError::Failed(error.to_string()),
                     _ => SwapError::Refused(error.to_string()),
                 }
             })?;
@@ -195,7 +195,7 @@ impl Supervisor {
         if !failures.is_empty() {
             // Instances that did swap keep running the new version until the
             // pipeline restarts from its file (which names the old one).
-            deployer.release();
+            swapper.release();
             deployment.status = DeploymentStatus::Refused;
             deployment.outcome = failures.join("; ");
             record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
@@ -210,11 +210,11 @@ impl Supervisor {
         deployment.status = DeploymentStatus::Verifying;
         deployment.outcome = format!("on probation for {} ms", window.as_millis());
         record_deployment(dir, &deployment).map_err(|e| SwapError::Failed(e.to_string()))?;
-        let baseline = deployer.operator_counters(request.operator);
+        let baseline = swapper.operator_counters(request.operator);
         let probation = Probation {
             key: request.key.clone(),
             dir: dir.to_path_buf(),
-            deployer: deployer.clone(),
+            swapper: swapper.clone(),
             deployment: deployment.clone(),
             policy,
             baseline,
@@ -234,7 +234,7 @@ impl Supervisor {
         let Probation {
             key,
             dir,
-            deployer,
+            swapper,
             mut deployment,
             policy,
             baseline,
@@ -245,7 +245,7 @@ impl Supervisor {
             if self.state(&key) != Some(PipelineState::Running) {
                 break Verdict::RollBack("the pipeline stopped during verification".into());
             }
-            let seen = deployer
+            let seen = swapper
                 .operator_counters(&deployment.operator)
                 .since(baseline);
             match policy.judge(seen, started.elapsed() >= window) {
@@ -262,7 +262,7 @@ impl Supervisor {
                     Ok(()) => {
                         deployment.status = DeploymentStatus::Kept;
                         deployment.outcome = detail;
-                        deployer.release();
+                        swapper.release();
                     }
                     Err(error) => {
                         deployment.status = DeploymentStatus::RolledBack;
@@ -467,10 +467,10 @@ fn prune_plugins(dir: &Path) {
 struct Probation {
     key: PipelineKey,
     dir: PathBuf,
-    deployer: Deployer,
+    swapper: PluginSwapper,
     deployment: Deployment,
     policy: VerifyPolicy,
-    baseline: sluice_host::dataflow::deploy::PluginCounters,
+    baseline: sluice_host::dataflow::swap::PluginCounters,
     started: Instant,
 }
 

@@ -15,7 +15,7 @@ use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::config::LoadedConfig;
 use sluice_host::metrics::exposition::PipelineView;
 use sluice_host::metrics::{PipelineMetrics, PipelineSnapshot};
-use sluice_host::pipeline::{Deployer, Pipeline, PluginFootprint, plugin_footprint};
+use sluice_host::pipeline::{Pipeline, PluginFootprint, PluginSwapper, plugin_footprint};
 use sluice_host::runtime::PluginRuntime;
 use sluice_host::sync::lock;
 use std::collections::BTreeMap;
@@ -72,7 +72,7 @@ struct Entry {
     stop: Arc<AtomicBool>,
     metrics: Option<Arc<PipelineMetrics>>,
     /// Swaps plugins of the running pipeline.
-    deployer: Option<Deployer>,
+    swapper: Option<PluginSwapper>,
     /// A deployment is under way (one at a time per pipeline).
     deploying: bool,
     /// What its plugins take (counted against its tenant's quotas).
@@ -88,7 +88,7 @@ impl Entry {
             state: PipelineState::Stopped,
             stop: Arc::new(AtomicBool::new(false)),
             metrics: None,
-            deployer: None,
+            swapper: None,
             deploying: false,
             footprint: Vec::new(),
             thread: None,
@@ -437,7 +437,7 @@ impl Supervisor {
             entry.state = PipelineState::Starting;
             entry.stop = stop.clone();
             entry.metrics = None;
-            entry.deployer = None;
+            entry.swapper = None;
             entry.dir.clone()
         };
         write_desired(&dir, Desired::Running)?;
@@ -479,7 +479,7 @@ impl Supervisor {
         };
         if let Some(entry) = self.entries().get_mut(key) {
             entry.metrics = Some(pipeline.metrics());
-            entry.deployer = Some(pipeline.deployer());
+            entry.swapper = Some(pipeline.swapper());
             entry.state = PipelineState::Running;
         }
         let outcome = pipeline.run(stop.clone());
@@ -586,17 +586,17 @@ impl Supervisor {
     }
 
     /// Claims the running pipeline for a deployment: its directory and
-    /// deployer. Refused while another deployment of it is under way.
+    /// swapper. Refused while another deployment of it is under way.
     pub(super) fn begin_deployment(
         &self,
         key: &PipelineKey,
-    ) -> Result<(PathBuf, Deployer), SwapError> {
+    ) -> Result<(PathBuf, PluginSwapper), SwapError> {
         let mut entries = self.entries();
         let entry = entries.get_mut(key).ok_or(SwapError::NotFound)?;
-        match (&entry.state, &entry.deployer) {
-            (PipelineState::Running, Some(deployer)) if !entry.deploying => {
+        match (&entry.state, &entry.swapper) {
+            (PipelineState::Running, Some(swapper)) if !entry.deploying => {
                 entry.deploying = true;
-                Ok((entry.dir.clone(), deployer.clone()))
+                Ok((entry.dir.clone(), swapper.clone()))
             }
             (PipelineState::Running, _) => Err(SwapError::Refused(format!(
                 "pipeline `{}` has a deployment under way (on probation)",

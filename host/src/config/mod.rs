@@ -95,7 +95,7 @@ pub struct PipelineConfig {
     /// How `sluice serve` verifies a plugin version deployed into the
     /// running pipeline before keeping it (`[deploy]`).
     #[serde(default)]
-    pub deploy: crate::dataflow::deploy::VerifyPolicy,
+    pub deploy: crate::dataflow::swap::VerifyPolicy,
 }
 
 /// `[checkpoints]`.

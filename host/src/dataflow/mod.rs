@@ -13,10 +13,10 @@
 //! barriers).
 
 mod chain;
-pub mod deploy;
 mod executor;
 mod input_gate;
 pub(crate) mod parallel;
+pub mod swap;
 mod transform;
 
 pub use chain::{OperatorChain, SinkSet};

@@ -87,7 +87,7 @@ pub struct TransformOperator {
     /// Records that faulted in a row (reset by any record that did not).
     faults_in_a_row: u64,
     /// Where plugin swaps come from.
-    switch: Option<super::deploy::SwitchPort>,
+    swap: Option<super::swap::SwapPort>,
     /// The JSON fields the plugin (as loaded) reads on the projected path.
     projects_fields: Option<Arc<[String]>>,
 }
@@ -121,22 +121,22 @@ impl TransformOperator {
             metrics,
             policy: FaultPolicy::default(),
             faults_in_a_row: 0,
-            switch: None,
+            swap: None,
         }
     }
 
-    /// Takes plugin swaps from `switch`.
-    pub fn with_switch(mut self, switch: super::deploy::SwitchPort) -> Self {
-        self.switch = Some(switch);
+    /// Takes plugin swaps from `swap`.
+    pub fn with_swaps(mut self, swap: super::swap::SwapPort) -> Self {
+        self.swap = Some(swap);
         self
     }
 
     /// At a barrier: swaps in a new plugin version if one is due here.
     fn apply_due_swap(&mut self, barrier: u64) {
-        let Some(switch) = &mut self.switch else {
+        let Some(swap) = &mut self.swap else {
             return;
         };
-        if switch.apply_due(&self.name, barrier, &mut self.instance) {
+        if swap.apply_due(&self.name, barrier, &mut self.instance) {
             self.plugin_label = self.instance.running().label();
             self.faults_in_a_row = 0;
         }

@@ -9,19 +9,19 @@
 //!   a built-in or plugin aggregate, interval join), once or per worker.
 //! * `sinks`: main, dead-letter and side-output sinks, plain, at-least-once
 //!   or exactly-once as `[checkpoints]` says.
-//! * `deployer`: the [`Deployer`] that hot-swaps plugins of the running
+//! * `swapper`: the [`PluginSwapper`] that hot-swaps plugins of the running
 //!   pipeline.
 
-mod deployer;
 mod operators;
 mod sinks;
 mod sources;
+mod swapper;
 
-pub use deployer::Deployer;
 pub use operators::{PluginFootprint, plugin_footprint};
 use operators::{build_operator, operator_instances};
 use sinks::{SinkMode, build_sinks, hold_limit};
 use sources::build_source;
+pub use swapper::PluginSwapper;
 
 use crate::checkpoint::coordinator::CoordinatorParts;
 use crate::checkpoint::restore::CheckpointError;
@@ -32,7 +32,7 @@ use crate::checkpoint::{
 };
 use crate::config::StateBackendKind;
 use crate::config::{ConfigError, LoadedConfig};
-use crate::dataflow::deploy::{PluginRole, PluginSwitch};
+use crate::dataflow::swap::{PluginRole, PluginSwap};
 use crate::dataflow::{
     DataflowError, ExecutorConfig, KeyedStage, OperatorChain, ParallelChains, RunOutcome, SinkSet,
     Source, Topology,
@@ -101,8 +101,8 @@ pub struct Pipeline {
     /// The checkpoint this run was restored from.
     restored: Option<u64>,
     /// Plugin swap channels, by operator.
-    switches: BTreeMap<String, Arc<PluginSwitch>>,
-    /// How long checkpoints may be held for a swap (see [`Deployer::swap`]).
+    swaps: BTreeMap<String, Arc<PluginSwap>>,
+    /// How long checkpoints may be held for a swap (see [`PluginSwapper::swap`]).
     hold_limit: Option<Duration>,
 }
 
@@ -336,7 +336,7 @@ impl Pipeline {
         };
         // One swap channel per operator running a plugin, shared by its
         // instances.
-        let switches: BTreeMap<String, Arc<PluginSwitch>> = config
+        let swaps: BTreeMap<String, Arc<PluginSwap>> = config
             .operators
             .iter()
             .enumerate()
@@ -347,20 +347,12 @@ impl Pipeline {
                     Some(_) => PluginRole::Aggregate,
                     None => PluginRole::Transform,
                 };
-                (op.name.clone(), PluginSwitch::new(instances, role))
+                (op.name.clone(), PluginSwap::new(instances, role))
             })
             .collect();
         let build = |index: usize, worker: Option<(usize, usize)>| {
-            let switch = switches.get(&config.operators[index].name);
-            build_operator(
-                loaded,
-                index,
-                runtime,
-                &state,
-                resolve_plugin,
-                worker,
-                switch,
-            )
+            let swap = swaps.get(&config.operators[index].name);
+            build_operator(loaded, index, runtime, &state, resolve_plugin, worker, swap)
         };
         let head = (0..head_end)
             .map(|index| build(index, None))
@@ -443,15 +435,15 @@ impl Pipeline {
             checkpoints: None,
             workdir: None,
             restored: None,
-            switches,
+            swaps,
             hold_limit: hold_limit(config),
         })
     }
 
     /// A handle that swaps operators' plugins while the pipeline runs.
-    pub fn deployer(&self) -> Deployer {
-        Deployer {
-            switches: self.switches.clone(),
+    pub fn swapper(&self) -> PluginSwapper {
+        PluginSwapper {
+            swaps: self.swaps.clone(),
             metrics: self.metrics.clone(),
             checkpoints: self.checkpoints.clone(),
             hold_limit: self.hold_limit,

@@ -3,7 +3,7 @@
 
 use super::{PipelineError, PluginResolver};
 use crate::config::LoadedConfig;
-use crate::dataflow::deploy::{PluginSwitch, SwitchPort};
+use crate::dataflow::swap::{PluginSwap, SwapPort};
 use crate::dataflow::{FaultPolicy, Operator, TransformOperator};
 use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::OperatorMetrics;
@@ -26,7 +26,7 @@ pub(super) fn build_operator(
     state: &Arc<dyn StateBackend>,
     resolve_plugin: PluginResolver<'_>,
     stage_worker: Option<(usize, usize)>,
-    switch: Option<&Arc<PluginSwitch>>,
+    swap: Option<&Arc<PluginSwap>>,
 ) -> Result<Box<dyn Operator>, PipelineError> {
     let worker = stage_worker.map(|(_, worker)| worker);
     let config = &loaded.config;
@@ -114,8 +114,8 @@ pub(super) fn build_operator(
             store,
             operator_metrics,
         )?;
-        if let Some(switch) = switch {
-            window = window.with_switch(SwitchPort::new(switch.clone(), worker.unwrap_or(0)));
+        if let Some(swap) = swap {
+            window = window.with_swaps(SwapPort::new(swap.clone(), worker.unwrap_or(0)));
         }
         return Ok(Box::new(window));
     }
@@ -136,8 +136,8 @@ pub(super) fn build_operator(
         .on_storm(operator.on_fault_storm);
     let mut transform = TransformOperator::new(&operator.name, instance, operator_metrics)
         .with_fault_policy(policy);
-    if let Some(switch) = switch {
-        transform = transform.with_switch(SwitchPort::new(switch.clone(), worker.unwrap_or(0)));
+    if let Some(swap) = swap {
+        transform = transform.with_swaps(SwapPort::new(swap.clone(), worker.unwrap_or(0)));
     }
     Ok(Box::new(transform))
 }

@@ -20,7 +20,7 @@ use wasmtime::Store;
 use wasmtime::component::Instance;
 
 /// A running plugin whose version can be replaced while its operator keeps
-/// its keyed state: a hot swap (see [`crate::dataflow::deploy`]).
+/// its keyed state: a hot swap (see [`crate::dataflow::swap`]).
 pub trait SwappablePlugin {
     /// The component it runs.
     fn running(&self) -> &Arc<PluginComponent>;

@@ -1,5 +1,5 @@
 //! Swapping the plugin of a running operator (the primitive `sluice serve`'s
-//! hot deploy stands on): the new version is instantiated and initialised
+//! hot swap stands on): the new version is instantiated and initialised
 //! beside the old one, with the operator's keyed state, and replaces it
 //! only if that works. Here the de-duplicating plugin goes from Rust to
 //! Python and back mid-stream: ids seen by one version are duplicates for
@@ -164,7 +164,7 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
     let python = runtime().load(plugin("python/validate-dedup")).unwrap();
     let swapped = tempfile::tempdir().unwrap();
     let pipeline = open(&paced_pipeline(swapped.path(), &rust));
-    let deployer = pipeline.deployer();
+    let swapper = pipeline.swapper();
     let metrics = pipeline.metrics();
     let run = std::thread::spawn(move || {
         pipeline.run(Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -182,7 +182,7 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
             .load(std::sync::atomic::Ordering::SeqCst),
         metrics.snapshot().barriers
     );
-    let reports = deployer
+    let reports = swapper
         .swap(
             "validate-dedup",
             python,
@@ -235,7 +235,7 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
         if output == "dead-letters.jsonl" {
             // Which version rejected each malformed record, in input order:
             // Rust's serde says "line L column C", Python's json "(char N)".
-            // One switch from Rust to Python, after the swap was asked for.
+            // One swap from Rust to Python, after the swap was asked for.
             let versions: Vec<(i64, bool)> = got
                 .lines()
                 .filter_map(|line| {
@@ -249,17 +249,17 @@ fn a_plugin_swapped_at_a_barrier_under_load_changes_nothing_in_the_output() {
                     })
                 })
                 .collect();
-            let switch = versions
+            let swap = versions
                 .iter()
                 .position(|(_, python)| *python)
                 .expect("no record reached the new version");
-            assert!(switch > 0, "no record reached the old version");
+            assert!(swap > 0, "no record reached the old version");
             assert!(
-                versions[switch..].iter().all(|(_, python)| *python),
+                versions[swap..].iter().all(|(_, python)| *python),
                 "a record went back to the old version"
             );
             assert!(
-                versions[switch].0 as u64 >= before,
+                versions[swap].0 as u64 >= before,
                 "the new version saw a record from before the swap was asked for"
             );
         }
@@ -346,7 +346,7 @@ fn a_window_aggregate_swapped_at_a_barrier_in_every_worker_keeps_per_key_results
     let v2 = runtime().load(plugin("count-sum-v2")).unwrap();
     let swapped = tempfile::tempdir().unwrap();
     let pipeline = open(&window_pipeline(swapped.path(), &v1));
-    let deployer = pipeline.deployer();
+    let swapper = pipeline.swapper();
     let metrics = pipeline.metrics();
     let run = std::thread::spawn(move || {
         pipeline.run(Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -365,7 +365,7 @@ fn a_window_aggregate_swapped_at_a_barrier_in_every_worker_keeps_per_key_results
     );
     // Refused: a transform cannot replace a window's aggregate.
     let transform = runtime().load(plugin("identity")).unwrap();
-    let refused = deployer.swap(
+    let refused = swapper.swap(
         "count-sum",
         transform,
         std::time::Duration::from_secs(5),
@@ -374,11 +374,11 @@ fn a_window_aggregate_swapped_at_a_barrier_in_every_worker_keeps_per_key_results
     assert!(
         matches!(
             refused,
-            Err(sluice_host::dataflow::deploy::DeployError::WrongWorld { .. })
+            Err(sluice_host::dataflow::swap::PluginSwapError::WrongWorld { .. })
         ),
         "{refused:?}"
     );
-    let reports = match deployer.swap("count-sum", v2, std::time::Duration::from_secs(60), None) {
+    let reports = match swapper.swap("count-sum", v2, std::time::Duration::from_secs(60), None) {
         Ok(reports) => reports,
         Err(error) => panic!("{error}; the run ended with {:?}", run.join()),
     };

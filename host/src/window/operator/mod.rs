@@ -3,7 +3,7 @@
 
 mod add;
 
-use crate::dataflow::deploy::SwitchPort;
+use crate::dataflow::swap::SwapPort;
 use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, LateOutput, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::{Headers, Record, SourcePosition, Topic};
@@ -183,7 +183,7 @@ pub struct WindowOperator {
     /// Windows with state, by the time their state is dropped.
     cleanup_timers: BTreeSet<(i64, Vec<u8>, Window)>,
     /// Where swaps of the aggregate plugin come from.
-    switch: Option<SwitchPort>,
+    swap: Option<SwapPort>,
     /// The JSON fields the aggregate plugin (as loaded) reads on the
     /// projected path ([`Aggregator::projects_fields`]).
     projects_fields: Option<Arc<[String]>>,
@@ -227,16 +227,16 @@ impl WindowOperator {
             states,
             fire_timers: BTreeSet::new(),
             cleanup_timers: BTreeSet::new(),
-            switch: None,
+            swap: None,
             projects_fields,
         };
         operator.restore()?;
         Ok(operator)
     }
 
-    /// Takes swaps of its aggregate plugin from `switch`.
-    pub fn with_switch(mut self, switch: SwitchPort) -> Self {
-        self.switch = Some(switch);
+    /// Takes swaps of its aggregate plugin from `swap`.
+    pub fn with_swaps(mut self, swap: SwapPort) -> Self {
+        self.swap = Some(swap);
         self
     }
 
@@ -734,8 +734,8 @@ impl Operator for WindowOperator {
         _out: &mut Collector,
     ) -> Result<(), DataflowError> {
         self.write_back()?;
-        if let (Some(switch), Some(plugin)) = (&mut self.switch, self.aggregator.plugin()) {
-            switch.apply_due(&self.options.name, barrier.id, plugin);
+        if let (Some(swap), Some(plugin)) = (&mut self.swap, self.aggregator.plugin()) {
+            swap.apply_due(&self.options.name, barrier.id, plugin);
         }
         Ok(())
     }

@@ -1,10 +1,10 @@
 //! Swapping a running operator's plugin at a checkpoint barrier.
 //!
-//! A [`PluginSwitch`] is shared by every worker instance of one operator
+//! A [`PluginSwap`] is shared by every worker instance of one operator
 //! that runs a plugin (a transform, or a window's aggregate). A swap
 //! request names the barrier at which it applies: a barrier not injected
 //! yet, so that every worker swaps at the same barrier. Each worker holds a
-//! [`SwitchPort`]; when that barrier reaches it (every record before it
+//! [`SwapPort`]; when that barrier reaches it (every record before it
 //! processed by the old version, none after it), it builds the new version
 //! beside the old one with the operator's keyed state
 //! ([`SwappablePlugin::swap_component`]) and reports. A worker whose new
@@ -46,7 +46,7 @@ impl std::fmt::Display for PluginRole {
 /// Why a swap was not done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum DeployError {
+pub enum PluginSwapError {
     /// No operator of that name runs a plugin.
     #[error("no operator `{0}` with a plugin")]
     NoSuchOperator(String),
@@ -95,7 +95,7 @@ struct SwapRequest {
 /// What one worker did with a swap request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwapReport {
-    /// Which request (see [`PluginSwitch::request`]).
+    /// Which request (see [`PluginSwap::request`]).
     pub generation: u64,
     /// The worker.
     pub worker: usize,
@@ -116,18 +116,18 @@ struct SwitchState {
 }
 
 /// The swap channel of one operator (see the module docs).
-pub struct PluginSwitch {
+pub struct PluginSwap {
     workers: usize,
     role: PluginRole,
     state: Mutex<SwitchState>,
     reported: Condvar,
 }
 
-impl PluginSwitch {
-    /// A switch for an operator whose plugin does `role`, running in
+impl PluginSwap {
+    /// A swap for an operator whose plugin does `role`, running in
     /// `workers` instances.
     pub fn new(workers: usize, role: PluginRole) -> Arc<Self> {
-        Arc::new(PluginSwitch {
+        Arc::new(PluginSwap {
             workers: workers.max(1),
             role,
             state: Mutex::new(SwitchState::default()),
@@ -203,20 +203,20 @@ impl PluginSwitch {
     }
 }
 
-/// One worker's end of a [`PluginSwitch`]: at each barrier it applies a
+/// One worker's end of a [`PluginSwap`]: at each barrier it applies a
 /// swap that is due there to the worker's plugin and reports.
-pub struct SwitchPort {
-    switch: Arc<PluginSwitch>,
+pub struct SwapPort {
+    swap: Arc<PluginSwap>,
     worker: usize,
     /// The last request this worker applied.
     applied: u64,
 }
 
-impl SwitchPort {
-    /// The end of `switch` for worker `worker`.
-    pub fn new(switch: Arc<PluginSwitch>, worker: usize) -> Self {
-        SwitchPort {
-            switch,
+impl SwapPort {
+    /// The end of `swap` for worker `worker`.
+    pub fn new(swap: Arc<PluginSwap>, worker: usize) -> Self {
+        SwapPort {
+            swap,
             worker,
             applied: 0,
         }
@@ -231,7 +231,7 @@ impl SwitchPort {
         barrier: u64,
         plugin: &mut dyn SwappablePlugin,
     ) -> bool {
-        let Some((generation, component)) = self.switch.due(self.applied, barrier) else {
+        let Some((generation, component)) = self.swap.due(self.applied, barrier) else {
             return false;
         };
         let started = Instant::now();
@@ -243,7 +243,7 @@ impl SwitchPort {
         let worker = self.worker;
         tracing::info!(%operator, worker, barrier, ?result, ?pause, "plugin swap");
         let swapped = result.is_ok();
-        self.switch.report(SwapReport {
+        self.swap.report(SwapReport {
             generation,
             worker,
             barrier,

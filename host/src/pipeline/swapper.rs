@@ -1,19 +1,19 @@
-//! The [`Deployer`]: a running pipeline's plugin hot swaps, from outside
+//! The [`PluginSwapper`]: a running pipeline's plugin hot swaps, from outside
 //! its threads.
 
 use crate::checkpoint::CheckpointCoordinator;
-use crate::dataflow::deploy::{DeployError, PluginSwitch, SwapReport};
+use crate::dataflow::swap::{PluginSwap, PluginSwapError, SwapReport};
 use crate::metrics::PipelineMetrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Swaps the plugins of a running pipeline's operators at a checkpoint
-/// barrier (see [`crate::dataflow::deploy`]), optionally holding later
+/// barrier (see [`crate::dataflow::swap`]), optionally holding later
 /// checkpoints while the new version is on probation.
 #[derive(Clone)]
-pub struct Deployer {
-    pub(super) switches: BTreeMap<String, Arc<PluginSwitch>>,
+pub struct PluginSwapper {
+    pub(super) swaps: BTreeMap<String, Arc<PluginSwap>>,
     pub(super) metrics: Arc<PipelineMetrics>,
     pub(super) checkpoints: Option<Arc<CheckpointCoordinator>>,
     /// How long checkpoints may be held (exactly-once Kafka transactions
@@ -21,12 +21,12 @@ pub struct Deployer {
     pub(super) hold_limit: Option<Duration>,
 }
 
-impl Deployer {
+impl PluginSwapper {
     /// Runs `component` in every instance of `operator` from a barrier the
     /// source has not injected yet, and waits up to `timeout` for every
     /// instance to report; their reports. With `hold_for` (and checkpoints
     /// on), no checkpoint after the swap barrier is taken until
-    /// [`Deployer::release`], which the caller promises within `hold_for`:
+    /// [`PluginSwapper::release`], which the caller promises within `hold_for`:
     /// the run can then be abandoned and restored from the swap barrier's
     /// checkpoint, with nothing of the new version committed. A hold as
     /// long as an exactly-once Kafka sink's transaction timeout (less an
@@ -37,22 +37,22 @@ impl Deployer {
         component: Arc<crate::runtime::PluginComponent>,
         timeout: Duration,
         hold_for: Option<Duration>,
-    ) -> Result<Vec<SwapReport>, DeployError> {
-        let switch = self
-            .switches
+    ) -> Result<Vec<SwapReport>, PluginSwapError> {
+        let swap = self
+            .swaps
             .get(operator)
-            .ok_or_else(|| DeployError::NoSuchOperator(operator.to_string()))?;
-        if !switch.role().accepts(component.world) {
-            return Err(DeployError::WrongWorld {
+            .ok_or_else(|| PluginSwapError::NoSuchOperator(operator.to_string()))?;
+        if !swap.role().accepts(component.world) {
+            return Err(PluginSwapError::WrongWorld {
                 operator: operator.to_string(),
-                role: switch.role(),
+                role: swap.role(),
                 world: component.world,
             });
         }
         if let (Some(hold), Some(limit)) = (hold_for, self.hold_limit)
             && hold >= limit
         {
-            return Err(DeployError::HoldTooLong { hold, limit });
+            return Err(PluginSwapError::HoldTooLong { hold, limit });
         }
         // Two ahead of the last injected barrier: the next one may be on
         // its way already; this one is certainly not.
@@ -64,17 +64,16 @@ impl Deployer {
         if let (Some(_), Some(checkpoints)) = (hold_for, &self.checkpoints) {
             checkpoints.hold_after(at);
         }
-        let generation = switch.request(component, at);
-        switch
-            .wait(generation, timeout)
-            .ok_or_else(|| DeployError::Timeout {
+        let generation = swap.request(component, at);
+        swap.wait(generation, timeout)
+            .ok_or_else(|| PluginSwapError::Timeout {
                 operator: operator.to_string(),
                 barrier: at,
                 timeout,
             })
     }
 
-    /// Ends a hold on checkpoints taken by [`Deployer::swap`].
+    /// Ends a hold on checkpoints taken by [`PluginSwapper::swap`].
     pub fn release(&self) {
         if let Some(checkpoints) = &self.checkpoints {
             checkpoints.release();
@@ -82,7 +81,7 @@ impl Deployer {
     }
 
     /// The counters of `operator`, summed over its instances.
-    pub fn operator_counters(&self, operator: &str) -> crate::dataflow::deploy::PluginCounters {
+    pub fn operator_counters(&self, operator: &str) -> crate::dataflow::swap::PluginCounters {
         let snapshot = self.metrics.snapshot();
         snapshot
             .operators
@@ -93,7 +92,7 @@ impl Deployer {
                         .strip_prefix(operator)
                         .is_some_and(|rest| rest.starts_with('#'))
             })
-            .map(crate::dataflow::deploy::PluginCounters::of)
+            .map(crate::dataflow::swap::PluginCounters::of)
             .fold(Default::default(), |sum, counters| sum + counters)
     }
 }
