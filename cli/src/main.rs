@@ -362,7 +362,7 @@ enum PluginCommand {
     Build {
         /// The plugin directory (the language is detected from its files).
         dir: PathBuf,
-        /// Where to write the component (default: <target>/sluice/<name>.wasm).
+        /// Where to write the component (default: `<target>/sluice/<name>.wasm`).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Build even if the inputs are unchanged (Python and JavaScript

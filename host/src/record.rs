@@ -126,7 +126,7 @@ pub struct SourcePosition {
     pub offset: i64,
 }
 
-/// A record's headers: a [`ThinVec`], one pointer wide (no allocation
+/// A record's headers: a `ThinVec`, one pointer wide (no allocation
 /// while empty, as most records' headers are), so that a [`Record`] is
 /// 128 bytes and moving one is copied in line rather than by a `memcpy`
 /// call (a `Vec` made it 144; ADR 0015, eighteenth step).

@@ -14,7 +14,7 @@
 //!   barrier, verified, kept or rolled back.
 //! * [`logs`]: what plugins log, kept per pipeline for `sluice logs`.
 //! * [`operations`]: long operations, pollable, with idempotency keys.
-//! * [`guard`] and [`audit`]: rate limits, size limits and timeouts on the
+//! * [`api::guard`] and [`audit`]: rate limits, size limits and timeouts on the
 //!   API itself, and the audit log of every action.
 //! * [`api`]: the REST API (`docs/api.md`).
 //!

@@ -64,7 +64,7 @@ pub struct StateFile {
 /// A checkpoint's manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// [`MANIFEST_FORMAT`].
+    /// `MANIFEST_FORMAT`.
     pub format: u32,
     /// Checkpoint id.
     pub id: u64,

@@ -4,7 +4,7 @@
 //! Checkpoint N is taken as in Flink (asynchronous barrier snapshots):
 //!
 //! 1. The source thread records its position and injects barrier N into
-//!    the stream ([`CheckpointCoordinator::begin`]).
+//!    the stream (`CheckpointCoordinator::begin`).
 //! 2. Every operator, when barrier N reaches it (aligned over its inputs),
 //!    writes its state back to RocksDB. The threads that hold operators
 //!    meet at a rendezvous; the last to arrive takes a native RocksDB
@@ -14,11 +14,11 @@
 //!    every delivery, hand over what must be committed
 //!    ([`crate::dataflow::Sink::pre_commit`]).
 //! 4. A background thread uploads the snapshot's new files
-//!    ([`snapshot`]), then publishes the manifest with a conditional create
-//!    ([`storage`], [`manifest`]): N is now complete. Only then do the sinks'
+//!    (`snapshot`), then publishes the manifest with a conditional create
+//!    (`storage`, `manifest`): N is now complete. Only then do the sinks'
 //!    [`Committer`]s commit, and the source hears that N is complete.
 //!
-//! A restore ([`restore`]) picks the latest completed checkpoint whose
+//! A restore (`restore`) picks the latest completed checkpoint whose
 //! commits happened (or its parent, when a sink's commit is known not to
 //! have happened), downloads its files into a fresh state directory,
 //! rewinds the source and brings every sink's output to exactly that cut.

@@ -39,8 +39,8 @@ pub struct S3Options {
     /// Path-style addressing (`endpoint/bucket/key`); default: on with a
     /// custom endpoint, off otherwise.
     pub path_style: Option<bool>,
-    /// Files at least this large are uploaded in parts of [`PART_SIZE`]
-    /// (default [`MULTIPART_THRESHOLD`]).
+    /// Files at least this large are uploaded in parts of `PART_SIZE`
+    /// (default `MULTIPART_THRESHOLD`).
     pub multipart_threshold_bytes: Option<MultipartThreshold>,
     /// Credentials to sign with instead of the AWS chain's. Never read from
     /// a pipeline file: `sluice serve` sets a tenant's own credentials here,

@@ -2,7 +2,7 @@
 //!
 //! * [`generator`]: deterministic synthetic records (bronze events, Nexmark,
 //!   fixed-size payloads), bounded or unbounded, paced or as fast as possible.
-//! * [`file`]: JSON-lines and Avro object container files in, JSON lines out.
+//! * [`file`](mod@file): JSON-lines and Avro object container files in, JSON lines out.
 //! * [`blackhole`]: a sink that only counts (benchmarks).
 //! * [`kafka`], [`iceberg`]: topics in and out, tables out.
 //! * [`schema_registry`]: Avro in the Confluent wire format, with a registry.

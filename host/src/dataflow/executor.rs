@@ -54,7 +54,7 @@ impl Default for ExecutorConfig {
 pub enum Topology {
     /// All operators in one thread.
     Chain(OperatorChain),
-    /// Keyed operators in several workers (see [`super::parallel`]).
+    /// Keyed operators in several workers (see `super::parallel`).
     Parallel(super::ParallelChains),
 }
 

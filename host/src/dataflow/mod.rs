@@ -8,7 +8,7 @@
 //! its own thread, joined to the operators by a bounded channel: when they
 //! fall behind, the source blocks (lossless backpressure) and the time it
 //! spends blocked is counted. With `workers > 1`, keyed operators run in
-//! parallel stages behind key-by exchanges ([`parallel`]), whose threads
+//! parallel stages behind key-by exchanges (`parallel`), whose threads
 //! combine their inputs in input gates (minimum watermark, aligned
 //! barriers).
 

@@ -96,7 +96,7 @@ impl Exposition {
         self.add(name, help, MetricType::GAUGE, metric);
     }
 
-    /// A histogram sample (buckets [`BUCKETS_SECONDS`]).
+    /// A histogram sample (buckets `BUCKETS_SECONDS`).
     pub fn histogram(
         &mut self,
         name: &'static str,

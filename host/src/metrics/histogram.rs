@@ -85,7 +85,7 @@ pub struct HistogramSnapshot {
     pub count: u64,
     /// Their sum, seconds.
     pub sum_seconds: f64,
-    /// Observations at or below each of [`BUCKETS_SECONDS`].
+    /// Observations at or below each of `BUCKETS_SECONDS`.
     pub cumulative: Vec<u64>,
 }
 

@@ -34,7 +34,7 @@ pub enum DeadLetterClass {
 }
 
 impl DeadLetterClass {
-    /// Every class, in [`DeadLetterClass::index`] order.
+    /// Every class, in `DeadLetterClass::index` order.
     pub const ALL: [DeadLetterClass; 4] = [
         DeadLetterClass::Rejected,
         DeadLetterClass::PluginFault,

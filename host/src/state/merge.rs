@@ -58,7 +58,7 @@ pub(crate) type FoldInto =
 /// Folds partial accumulators (a list per column when `list`) into one.
 pub(crate) type FoldPartials = fn(list: bool, partials: &[&[u8]]) -> Option<Vec<u8>>;
 
-/// The host code that folds operands, by [`MergeKind`]: given to a state
+/// The host code that folds operands, by `MergeKind`: given to a state
 /// backend when it opens, by the module whose values they are (the
 /// window's `crate::window::MERGE_FOLDS`), so that state depends on no
 /// operator.

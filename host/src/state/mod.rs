@@ -7,7 +7,7 @@
 //!   family. Operators and tenants therefore never share keys.
 //! * Keyed state is stored under keys that start with their key group
 //!   ([`key_group`]), so that it can later be split and moved.
-//! * A store may have a time-to-live ([`ttl`]): expired values are not
+//! * A store may have a time-to-live (`ttl`): expired values are not
 //!   visible and are dropped by compaction.
 //!
 //! Errors of the backend (I/O, corruption, a full disk) are [`StateError`]s.
@@ -76,7 +76,7 @@ pub enum StateWrite {
     Put(Vec<u8>, Vec<u8>),
     /// Remove a key.
     Delete(Vec<u8>),
-    /// Fold an operand ([`merge::operand`]) into the key's value without
+    /// Fold an operand (`merge::operand`) into the key's value without
     /// reading it (only where [`StateStore::supports_merge`]).
     Merge(Vec<u8>, Vec<u8>),
 }

@@ -4,7 +4,7 @@
 //!   or dotted path, which also addresses fields of Avro values once
 //!   decoded), from the Kafka record timestamp, or set by a plugin (an
 //!   emitted record's `event-time`).
-//! * [`watermark`]: bounded out-of-orderness per source split (a Kafka
+//! * `watermark`: bounded out-of-orderness per source split (a Kafka
 //!   partition), combined by minimum across splits, with idle splits
 //!   excluded after a timeout.
 //!

@@ -69,7 +69,7 @@ pub trait Aggregator: Send {
     }
 
     /// How the state store can fold this aggregate's accumulators itself
-    /// (built-in aggregates: host code; see [`crate::state::merge`]), so
+    /// (built-in aggregates: host code; see `crate::state::merge`), so
     /// that a window kept only in the store takes a batch's partial
     /// accumulator without being read back. `None` (plugins): the window
     /// is read, added to and written again.

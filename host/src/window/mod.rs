@@ -2,7 +2,7 @@
 //! aggregated per key, fired by the watermark, with allowed lateness.
 //!
 //! * [`WindowSpec`] assigns a record's event time to windows.
-//! * [`aggregate`]: how a window's records become its result — built-in
+//! * `aggregate`: how a window's records become its result — built-in
 //!   count / sum / min / max / avg over a field, or a plugin's
 //!   create / add / merge / finish over an accumulator the host stores.
 //! * `states` keeps one accumulator per key and window in the operator's
@@ -25,7 +25,7 @@ mod plugin_aggregate;
 mod states;
 
 /// How the state backend folds the merge operands of windows kept in the
-/// store (built-in aggregates; see [`crate::state::merge`]): given to every
+/// store (built-in aggregates; see `crate::state::merge`): given to every
 /// state backend a pipeline opens.
 pub const MERGE_FOLDS: crate::state::MergeFolds = crate::state::MergeFolds {
     window_state: states::fold_window_state,

@@ -126,7 +126,7 @@ pub fn extract_into<'d, P: AsRef<FieldPath>>(
 }
 
 /// The names [`extract_with_names`] takes for `paths` and `span_names`
-/// (laid out for [`scan`](crate::scan)), or `None` if a path is not
+/// (laid out for [`scan`]), or `None` if a path is not
 /// [`FieldPath::Top`].
 pub fn scan_names<P: AsRef<FieldPath>>(paths: &[P], span_names: &[String]) -> Option<FieldNames> {
     let mut names = FieldNames::new();

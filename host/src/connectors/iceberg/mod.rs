@@ -10,16 +10,16 @@
 //!   existing table must have every configured column with the same type
 //!   and nothing required that the pipeline does not write — else the
 //!   pipeline stops at start-up, naming the column.
-//! * Rows ([`rows`]): a record whose value does not fit the schema goes to
+//! * Rows (`rows`): a record whose value does not fit the schema goes to
 //!   the dead-letter output with the reason.
-//! * Two-phase commit ([`sink`]): each checkpoint barrier closes the
+//! * Two-phase commit (`sink`): each checkpoint barrier closes the
 //!   epoch's data files (they also roll at `target_file_size_mb`); they
 //!   are the sink's pre-commit, appended to the table (one fast-append
 //!   snapshot) once the checkpoint is published. Each snapshot's summary
 //!   names the tenant, pipeline, sink and checkpoint id, and a commit whose
 //!   checkpoint the table already holds is skipped — so a commit repeated
 //!   by a restore is applied exactly once whatever the crash point.
-//! * Orphans ([`orphans`]): data files a crash left behind (written for a
+//! * Orphans (`orphans`): data files a crash left behind (written for a
 //!   checkpoint that never completed) are deleted on restore.
 
 mod orphans;

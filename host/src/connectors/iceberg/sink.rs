@@ -111,7 +111,7 @@ pub enum IcebergCommits {
     /// committer once the checkpoint is published.
     TwoPhase,
     /// At-least-once checkpoints: straight through — written rows are
-    /// committed at most [`STRAIGHT_THROUGH_COMMIT_INTERVAL`] later, and at
+    /// committed at most `STRAIGHT_THROUGH_COMMIT_INTERVAL` later, and at
     /// each barrier (records since the last checkpoint are written again
     /// after a restore, as with the other sinks).
     EveryWrite,

@@ -676,7 +676,7 @@ impl Source for KafkaSource {
 }
 
 impl Drop for KafkaSource {
-    /// Waits (at most [`FINAL_COMMIT_WAIT`]) for the answers to the offset
+    /// Waits (at most `FINAL_COMMIT_WAIT`) for the answers to the offset
     /// commits still in flight, so that a run that ends or stops cleanly
     /// leaves its last completed checkpoint's offsets committed.
     fn drop(&mut self) {

@@ -349,7 +349,7 @@ pub enum AccumulatorEncoding {
     /// place as records are added; postcard in the store, one accumulator
     /// or a list of them (one per column) when `list`: the format that
     /// earlier releases stored and that the store's merge operator folds
-    /// ([`fold_accumulators`]).
+    /// (`fold_accumulators`).
     Builtin {
         /// Several columns (`aggregates = [..]`), stored as a list.
         list: bool,

@@ -54,7 +54,7 @@ pub struct WindowOperatorOptions {
     /// it — partial accumulators written as merge operands (built-in
     /// aggregates), windows read back once and written once (aggregate
     /// plugins). 0: at the end of every batch. The store is never read
-    /// past what waits; see [`super::states`].
+    /// past what waits; see `super::states`.
     pub mini_batch_records: usize,
 }
 
