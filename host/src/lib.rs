@@ -26,9 +26,11 @@
 //! 6. [`metrics`] count all of it for progress lines, run summaries,
 //!    Prometheus and the dashboard.
 //!
-//! Layers: each module uses only those listed before it in
-//! `tests/tests/all/layers.rs`'s output (`record`, `state`, `sync` at the
-//! bottom; `pipeline` at the top); that test fails on an import circle.
+//! Layers: each module uses only modules of the layers below it, lowest
+//! first `bounded`, `sync` / `record`, `state` / `time` / `metrics` /
+//! `checkpoint`, `runtime` / `dataflow` / `connectors`, `join`, `window` /
+//! `config` / `pipeline` (`tests/tests/all/layers.rs` prints them and fails
+//! on an import circle; ADR 0019).
 
 pub mod bounded;
 pub mod checkpoint;
