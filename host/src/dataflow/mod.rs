@@ -237,6 +237,14 @@ impl DataflowError {
         text
     }
 
+    /// A failure of the state backend under the operator `operator`.
+    pub fn state(operator: &str, source: crate::state::StateError) -> Self {
+        DataflowError::State {
+            operator: operator.to_string(),
+            source,
+        }
+    }
+
     /// A failure of the operator `name`.
     pub fn operator(name: &str, message: impl std::fmt::Display) -> Self {
         DataflowError::Operator {

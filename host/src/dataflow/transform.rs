@@ -158,10 +158,7 @@ impl TransformOperator {
         let usage = self
             .instance
             .flush_state()
-            .map_err(|error| DataflowError::State {
-                operator: self.name.clone(),
-                source: error,
-            })?;
+            .map_err(|error| DataflowError::state(&self.name, error))?;
         self.metrics.set_state_usage(usage);
         Ok(())
     }

@@ -296,10 +296,7 @@ impl IntervalJoinOperator {
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::State {
-            operator: self.options.name.clone(),
-            source: error,
-        }
+        DataflowError::state(&self.options.name, error)
     }
 
     /// The last event time a record of `side` at `time` can still meet a

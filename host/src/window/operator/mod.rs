@@ -274,10 +274,7 @@ impl WindowOperator {
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
-        DataflowError::State {
-            operator: self.options.name.clone(),
-            source: error,
-        }
+        DataflowError::state(&self.options.name, error)
     }
 
     /// Reads `record`'s event time and `record_fields` (appending exactly
