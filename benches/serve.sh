@@ -19,6 +19,7 @@
 #   benches/serve.sh                                 # all three
 #   SKIP_IDLE=1 benches/serve.sh                     # 2 and 3
 #   SKIP_IDLE=1 SKIP_NEIGHBOUR=1 benches/serve.sh    # the API load only
+#   SKIP_NEIGHBOUR=1 SKIP_API_LOAD=1 benches/serve.sh  # idle pipelines only
 #
 # Needs the dev services (scripts/dev-services.sh up).
 #   benches/serve.sh
@@ -261,6 +262,7 @@ kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 fi
 
 # --- 3. API load ---------------------------------------------------------
+[ "${SKIP_API_LOAD:-0}" = 1 ] && exit 0
 start_server
 quiet=$(SLUICE_TOKEN="$admin" "$sluice" tenants create quiet --max-pipelines 100 --server "$server" --json \
   | "$python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')

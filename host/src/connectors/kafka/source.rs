@@ -532,7 +532,7 @@ impl Source for KafkaSource {
             // Wait for the first record up to the deadline; then take only
             // what is already there.
             let wait = if batch.records.is_empty() && batch.dead_letters.is_empty() {
-                deadline.saturating_duration_since(Instant::now())
+                whole_millis(deadline.saturating_duration_since(Instant::now()))
             } else {
                 Duration::ZERO
             };
@@ -703,8 +703,37 @@ impl Drop for KafkaSource {
 /// dropped.
 const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(10);
 
+/// `wait` rounded up to whole milliseconds, as a consumer poll's timeout.
+///
+/// rust-rdkafka hands librdkafka the timeout in whole milliseconds, rounded
+/// down, and polls again until its own clock says the timeout has passed:
+/// with a remainder under a millisecond it polls with 0 ms, again and
+/// again, for up to a millisecond at the end of every wait. An idle source
+/// waits `poll_timeout` (100 ms) at a time, so that spin was ~1 % of a core
+/// per idle pipeline. A whole-millisecond timeout ends when librdkafka's
+/// wait does.
+fn whole_millis(wait: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn poll_waits_are_whole_milliseconds_rounded_up() {
+        assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
+        assert_eq!(
+            whole_millis(Duration::from_micros(1)),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            whole_millis(Duration::from_micros(99_001)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            whole_millis(Duration::from_millis(100)),
+            Duration::from_millis(100)
+        );
+    }
     use super::*;
 
     /// The event time as read before the field scan: the value parsed whole.
