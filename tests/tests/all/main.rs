@@ -9,6 +9,7 @@ mod build_routes;
 mod conformance;
 mod dead_letters;
 mod event_time;
+mod group_protocol;
 mod hostile_plugins;
 mod hot_swap;
 mod iceberg;
