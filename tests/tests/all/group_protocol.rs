@@ -5,13 +5,17 @@
 //! gives same-index partitions of co-partitioned topics to one member, so
 //! a task = (stage, partition index) can own its partition of every topic
 //! it reads; when a second member joins, the partitions split between them
-//! without overlap, and every partition is owned by someone.
+//! without overlap, and every partition is owned by someone. And EOS v2:
+//! a transaction that commits consumed offsets with the group metadata of
+//! a member's older epoch (a zombie whose partitions moved) is refused.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use sluice_tests::kafka::{bootstrap, create_topic, unique_topic};
 
 /// A member of `group` on the KIP-848 protocol, subscribed to `topics`.
@@ -98,4 +102,70 @@ fn the_range_assignor_keeps_same_index_partitions_together_as_members_join() {
             "co-partitioned topics split alike: {split:?}"
         );
     }
+}
+
+#[test]
+fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
+    let input = unique_topic("eos-in");
+    let output = unique_topic("eos-out");
+    create_topic(&input, 2);
+    create_topic(&output, 1);
+    let group = unique_topic("eos-group");
+    let first = member(&group, &[input.as_str()]);
+    poll_until(&[&first], |owned| owned[0].len() == 2);
+    // What a zombie holds: the group metadata of its epoch before the
+    // partitions moved.
+    let stale = first.group_metadata().expect("group metadata");
+
+    let second = member(&group, &[input.as_str()]);
+    let split = poll_until(&[&first, &second], |owned| {
+        owned.iter().all(|o| o.len() == 1)
+    });
+    let moved = split[1].iter().next().cloned().expect("a moved partition");
+
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique_topic("eos-zombie"))
+        .create()
+        .expect("a transactional producer");
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).expect("init");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(BaseRecord::<(), str>::to(&output).payload("from the zombie"))
+        .map_err(|(error, _)| error)
+        .expect("produce");
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&moved.0, moved.1, Offset::Offset(0))
+        .expect("offsets");
+    // The refusal comes from the offset commit (or, at the latest, from
+    // the commit of the transaction): either way nothing is committed.
+    let sent = producer.send_offsets_to_transaction(&offsets, &stale, timeout);
+    let committed = sent.and_then(|()| producer.commit_transaction(timeout));
+    // Refused for its generation (the member epoch it carries), not for
+    // anything else.
+    let code = committed.err().and_then(|error| error.rdkafka_error_code());
+    assert!(
+        matches!(
+            code,
+            Some(RDKafkaErrorCode::IllegalGeneration | RDKafkaErrorCode::FencedMemberEpoch)
+        ),
+        "a zombie's offsets for a partition that moved must not commit: {code:?}"
+    );
+    // A member with its current metadata commits the same offsets.
+    let current = second.group_metadata().expect("group metadata");
+    let honest: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique_topic("eos-owner"))
+        .create()
+        .expect("a transactional producer");
+    honest.init_transactions(timeout).expect("init");
+    honest.begin_transaction().expect("begin");
+    honest
+        .send_offsets_to_transaction(&offsets, &current, timeout)
+        .expect("the owner's offsets");
+    honest
+        .commit_transaction(timeout)
+        .expect("the owner commits");
 }
