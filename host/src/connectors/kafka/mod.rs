@@ -15,6 +15,7 @@
 mod config;
 mod exactly_once;
 mod format;
+mod partitioner;
 mod sink;
 mod source;
 mod transactions;
@@ -27,6 +28,7 @@ pub use exactly_once::{
     KAFKA_TRANSACTIONS, KafkaTransactionOptions, KafkaTransactions,
 };
 pub use format::ValueFormat;
+pub use partitioner::KeyPartitioner;
 pub use sink::{KafkaSink, KafkaSinkOptions};
 pub use source::{KafkaSource, KafkaSourceOptions, StartPosition};
 pub use transactions::TransactionalProducer;
