@@ -19,6 +19,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+echo "== Kubernetes manifests"
+scripts/check-manifests.sh
+
 echo "== services"
 scripts/dev-services.sh up
 trap 'scripts/dev-services.sh down' EXIT
