@@ -29,29 +29,22 @@ impl KeyPartitioner {
     /// partitions (at least 1; fewer is taken as 1).
     pub fn partition(self, key: &[u8], partitions: i32) -> i32 {
         let partitions = partitions.max(1);
-        let key_pointer = key.as_ptr().cast::<c_void>();
+        let function = match self {
+            KeyPartitioner::Murmur2 => bindings::rd_kafka_msg_partitioner_murmur2,
+            KeyPartitioner::Crc32 => bindings::rd_kafka_msg_partitioner_consistent,
+        };
         // SAFETY: both functions read `keylen` bytes at `key` (a live
         // slice) and use neither the topic handle nor the opaques, which
         // may therefore be null (librdkafka's `rdkafka_msg.c`).
         unsafe {
-            match self {
-                KeyPartitioner::Murmur2 => bindings::rd_kafka_msg_partitioner_murmur2(
-                    std::ptr::null(),
-                    key_pointer,
-                    key.len(),
-                    partitions,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                ),
-                KeyPartitioner::Crc32 => bindings::rd_kafka_msg_partitioner_consistent(
-                    std::ptr::null(),
-                    key_pointer,
-                    key.len(),
-                    partitions,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                ),
-            }
+            function(
+                std::ptr::null(),
+                key.as_ptr().cast::<c_void>(),
+                key.len(),
+                partitions,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
         }
     }
 }
