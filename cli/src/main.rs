@@ -660,8 +660,7 @@ fn execute(cli: Cli) -> Result<()> {
             };
             let progress = !quiet && std::io::stderr().is_terminal();
             let options = run::RunOptions::new(progress, from).with_http(http);
-            let report = run::run_pipeline_with(&pipeline, &options)?;
-            eprint!("{}", run::summary(&report));
+            eprint!("{}", run::run_file(&pipeline, &options)?);
         }
         Command::Checkpoints(CheckpointsCommand::List { pipeline, json }) => {
             print!("{}", checkpoints::list(&pipeline, json)?);

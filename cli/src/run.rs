@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sluice_host::checkpoint::RestoreFrom;
-use sluice_host::config::LoadedConfig;
+use sluice_host::config::{LoadedConfig, SourceConfig};
 use sluice_host::dataflow::RunOutcome;
 use sluice_host::metrics::PipelineSnapshot;
 use sluice_host::pipeline::Pipeline;
@@ -61,6 +61,69 @@ impl RunOptions {
 /// checkpoint, summary); `progress` draws a live line on stderr.
 pub fn run_pipeline(file: &Path, progress: bool, from: &RestoreFrom) -> Result<RunReport> {
     run_pipeline_with(file, &RunOptions::new(progress, from.clone()))
+}
+
+/// Runs the pipeline in `file` as `sluice run` does and returns the
+/// summary to print: a scaled-out pipeline (`[source.kafka] scale_out`) as
+/// the tasks the consumer group gives this process ([`run_tasks`]), any
+/// other with [`run_pipeline_with`].
+pub fn run_file(file: &Path, options: &RunOptions) -> Result<String> {
+    let loaded = LoadedConfig::load(file)?;
+    match &loaded.config.source {
+        SourceConfig::Kafka(kafka) if kafka.scale_out => run_tasks(file, options),
+        _ => Ok(summary(&run_pipeline_with(file, options)?)),
+    }
+}
+
+/// Runs this process's share of the scaled-out pipeline in `file` until
+/// SIGINT or SIGTERM (each task then takes a final checkpoint and the
+/// process leaves the group); `SLUICE_INSTANCE` names the process for
+/// static group membership (a StatefulSet pod's name). Returns what each
+/// task did.
+pub fn run_tasks(file: &Path, options: &RunOptions) -> Result<String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handler")?;
+    }
+    let loaded = LoadedConfig::load(file)?;
+    if options.from != RestoreFrom::Latest {
+        anyhow::bail!(
+            "a scaled-out pipeline's tasks each restore their own latest checkpoint: --fresh and --from-checkpoint name one checkpoint of a whole pipeline"
+        );
+    }
+    if options.http.is_some() {
+        tracing::warn!("--http does not serve scaled-out runs yet; the log shows each task");
+    }
+    let runtime = PluginRuntime::new(RuntimeConfig::default())?;
+    let instance = std::env::var("SLUICE_INSTANCE").ok();
+    let report = sluice_host::tasks::run_tasks(
+        &loaded,
+        &runtime,
+        &crate::build::resolve_plugin,
+        instance.as_deref(),
+        stop,
+    )?;
+    let mut text = format!(
+        "stopped: {} task runs in this process\n",
+        report.tasks.len()
+    );
+    for task in &report.tasks {
+        let _ = writeln!(
+            text,
+            "  task {}: restored {}, in {} out {}, {}",
+            task.task.name(),
+            task.restored
+                .map_or("nothing".to_string(), |id| format!("checkpoint {id}")),
+            task.records_in,
+            task.records_out,
+            match &task.outcome {
+                Ok(RunOutcome::Completed) => "completed".to_string(),
+                Ok(RunOutcome::Stopped) => "stopped".to_string(),
+                Err(error) => format!("failed: {error}"),
+            }
+        );
+    }
+    Ok(text)
 }
 
 /// [`run_pipeline`] with every option.

@@ -25,11 +25,13 @@
 //!    published (exactly-once Kafka, files, Iceberg).
 //! 6. [`metrics`] count all of it for progress lines, run summaries,
 //!    Prometheus and the dashboard.
+//! 7. A scaled-out pipeline runs as [`tasks`], one per input partition,
+//!    shared by every process running it through Kafka's group protocol.
 //!
 //! Layers: each module uses only modules of the layers below it, lowest
 //! first `bounded`, `sync` / `record`, `state` / `time` / `metrics` /
 //! `checkpoint`, `runtime` / `dataflow` / `connectors`, `join`, `window` /
-//! `config` / `pipeline` (`tests/tests/all/layers.rs` prints them and fails
+//! `config` / `pipeline` / `tasks` (`tests/tests/all/layers.rs` prints them and fails
 //! on an import circle; ADR 0019).
 
 pub mod bounded;
@@ -44,6 +46,7 @@ pub mod record;
 pub mod runtime;
 pub mod state;
 pub mod sync;
+pub mod tasks;
 pub mod time;
 pub mod window;
 

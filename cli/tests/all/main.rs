@@ -10,5 +10,6 @@ mod dashboard;
 mod kafka_exactly_once;
 mod kafka_processes;
 mod observability;
+mod scale_out;
 mod serve;
 mod tenant_reach;

@@ -12,7 +12,7 @@ use crate::connectors::kafka::{SinkValueFormat, ValueFormatName};
 
 /// A parsed and validated pipeline file, with what is needed to locate
 /// later errors (e.g. a plugin that fails to load) in it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LoadedConfig {
     /// The configuration.
     pub config: PipelineConfig,
@@ -291,6 +291,18 @@ impl LoadedConfig {
                 }
                 if let Some(schema) = &k.avro_schema {
                     self.avro_schema("source.kafka.avro_schema", schema)?;
+                }
+                if k.scale_out && c.checkpoints.is_none() {
+                    return Err(self.error_at(
+                        "source.kafka.scale_out",
+                        "tasks keep their state in checkpoints every process reads: add `[checkpoints]` (with a storage all of them reach)",
+                    ));
+                }
+                if k.scale_out && k.bounded {
+                    return Err(self.error_at(
+                        "source.kafka.scale_out",
+                        "a bounded read ends when one process has read every partition; it cannot be shared",
+                    ));
                 }
             }
         }

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 /// Every field of a TOML document with where it stands.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct FieldMap {
     text: String,
     /// (path, span of key and value together)

@@ -199,6 +199,27 @@ fn several_builtin_aggregates_parse_and_bad_ones_name_their_field() {
 }
 
 #[test]
+fn a_scaled_out_source_needs_checkpoints_and_no_bound() {
+    let kafka = "[pipeline]\nname = \"p\"\n\n[source.kafka]\nbootstrap_servers = \"b:9092\"\ntopics = [\"in\"]\ngroup_id = \"g\"\nscale_out = true\n{extra}\n[sink]\nblackhole = {}\n";
+    let file = |extra: &str| kafka.replace("{extra}", extra);
+    for (extra, message) in [
+        ("", "add `[checkpoints]`"),
+        ("bounded = true\n[checkpoints]\n", "cannot be shared"),
+    ] {
+        let error = parse(&file(extra)).unwrap_err();
+        assert_eq!(
+            error.field.as_deref(),
+            Some("source.kafka.scale_out"),
+            "{error}"
+        );
+        assert_eq!(error.line, 8, "{error}");
+        assert!(error.message.contains(message), "{error}");
+    }
+    let loaded = parse(&file("[checkpoints]\n")).unwrap();
+    assert!(matches!(&loaded.config.source, SourceConfig::Kafka(k) if k.scale_out));
+}
+
+#[test]
 fn syntax_error_is_located() {
     let text = GOOD.replace("count = 10", "count = = 10");
     let error = parse(&text).unwrap_err();

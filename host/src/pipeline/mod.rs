@@ -32,6 +32,7 @@ use crate::checkpoint::{
 };
 use crate::config::StateBackendKind;
 use crate::config::{ConfigError, LoadedConfig};
+use crate::connectors::kafka::KafkaAssignment;
 use crate::dataflow::swap::{PluginRole, PluginSwap};
 use crate::dataflow::{
     DataflowError, ExecutorConfig, KeyedStage, OperatorChain, ParallelChains, RunOutcome, SinkSet,
@@ -145,6 +146,32 @@ impl Pipeline {
         resolve_plugin: PluginResolver<'_>,
         from: &RestoreFrom,
     ) -> Result<Self, PipelineError> {
+        Self::open_with(loaded, runtime, resolve_plugin, from, None)
+    }
+
+    /// Opens one task of a scaled-out pipeline (ADR 0020) as
+    /// [`Pipeline::open`] does, reading only `assignment`'s partitions.
+    /// `loaded` is the task's view of the pipeline file: its name is the
+    /// task's ([`crate::tasks::TaskId::scoped_name`]), so that its
+    /// checkpoints, local state, transactional ids and progress records are
+    /// the task's own.
+    pub fn open_task(
+        loaded: &LoadedConfig,
+        runtime: &PluginRuntime,
+        resolve_plugin: PluginResolver<'_>,
+        from: &RestoreFrom,
+        assignment: KafkaAssignment,
+    ) -> Result<Self, PipelineError> {
+        Self::open_with(loaded, runtime, resolve_plugin, from, Some(assignment))
+    }
+
+    fn open_with(
+        loaded: &LoadedConfig,
+        runtime: &PluginRuntime,
+        resolve_plugin: PluginResolver<'_>,
+        from: &RestoreFrom,
+        task: Option<KafkaAssignment>,
+    ) -> Result<Self, PipelineError> {
         let Some(section) = &loaded.config.checkpoints else {
             let state = open_state_backend(loaded)?;
             return Self::build(loaded, runtime, state, resolve_plugin);
@@ -230,6 +257,7 @@ impl Pipeline {
             resolve_plugin,
             metrics.clone(),
             sinks,
+            task,
         )?;
         if let Some(manifest) = &restored {
             built
@@ -300,7 +328,7 @@ impl Pipeline {
     ) -> Result<Self, PipelineError> {
         let metrics = Arc::new(PipelineMetrics::default());
         let sinks = build_sinks(loaded, &metrics, &SinkMode::Plain)?;
-        Self::assemble(loaded, runtime, state, resolve_plugin, metrics, sinks)
+        Self::assemble(loaded, runtime, state, resolve_plugin, metrics, sinks, None)
     }
 
     /// The checkpoint this run restored, if any.
@@ -316,9 +344,10 @@ impl Pipeline {
         resolve_plugin: PluginResolver<'_>,
         metrics: Arc<PipelineMetrics>,
         sinks: SinkSet,
+        task: Option<KafkaAssignment>,
     ) -> Result<Self, PipelineError> {
         let config = &loaded.config;
-        let mut source = build_source(loaded, &metrics)?;
+        let mut source = build_source(loaded, &metrics, task)?;
 
         // Split before every keyed operator: with several workers, each
         // keyed stage runs in `workers` threads behind a key-by exchange.

@@ -4,16 +4,22 @@ use super::PipelineError;
 use crate::config::{LoadedConfig, SourceConfig};
 use crate::connectors::file::{FileSource, FileSourceOptions};
 use crate::connectors::generator::{GeneratorOptions, GeneratorSource};
-use crate::connectors::kafka::{KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat};
+use crate::connectors::kafka::{
+    KafkaAssignment, KafkaSource, KafkaSourceOptions, StartPosition, ValueFormat,
+};
 use crate::connectors::kafka::{KafkaStart, ValueFormatName};
 use crate::connectors::schema_registry::{ConfluentAvroDecoder, SchemaRegistry};
 use crate::dataflow::Source;
 use crate::metrics::PipelineMetrics;
 use std::time::Duration;
 
+/// Builds the `[source]` section's source; `task`: the partitions of one
+/// task of a scaled-out Kafka pipeline (ADR 0020) instead of a group
+/// member's.
 pub(super) fn build_source(
     loaded: &LoadedConfig,
     metrics: &PipelineMetrics,
+    task: Option<KafkaAssignment>,
 ) -> Result<Box<dyn Source>, PipelineError> {
     let name = loaded.config.pipeline.name.clone();
     Ok(match &loaded.config.source {
@@ -92,14 +98,22 @@ pub(super) fn build_source(
                         poll_timeout: Duration::from_millis(k.poll_timeout_ms.get()),
                         timestamp_field: k.timestamp_field.clone(),
                         // A checkpointed pipeline restarts quickly after a
-                        // crash: its restart takes over at once.
-                        group_instance_id: loaded.config.checkpoints.as_ref().map(|_| {
-                            format!(
-                                "sluice.{}.{}",
-                                loaded.config.pipeline.tenant, loaded.config.pipeline.name
-                            )
-                        }),
+                        // crash: its restart takes over at once. (A task's
+                        // consumer joins no group: its process's membership
+                        // does.)
+                        group_instance_id: loaded
+                            .config
+                            .checkpoints
+                            .as_ref()
+                            .filter(|_| task.is_none())
+                            .map(|_| {
+                                format!(
+                                    "sluice.{}.{}",
+                                    loaded.config.pipeline.tenant, loaded.config.pipeline.name
+                                )
+                            }),
                         bounded: k.bounded,
+                        assignment: task,
                     },
                     metrics.source_partitions.clone(),
                 )
@@ -117,7 +131,7 @@ mod tests {
     #[test]
     fn the_source_is_named_after_its_pipeline() {
         let loaded = pipeline("");
-        let source = build_source(&loaded, &PipelineMetrics::default()).unwrap();
+        let source = build_source(&loaded, &PipelineMetrics::default(), None).unwrap();
         assert_eq!(source.name(), "p");
     }
 
@@ -126,7 +140,7 @@ mod tests {
         let mut loaded = pipeline("");
         loaded.config.source =
             SourceConfig::File(toml::from_str("path = \"/nonexistent/in.jsonl\"").unwrap());
-        let error = build_source(&loaded, &PipelineMetrics::default())
+        let error = build_source(&loaded, &PipelineMetrics::default(), None)
             .err()
             .map(|e| e.to_string());
         assert!(error.is_some_and(|e| e.contains("/nonexistent/in.jsonl")));

@@ -222,6 +222,7 @@ fn read_committed_never_sees_an_aborted_transaction() {
             timestamp_field: None,
             group_instance_id: None,
             bounded: true,
+            assignment: None,
         },
         Default::default(),
     )
@@ -285,6 +286,7 @@ fn source_options(
         timestamp_field: None,
         group_instance_id: None,
         bounded: false,
+        assignment: None,
     }
 }
 

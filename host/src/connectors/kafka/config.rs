@@ -51,6 +51,13 @@ pub struct KafkaSourceConfig {
     /// (a bounded read: backfills, examples); default: run until stopped.
     #[serde(default)]
     pub bounded: bool,
+    /// Every process running this pipeline file shares its partitions: a
+    /// task per partition index, owned through the consumer group
+    /// (KIP-848), each with its own state and checkpoints (ADR 0020).
+    /// Needs `[checkpoints]`; keyed operators must key by what the input
+    /// is partitioned by until repartition topics land.
+    #[serde(default)]
+    pub scale_out: bool,
 }
 
 /// `start` of a Kafka source.

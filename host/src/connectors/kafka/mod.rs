@@ -15,6 +15,7 @@
 mod config;
 mod exactly_once;
 mod format;
+mod message;
 mod partitioner;
 mod sink;
 mod source;
@@ -30,7 +31,7 @@ pub use exactly_once::{
 pub use format::ValueFormat;
 pub use partitioner::KeyPartitioner;
 pub use sink::{KafkaSink, KafkaSinkOptions};
-pub use source::{KafkaSource, KafkaSourceOptions, StartPosition};
+pub use source::{KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits, StartPosition};
 pub use transactions::TransactionalProducer;
 
 use rdkafka::ClientConfig;

@@ -1,21 +1,18 @@
 //! The Kafka source.
 
+use super::message::{intern, to_record};
 use super::{ValueFormat, client_config};
-use crate::connectors::schema_registry::DecodeError;
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
-use crate::record::{Header, Record, SourcePosition, Topic, into_dead_letter};
+use crate::record::{Topic, into_dead_letter};
 use crate::sync::lock;
 use crate::time::SplitId;
-use crate::time::check_event_time;
-use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaResult;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
-use sluice_json::event_time::{event_time_from, event_time_of, json_pointer};
-use sluice_json::fields::{FieldPath, extract_into};
+use sluice_json::fields::FieldPath;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,6 +60,39 @@ pub struct KafkaSourceOptions {
     /// end (a bounded read, as Flink's `setBounded(latest)`): backfills,
     /// examples and tests that must finish.
     pub bounded: bool,
+    /// Read exactly these partitions instead of joining the group: the
+    /// partitions of one task, which its process's group membership owns
+    /// (ADR 0020). `None`: subscribe as a member of `group_id`.
+    pub assignment: Option<KafkaAssignment>,
+}
+
+/// The partitions a task reads ([`KafkaSourceOptions::assignment`]), and
+/// who commits their offsets for it.
+#[derive(Clone)]
+pub struct KafkaAssignment {
+    /// Partition indexes, the same of every topic (co-partitioned input).
+    pub partitions: Vec<i32>,
+    /// Commits offsets to the group on the task's behalf: only a member
+    /// may commit to a KIP-848 group that has members, and the task's own
+    /// consumer is not one.
+    pub commits: Arc<dyn OffsetCommits>,
+}
+
+impl std::fmt::Debug for KafkaAssignment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaAssignment")
+            .field("partitions", &self.partitions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Something that commits consumed offsets to a consumer group: the group
+/// member that owns the partitions.
+pub trait OffsetCommits: Send + Sync {
+    /// Commits `offsets` (next offset to read, per partition)
+    /// asynchronously; a refusal is reported, never fatal (the offsets are
+    /// informational for a source restored from checkpoints).
+    fn commit(&self, offsets: &TopicPartitionList);
 }
 
 /// Partitions revoked during a poll, reported by the rebalance callback
@@ -232,18 +262,6 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-/// The interned name of `topic`, looked up in this source's own map first
-/// (a message's topic is a `&str` from librdkafka: the map saves taking
-/// the process-wide interner's lock per message).
-fn intern(topics: &mut HashMap<String, Topic>, topic: &str) -> Topic {
-    if let Some(known) = topics.get(topic) {
-        return *known;
-    }
-    let interned = Topic::new(topic);
-    topics.insert(topic.to_string(), interned);
-    interned
-}
-
 /// Reads records from Kafka topics as a member of a consumer group.
 ///
 /// Offsets are Sluice's: `enable.auto.commit` is off, and the offsets reached
@@ -268,6 +286,9 @@ pub struct KafkaSource {
     end_offsets: Option<Watermarks>,
     /// `options.timestamp_field` as the field scan reads it.
     timestamp_path: Option<FieldPath>,
+    /// A task's partitions are not assigned yet (see
+    /// [`KafkaSource::assign_task_partitions`]).
+    assign_pending: bool,
 }
 
 impl KafkaSource {
@@ -319,13 +340,20 @@ impl KafkaSource {
             .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
         let end_offsets = if options.bounded {
-            Some(end_offsets(&consumer, &topics).map_err(error)?)
+            let mut ends = end_offsets(&consumer, &topics).map_err(error)?;
+            if let Some(assignment) = &options.assignment {
+                ends.retain(|(_, partition), _| assignment.partitions.contains(partition));
+            }
+            Some(ends)
         } else {
             None
         };
-        consumer
-            .subscribe(&topics)
-            .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
+        if options.assignment.is_none() {
+            consumer
+                .subscribe(&topics)
+                .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
+        }
+        let assign_pending = options.assignment.is_some();
         let timestamp_path = options.timestamp_field.as_deref().map(FieldPath::parse);
         Ok(KafkaSource {
             timestamp_path,
@@ -338,7 +366,35 @@ impl KafkaSource {
             positions: BTreeMap::new(),
             pending: BTreeMap::new(),
             partitions,
+            assign_pending,
         })
+    }
+
+    /// With an [`KafkaSourceOptions::assignment`]: assigns its partitions,
+    /// each at the restored checkpoint's offset, else where `start` says.
+    /// Done at the first read, after [`Source::restore_position`].
+    fn assign_task_partitions(&mut self) -> Result<(), DataflowError> {
+        if !std::mem::take(&mut self.assign_pending) {
+            return Ok(());
+        }
+        let Some(assignment) = &self.options.assignment else {
+            return Ok(());
+        };
+        let mut partitions = TopicPartitionList::new();
+        for topic in &self.options.topics {
+            for partition in &assignment.partitions {
+                partitions
+                    .add_partition_offset(topic, *partition, Offset::Stored)
+                    .map_err(|e| self.error(format!("cannot assign {topic}/{partition}: {e}")))?;
+            }
+        }
+        self.consumer
+            .context()
+            .apply_start_position(&self.consumer, &mut partitions);
+        tracing::info!(source = %self.name, assigned = ?partitions.to_topic_map(), "task partitions assigned");
+        self.consumer
+            .assign(&partitions)
+            .map_err(|e| self.error(format!("cannot assign the task's partitions: {e}")))
     }
 
     fn error(&self, message: String) -> DataflowError {
@@ -400,84 +456,6 @@ fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
     Ok(ends)
 }
 
-/// Turns a Kafka message into a record, with the reason it must be
-/// dead-lettered if its value is invalid (the record then keeps the raw
-/// value); `Err` when the value cannot be decoded now (its schema registry
-/// is unreachable).
-fn to_record(
-    topics: &mut HashMap<String, Topic>,
-    format: &mut ValueFormat,
-    timestamp_field: Option<(&str, &FieldPath)>,
-    message: &BorrowedMessage<'_>,
-) -> Result<(Record, Option<String>), String> {
-    Ok({
-        let source = SourcePosition {
-            topic: intern(topics, message.topic()),
-            partition: message.partition(),
-            offset: message.offset(),
-        };
-        let headers = message
-            .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|h| {
-                        Header::new(h.key, Bytes::copy_from_slice(h.value.unwrap_or_default()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let raw = Bytes::copy_from_slice(message.payload().unwrap_or_default());
-        let mut record = Record {
-            read_fields: None,
-            key: message.key().map(Bytes::copy_from_slice),
-            value: raw.clone(),
-            headers,
-            event_time: message.timestamp().to_millis(),
-            source,
-        };
-        if message.payload().is_none() && !matches!(format, ValueFormat::Raw) {
-            return Ok((record, Some("record has no value (tombstone)".to_string())));
-        }
-        match format.decode(&raw) {
-            Ok(value) => {
-                record.value = value;
-                if let Some((field, path)) = timestamp_field {
-                    let time = event_time_in(&record.value, field, path);
-                    match time {
-                        Ok(time) => record.event_time = Some(time),
-                        Err(reason) => {
-                            record.value = raw;
-                            return Ok((record, Some(reason)));
-                        }
-                    }
-                } else if let Some(Err(reason)) = record.event_time.map(check_event_time) {
-                    // A producer may set any record timestamp.
-                    record.value = raw;
-                    return Ok((record, Some(reason)));
-                }
-                (record, None)
-            }
-            Err(DecodeError::Invalid(reason)) => (record, Some(reason)),
-            Err(DecodeError::Unavailable(why)) => return Err(why),
-        }
-    })
-}
-
-/// The event time in a decoded value's field `field` (at `path`), or why
-/// there is none. The field scan reads it in one pass (simdjson for a
-/// top-level field); a value that pass refuses is parsed whole, for the
-/// reason, as before the scan.
-fn event_time_in(value: &[u8], field: &str, path: &FieldPath) -> Result<i64, String> {
-    let mut found = Vec::with_capacity(1);
-    match extract_into(value, std::slice::from_ref(path), &mut found) {
-        Ok(()) => event_time_of(found.first().and_then(Option::as_ref), field),
-        Err(_) => serde_json::from_slice::<serde_json::Value>(value)
-            .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
-            .and_then(|document| event_time_from(&document, &json_pointer(field), field)),
-    }
-}
-
 impl KafkaSource {
     /// With `bounded`: whether `offset` lies past the end of the partition
     /// `key` had at start-up.
@@ -525,6 +503,7 @@ impl Source for KafkaSource {
     }
 
     fn next_batch(&mut self, max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
+        self.assign_task_partitions()?;
         let mut batch = SourceBatch::default();
         let mut read_per_partition: BTreeMap<(Topic, i32), u64> = BTreeMap::new();
         let deadline = Instant::now() + self.options.poll_timeout;
@@ -651,6 +630,10 @@ impl Source for KafkaSource {
                 .add_partition_offset(topic, *partition, Offset::Offset(*offset))
                 .map_err(|e| self.error(format!("cannot commit {topic}/{partition}: {e}")))?;
         }
+        if let Some(assignment) = &self.options.assignment {
+            assignment.commits.commit(&commit);
+            return Ok(());
+        }
         // Asynchronous: a synchronous commit blocks the source thread (and
         // with it every barrier) until the group coordinator answers, and
         // librdkafka can leave such a request waiting when the coordinator's
@@ -718,6 +701,8 @@ fn whole_millis(wait: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn poll_waits_are_whole_milliseconds_rounded_up() {
         assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
@@ -732,53 +717,6 @@ mod tests {
         assert_eq!(
             whole_millis(Duration::from_millis(100)),
             Duration::from_millis(100)
-        );
-    }
-    use super::*;
-
-    /// The event time as read before the field scan: the value parsed whole.
-    fn parsed_whole(value: &[u8], field: &str) -> Result<i64, String> {
-        serde_json::from_slice::<serde_json::Value>(value)
-            .map_err(|e| format!("timestamp field `{field}`: value is not JSON: {e}"))
-            .and_then(|document| event_time_from(&document, &json_pointer(field), field))
-    }
-
-    #[test]
-    fn the_event_time_is_read_in_one_pass_with_the_reasons_of_a_whole_parse() {
-        let pad = "x".repeat(80);
-        let values = [
-            format!(r#"{{"id":1,"text":"{pad}","ts":1767225600000}}"#),
-            format!(r#"{{"id":1,"text":"{pad}","ts":"soon"}}"#),
-            format!(r#"{{"id":1,"text":"{pad}","ts":1.5}}"#),
-            format!(r#"{{"id":1,"text":"{pad}","ts":-99999999999999999}}"#),
-            format!(r#"{{"id":1,"text":"{pad}"}}"#),
-            format!(r#"{{"id":1,"text":"{pad}","meta":{{"ts":7}}}}"#),
-            r#"{"ts":5}"#.to_string(),
-            r#"[1,2]"#.to_string(),
-            r#"{"ts":5"#.to_string(),
-        ];
-        for field in ["ts", "meta.ts"] {
-            let path = FieldPath::parse(field);
-            for value in &values {
-                assert_eq!(
-                    event_time_in(value.as_bytes(), field, &path),
-                    parsed_whole(value.as_bytes(), field),
-                    "{field} in {value}"
-                );
-            }
-        }
-        let path = FieldPath::parse("ts");
-        assert_eq!(
-            event_time_in(values[0].as_bytes(), "ts", &path),
-            Ok(1767225600000)
-        );
-        assert_eq!(
-            event_time_in(
-                values[5].as_bytes(),
-                "meta.ts",
-                &FieldPath::parse("meta.ts")
-            ),
-            Ok(7)
         );
     }
 }

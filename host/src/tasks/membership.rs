@@ -1,0 +1,222 @@
+//! A process's membership in a scaled-out pipeline's consumer group: the
+//! group decides which tasks the process runs.
+//!
+//! The member subscribes to the source's topics with KIP-848's protocol
+//! and the broker's `range` assignor (same-index partitions of every topic
+//! go to one member, so a task gets its partition of each). It never reads
+//! records itself: an assigned partition is paused at once and its task
+//! reads it with a consumer of its own. A revoked partition's task is
+//! stopped inside the rebalance callback, before the partition is released,
+//! so that its final checkpoint is committed before the next owner
+//! restores it.
+
+use super::TaskId;
+use super::registry::{TaskPlan, TaskRegistry, TasksReport};
+use crate::config::{ConfigError, LoadedConfig, SourceConfig};
+use crate::connectors::kafka::OffsetCommits;
+use crate::pipeline::PluginResolver;
+use crate::runtime::PluginRuntime;
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, TopicPartitionList};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+/// Why a scaled-out pipeline could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaleOutError {
+    /// The pipeline file is wrong for scale-out (located).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The process could not join or stay in the group.
+    #[error("group membership of `{group}`: {message}")]
+    Membership {
+        /// The consumer group.
+        group: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A task failed (the process stops its other tasks and ends, to be
+    /// restarted: its tasks move meanwhile).
+    #[error("{0}")]
+    Task(String),
+}
+
+/// The group member's callbacks: rebalances start and stop tasks.
+struct MemberContext {
+    tasks: Arc<TaskRegistry>,
+}
+
+impl ClientContext for MemberContext {}
+
+/// The tasks of the partitions in `partitions` (stage 0: the source's).
+fn tasks_of(partitions: &TopicPartitionList) -> BTreeSet<TaskId> {
+    partitions
+        .elements()
+        .iter()
+        .map(|element| TaskId {
+            stage: 0,
+            index: element.partition(),
+        })
+        .collect()
+}
+
+impl ConsumerContext for MemberContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        error: RDKafkaRespErr,
+        partitions: &mut TopicPartitionList,
+    ) {
+        let result = match error {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                tracing::info!(assigned = ?partitions.to_topic_map(), "partitions assigned to this process");
+                // The member only holds the partitions: their tasks read them.
+                let result = consumer
+                    .incremental_assign(partitions)
+                    .and_then(|()| consumer.pause(partitions));
+                self.tasks.start(&tasks_of(partitions));
+                result
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(revoked = ?partitions.to_topic_map(), "partitions revoked from this process");
+                self.tasks.stop(&tasks_of(partitions));
+                consumer.incremental_unassign(partitions)
+            }
+            other => {
+                tracing::warn!(error = ?other, "Kafka rebalance error");
+                Ok(())
+            }
+        };
+        if let Err(error) = result {
+            tracing::error!(%error, "Kafka rebalance could not be applied");
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(error) = result {
+            tracing::warn!(%error, offsets = ?offsets.to_topic_map(), "task offset commit refused");
+        }
+    }
+}
+
+/// Commits a task's offsets through the process's group member.
+struct MemberCommits {
+    member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
+}
+
+impl OffsetCommits for MemberCommits {
+    fn commit(&self, offsets: &TopicPartitionList) {
+        let Some(member) = self.member.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        if let Err(error) = member.commit(offsets, CommitMode::Async) {
+            tracing::warn!(%error, "task offset commit refused");
+        }
+    }
+}
+
+/// Runs the tasks of the scaled-out pipeline `loaded` that the group gives
+/// this process, until `stop` is set (every task then takes a final
+/// checkpoint and the process leaves the group) or a task fails.
+///
+/// `instance`: a stable name of this process (a StatefulSet pod's), for
+/// static membership: a process restarted under the same name gets its
+/// tasks back without a rebalance. Without one, the process's tasks move
+/// as soon as it leaves.
+pub fn run_tasks(
+    loaded: &LoadedConfig,
+    runtime: &PluginRuntime,
+    resolve_plugin: PluginResolver<'_>,
+    instance: Option<&str>,
+    stop: Arc<AtomicBool>,
+) -> Result<TasksReport, ScaleOutError> {
+    let SourceConfig::Kafka(kafka) = &loaded.config.source else {
+        return Err(loaded
+            .error_at("source", "only a Kafka source can be scaled out")
+            .into());
+    };
+    let mut resolved = loaded.clone();
+    // Plugins are resolved (crates built) once, not per task.
+    for (index, operator) in resolved.config.operators.iter_mut().enumerate() {
+        if let Some(plugin) = &operator.plugin {
+            let component = resolve_plugin(&loaded.resolve_path(plugin))
+                .map_err(|why| loaded.error_at(&format!("operators[{index}].plugin"), why))?;
+            operator.plugin = Some(component);
+        }
+    }
+    let group = kafka.group_id.clone();
+    let membership_error = |message: String| ScaleOutError::Membership {
+        group: group.clone(),
+        message,
+    };
+    let commits = Arc::new(MemberCommits {
+        member: OnceLock::new(),
+    });
+    let tasks = Arc::new(TaskRegistry::new(TaskPlan {
+        loaded: resolved,
+        runtime: runtime.clone(),
+        commits: commits.clone(),
+    }));
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &kafka.bootstrap_servers)
+        .set("group.id", &kafka.group_id)
+        .set("group.protocol", "consumer")
+        .set("group.remote.assignor", "range")
+        .set("enable.auto.commit", "false")
+        // Paused at once; nothing worth buffering.
+        .set("queued.max.messages.kbytes", "64");
+    let properties = kafka.granted_properties.over(&kafka.properties);
+    for (key, value) in crate::connectors::kafka::connection_properties(&properties) {
+        config.set(key, value);
+    }
+    if let Some(instance) = instance {
+        config.set(
+            "group.instance.id",
+            format!(
+                "sluice.{}.{}.{instance}",
+                loaded.config.pipeline.tenant, loaded.config.pipeline.name
+            ),
+        );
+    }
+    let member: Arc<BaseConsumer<MemberContext>> = Arc::new(
+        config
+            .create_with_context(MemberContext {
+                tasks: tasks.clone(),
+            })
+            .map_err(|e| membership_error(format!("cannot create the group member: {e}")))?,
+    );
+    let _ = commits.member.set(Arc::downgrade(&member));
+    let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
+    member
+        .subscribe(&topics)
+        .map_err(|e| membership_error(format!("cannot subscribe to {topics:?}: {e}")))?;
+    tracing::info!(group = %kafka.group_id, ?instance, "joined the group; tasks follow its assignment");
+
+    let mut failure = None;
+    while !stop.load(Ordering::Relaxed) {
+        // Rebalance callbacks run in here; records never arrive (every
+        // assigned partition is paused).
+        if let Some(Err(error)) = member.poll(Duration::from_millis(100)) {
+            tracing::warn!(%error, "group member error");
+        }
+        if let Some(error) = tasks.failure() {
+            failure = Some(error);
+            break;
+        }
+    }
+    tracing::info!(tasks = ?tasks.running(), "stopping every task, then leaving the group");
+    tasks.stop_all();
+    // Leaves the group (the revoke callback finds no task left).
+    member.unsubscribe();
+    drop(member);
+    match failure {
+        Some(error) => Err(ScaleOutError::Task(error)),
+        None => Ok(tasks.report()),
+    }
+}

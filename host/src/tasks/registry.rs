@@ -1,0 +1,210 @@
+//! The tasks a process runs now: started when the group assigns their
+//! partitions, stopped (with a final checkpoint) when it revokes them.
+
+use super::TaskId;
+use crate::checkpoint::RestoreFrom;
+use crate::config::LoadedConfig;
+use crate::connectors::kafka::{KafkaAssignment, OffsetCommits};
+use crate::dataflow::RunOutcome;
+use crate::metrics::PipelineMetrics;
+use crate::pipeline::{Pipeline, wasm_files_only};
+use crate::runtime::PluginRuntime;
+use crate::sync::lock;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// How one task ran in this process.
+#[derive(Debug, Clone)]
+pub struct TaskReport {
+    /// The task.
+    pub task: TaskId,
+    /// The checkpoint it restored, if any.
+    pub restored: Option<u64>,
+    /// Records its source read.
+    pub records_in: u64,
+    /// Records it wrote to the main sink.
+    pub records_out: u64,
+    /// How it ended, or why it failed.
+    pub outcome: Result<RunOutcome, String>,
+}
+
+/// Every task a process ran, in the order they ended.
+#[derive(Debug, Clone, Default)]
+pub struct TasksReport {
+    /// One entry per run of a task (a task that moved away and came back
+    /// ran twice).
+    pub tasks: Vec<TaskReport>,
+}
+
+/// What every task of the process is built from.
+pub(super) struct TaskPlan {
+    /// The pipeline file, its plugins already resolved to component files.
+    pub(super) loaded: LoadedConfig,
+    /// The process's plugin runtime.
+    pub(super) runtime: PluginRuntime,
+    /// Commits the tasks' offsets: the process's group member.
+    pub(super) commits: Arc<dyn OffsetCommits>,
+}
+
+/// A task's thread and how to stop it.
+struct RunningTask {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<TaskReport>,
+}
+
+/// The tasks of one process.
+pub(super) struct TaskRegistry {
+    plan: TaskPlan,
+    running: Mutex<BTreeMap<TaskId, RunningTask>>,
+    ended: Mutex<Vec<TaskReport>>,
+    /// The first failure of a task that was not asked to stop.
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl TaskRegistry {
+    pub(super) fn new(plan: TaskPlan) -> Self {
+        TaskRegistry {
+            plan,
+            running: Mutex::new(BTreeMap::new()),
+            ended: Mutex::new(Vec::new()),
+            failure: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Starts the tasks of `tasks` that do not run yet, each in its own
+    /// thread (opening a task restores its checkpoint, which can take a
+    /// while: the caller, the group member's poll, must not wait for it).
+    pub(super) fn start(&self, tasks: &BTreeSet<TaskId>) {
+        let mut running = lock(&self.running);
+        for &task in tasks {
+            if running.contains_key(&task) {
+                continue;
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut loaded = self.plan.loaded.clone();
+            loaded.config.pipeline.name = task.scoped_name(&loaded.config.pipeline.name);
+            let runtime = self.plan.runtime.clone();
+            let assignment = KafkaAssignment {
+                partitions: vec![task.index],
+                commits: self.plan.commits.clone(),
+            };
+            let failure = self.failure.clone();
+            let task_stop = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("task-{}", task.name()))
+                .spawn(move || {
+                    let report = run_task(task, &loaded, &runtime, assignment, task_stop.clone());
+                    if let Err(error) = &report.outcome
+                        && !task_stop.load(Ordering::Relaxed)
+                    {
+                        tracing::error!(task = %task.name(), %error, "task failed");
+                        lock(&failure)
+                            .get_or_insert_with(|| format!("task {}: {error}", task.name()));
+                    }
+                    report
+                });
+            match thread {
+                Ok(thread) => {
+                    tracing::info!(task = %task.name(), "task starting");
+                    running.insert(task, RunningTask { stop, thread });
+                }
+                Err(error) => {
+                    lock(&self.failure).get_or_insert_with(|| {
+                        format!("cannot start a thread for task {}: {error}", task.name())
+                    });
+                }
+            }
+        }
+    }
+
+    /// Stops the tasks of `tasks` that run here and waits for them: each
+    /// drains, takes a final checkpoint and commits it, so that the process
+    /// the task moves to starts where this one ended.
+    pub(super) fn stop(&self, tasks: &BTreeSet<TaskId>) {
+        let stopping: Vec<(TaskId, RunningTask)> = {
+            let mut running = lock(&self.running);
+            tasks
+                .iter()
+                .filter_map(|task| running.remove(task).map(|r| (*task, r)))
+                .collect()
+        };
+        for (_, task) in &stopping {
+            task.stop.store(true, Ordering::Relaxed);
+        }
+        for (id, task) in stopping {
+            let report = task.thread.join().unwrap_or_else(|_| TaskReport {
+                task: id,
+                restored: None,
+                records_in: 0,
+                records_out: 0,
+                outcome: Err("the task's thread panicked".into()),
+            });
+            tracing::info!(task = %id.name(), outcome = ?report.outcome, "task stopped");
+            lock(&self.ended).push(report);
+        }
+    }
+
+    /// Stops every task.
+    pub(super) fn stop_all(&self) {
+        let all: BTreeSet<TaskId> = lock(&self.running).keys().copied().collect();
+        self.stop(&all);
+    }
+
+    /// The first failure of a task, if one failed while it was meant to run.
+    pub(super) fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+
+    /// The tasks running now.
+    pub(super) fn running(&self) -> BTreeSet<TaskId> {
+        lock(&self.running).keys().copied().collect()
+    }
+
+    /// Every task that ended so far.
+    pub(super) fn report(&self) -> TasksReport {
+        TasksReport {
+            tasks: lock(&self.ended).clone(),
+        }
+    }
+}
+
+/// Opens task `task` (restoring its latest checkpoint) and runs it until
+/// `stop`.
+fn run_task(
+    task: TaskId,
+    loaded: &LoadedConfig,
+    runtime: &PluginRuntime,
+    assignment: KafkaAssignment,
+    stop: Arc<AtomicBool>,
+) -> TaskReport {
+    let mut report = TaskReport {
+        task,
+        restored: None,
+        records_in: 0,
+        records_out: 0,
+        outcome: Ok(RunOutcome::Stopped),
+    };
+    let pipeline = match Pipeline::open_task(
+        loaded,
+        runtime,
+        &wasm_files_only,
+        &RestoreFrom::Latest,
+        assignment,
+    ) {
+        Ok(pipeline) => pipeline,
+        Err(error) => {
+            report.outcome = Err(error.to_string());
+            return report;
+        }
+    };
+    report.restored = pipeline.restored_checkpoint();
+    tracing::info!(task = %task.name(), restored = ?report.restored, "task running");
+    let metrics: Arc<PipelineMetrics> = pipeline.metrics();
+    report.outcome = pipeline.run(stop).map_err(|error| error.to_string());
+    let snapshot = metrics.snapshot();
+    report.records_in = snapshot.records_in;
+    report.records_out = snapshot.records_out;
+    report
+}
