@@ -626,6 +626,37 @@ pub mod kafka {
         (out, at_high_watermark)
     }
 
+    /// A `read_committed` reader that keeps what it read, for tests that
+    /// wait until some output has arrived without reading it all again.
+    pub struct Tail {
+        consumer: BaseConsumer,
+        /// Every record read so far.
+        pub records: Vec<Read>,
+    }
+
+    impl Tail {
+        /// Reads `topic` partitions `0..partitions` from the beginning.
+        pub fn new(topic: &str, partitions: i32) -> Tail {
+            Tail {
+                consumer: reader(topic, partitions, "read_committed", false),
+                records: Vec::new(),
+            }
+        }
+
+        /// Reads what has arrived (waiting at most 100 ms for the first
+        /// record); returns how many records it has now.
+        pub fn catch_up(&mut self) -> usize {
+            let mut wait = Duration::from_millis(100);
+            while let Some(polled) = self.consumer.poll(wait) {
+                if let Ok(message) = polled {
+                    self.records.push(to_read(&message));
+                }
+                wait = Duration::ZERO;
+            }
+            self.records.len()
+        }
+    }
+
     /// The group's committed offsets of `topic` partitions `0..partitions`.
     pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
         let consumer: BaseConsumer = ClientConfig::new()

@@ -247,6 +247,15 @@ impl<'a> Grants<'a> {
                 "consumer groups",
             )?;
             check_kafka_properties("source.kafka.properties", &kafka.properties)?;
+            if kafka.scale_out {
+                // Repartition topics and per-task checkpoints would reach
+                // past the tenant's prefixes; ADR 0020 says how serve will
+                // run tasks.
+                return refuse(
+                    "source.kafka.scale_out",
+                    "scaled-out pipelines run with `sluice run` for now, not on the server",
+                );
+            }
             if let Some(registry) = &mut kafka.schema_registry {
                 self.registry("source.kafka.schema_registry", registry)?;
             }

@@ -4,14 +4,21 @@
 //! processes come, go cleanly (SIGTERM) or die (SIGKILL); each keeps its
 //! own state and checkpoints on S3, and the output stays exactly-once.
 //!
-//! Input: 8 partitions, a key per record whose partition follows from it
-//! (as a Kafka producer partitioning by key does), so a key's records all
-//! go to one task → a running count per key in host state (plugin
-//! `running-count`) → exactly-once Kafka sinks. A `read_committed` reader
-//! must see every id once and, per key, the counts 1..n: state moved with
-//! its task.
+//! Two shapes, over 8 input partitions:
+//!
+//! * keys that follow the partitions (as a producer partitioning by key
+//!   writes them) → a running count per key in host state (plugin
+//!   `running-count`) → exactly-once Kafka: one stage, no repartition.
+//! * keys spread over every partition (round-robin) → a stateless plugin →
+//!   key-by the key field → the running count and a tumbling event-time
+//!   window sum: two stages and a repartition topic, watermarks crossing
+//!   it as control records.
+//!
+//! A `read_committed` reader must see every id once, per key the counts
+//! 1..n (state moved with its task), and the window sums of a model
+//! computed from the input, none of them late.
 
-use sluice_tests::kafka::{committed, create_topic, read_to_end, unique_topic};
+use sluice_tests::kafka::{Tail, committed, create_topic, read_to_end, unique_topic};
 use sluice_tests::{
     KillOnDrop, Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until,
     wait_while_progressing,
@@ -24,12 +31,48 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(180);
 const PARTITIONS: i32 = 8;
 const KEYS: u64 = 400;
+const T0: i64 = 1_700_000_000_000;
+
+/// How the input is keyed and what the pipeline does with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Keys follow the partitions; one stage.
+    KeyedByPartition,
+    /// Keys over every partition; a key-by into a second stage with a
+    /// window.
+    KeyBy,
+}
+
+/// The input record `i` of `shape`: every 97th has no key (dead-lettered
+/// by the plugin); event times 2 ms apart with up to 200 ms of disorder.
+fn input_value(i: u64) -> String {
+    let ts = T0 + i as i64 * 2 - ((i * 7919) % 200) as i64;
+    let amount = i % 7 + 1;
+    if i % 97 == 96 {
+        format!(r#"{{"id":{i},"amount":{amount},"ts":{ts}}}"#)
+    } else {
+        format!(
+            r#"{{"id":{i},"key":"k{}","amount":{amount},"ts":{ts}}}"#,
+            i % KEYS
+        )
+    }
+}
+
+/// The partition of input record `i`.
+fn input_partition(shape: Shape, i: u64) -> i32 {
+    match shape {
+        Shape::KeyedByPartition => ((i % KEYS) % PARTITIONS as u64) as i32,
+        Shape::KeyBy => (i % PARTITIONS as u64) as i32,
+    }
+}
 
 /// Topics, bucket and pipeline file of one run.
 struct Cluster {
+    shape: Shape,
     dir: tempfile::TempDir,
     input: String,
     counts: String,
+    windows: String,
     dead_letters: String,
     group: String,
     /// Records produced so far.
@@ -38,11 +81,13 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new() -> Cluster {
+    fn new(shape: Shape) -> Cluster {
         let bucket = unique_topic("scale-bucket").to_lowercase();
         s3::create_bucket(&bucket);
         let name = unique_topic("scale-out");
         let cluster = Cluster {
+            shape,
+            windows: unique_topic("scale-windows"),
             dir: tempfile::Builder::new()
                 .prefix("sluice-scale-")
                 .disable_cleanup(std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some())
@@ -57,13 +102,62 @@ impl Cluster {
         };
         create_topic(&cluster.input, PARTITIONS);
         create_topic(&cluster.counts, 2);
+        create_topic(&cluster.windows, 2);
         create_topic(&cluster.dead_letters, 1);
         let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/running-count");
         let bootstrap = sluice_tests::kafka::bootstrap();
+        let identity = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/identity");
+        let operators = match shape {
+            Shape::KeyedByPartition => format!(
+                r#"[[operators]]
+name = "running-count"
+plugin = {plugin:?}
+
+[sink.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{counts}"
+transaction_timeout_ms = 15000
+
+[side_outputs.counts]
+blackhole = {{}}
+"#,
+                counts = cluster.counts,
+            ),
+            Shape::KeyBy => format!(
+                r#"[[operators]]
+name = "stateless"
+plugin = {identity:?}
+
+[[operators]]
+name = "running-count"
+plugin = {plugin:?}
+key_by = "key"
+
+[[operators]]
+name = "sum-per-key"
+window = {{ tumbling_ms = 1000 }}
+key_field = "key"
+aggregate = {{ function = "sum", field = "amount" }}
+
+[sink.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{windows}"
+transaction_timeout_ms = 15000
+
+[side_outputs.counts.kafka]
+bootstrap_servers = "{bootstrap}"
+topic = "{counts}"
+transaction_timeout_ms = 15000
+"#,
+                counts = cluster.counts,
+                windows = cluster.windows,
+            ),
+        };
         let text = format!(
             r#"[pipeline]
 name = "{name}"
 batch_size = 200
+max_out_of_orderness_ms = 500
 
 [checkpoints]
 storage = "s3://{bucket}/checkpoints"
@@ -77,20 +171,10 @@ topics = ["{input}"]
 group_id = "{group}"
 start = "earliest"
 value_format = "json"
+timestamp_field = "ts"
 scale_out = true
 
-[[operators]]
-name = "running-count"
-plugin = {plugin:?}
-
-[sink.kafka]
-bootstrap_servers = "{bootstrap}"
-topic = "{counts}"
-transaction_timeout_ms = 15000
-
-[side_outputs.counts]
-blackhole = {{}}
-
+{operators}
 [dead_letter.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{dead_letters}"
@@ -99,7 +183,6 @@ transaction_timeout_ms = 15000
             endpoint = s3::endpoint(),
             input = cluster.input,
             group = cluster.group,
-            counts = cluster.counts,
             dead_letters = cluster.dead_letters,
         );
         std::fs::write(cluster.pipeline(), text).expect("write pipeline");
@@ -137,9 +220,49 @@ transaction_timeout_ms = 15000
         std::fs::read_to_string(self.log(run)).unwrap_or_default()
     }
 
-    /// Produces `records` more inputs: record `i` has key `k{i % KEYS}`
-    /// and goes to partition `(i % KEYS) % PARTITIONS`; every 97th has no
-    /// key (dead-lettered by the plugin).
+    /// A cluster on the same topics, to produce from another thread.
+    fn clone_topics(&self) -> Cluster {
+        Cluster {
+            shape: self.shape,
+            dir: tempfile::tempdir().expect("temporary directory"),
+            input: self.input.clone(),
+            counts: self.counts.clone(),
+            windows: self.windows.clone(),
+            dead_letters: self.dead_letters.clone(),
+            group: self.group.clone(),
+            produced: self.produced,
+            runs: 0,
+        }
+    }
+
+    /// One record per partition (key `end`) far ahead in event time, so
+    /// that every window of the records before it fires.
+    fn produce_sentinels(&mut self) {
+        use rdkafka::ClientConfig;
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", sluice_tests::kafka::bootstrap())
+            .create()
+            .unwrap_or_else(|e| panic!("Kafka producer: {e}"));
+        let ts = T0 + self.produced as i64 * 2 + 100_000;
+        for partition in 0..PARTITIONS {
+            let id = self.produced + partition as u64;
+            let value = format!(r#"{{"id":{id},"key":"end","amount":0,"ts":{ts}}}"#);
+            sluice_tests::kafka::send(
+                &producer,
+                BaseRecord::<(), _>::to(&self.input)
+                    .payload(value.as_bytes())
+                    .partition(partition),
+            );
+        }
+        producer
+            .flush(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("flushing sentinels: {e}"));
+        self.produced += PARTITIONS as u64;
+    }
+
+    /// Produces `records` more inputs ([`input_value`], to
+    /// [`input_partition`]).
     fn produce(&mut self, records: u64) {
         use rdkafka::ClientConfig;
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -150,17 +273,12 @@ transaction_timeout_ms = 15000
             .create()
             .unwrap_or_else(|e| panic!("Kafka producer: {e}"));
         for i in self.produced..self.produced + records {
-            let key = i % KEYS;
-            let value = if i % 97 == 96 {
-                format!(r#"{{"id":{i}}}"#)
-            } else {
-                format!(r#"{{"id":{i},"key":"k{key}"}}"#)
-            };
+            let value = input_value(i);
             sluice_tests::kafka::send(
                 &producer,
                 BaseRecord::<(), _>::to(&self.input)
                     .payload(value.as_bytes())
-                    .partition((key % PARTITIONS as u64) as i32),
+                    .partition(input_partition(self.shape, i)),
             );
         }
         producer
@@ -217,9 +335,66 @@ transaction_timeout_ms = 15000
     }
 }
 
+/// The exactly-once checks: every input id once in the counts or the
+/// dead letters (only ids without a key there: none late), per key the
+/// running counts 1..n.
+fn assert_exactly_once(cluster: &Cluster) {
+    // Every id once; per key the counts 1..n.
+    let (counts, clean) = read_to_end(&cluster.counts, 2, true);
+    assert!(clean, "a transaction is left open on {}", cluster.counts);
+    let (dead_letters, clean) = read_to_end(&cluster.dead_letters, 1, true);
+    assert!(
+        clean,
+        "a transaction is left open on {}",
+        cluster.dead_letters
+    );
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for record in &counts {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
+        counts_by_key
+            .entry(value["key"].as_str().expect("key").to_string())
+            .or_default()
+            .push(value["count"].as_u64().expect("count"));
+    }
+    for record in &dead_letters {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        let id = value["id"].as_u64().expect("id");
+        assert!(
+            id % 97 == 96,
+            "only records without a key are dead letters: {value} ({:?})",
+            record.headers
+        );
+        *seen.entry(id).or_default() += 1;
+    }
+    let duplicated: Vec<u64> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        duplicated.is_empty(),
+        "{} ids seen more than once, e.g. {:?}, the last {:?}",
+        duplicated.len(),
+        &duplicated[..duplicated.len().min(5)],
+        duplicated.last()
+    );
+    let missing: Vec<u64> = (0..cluster.produced)
+        .filter(|id| !seen.contains_key(id))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "ids never seen: {missing:?}");
+    for (key, mut values) in counts_by_key {
+        values.sort_unstable();
+        let expected: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, expected, "running counts of key {key}");
+    }
+}
+
 #[test]
 fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::new(Shape::KeyedByPartition);
     cluster.produce(20_000);
     let mut a = cluster.spawn();
     cluster.wait_for_tasks(a.0, PARTITIONS as usize);
@@ -253,54 +428,130 @@ fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
     let [c] = runs;
     sigterm_and_wait(c.1.into_inner());
 
-    // Every id once; per key the counts 1..n.
-    let (counts, clean) = read_to_end(&cluster.counts, 2, true);
-    assert!(clean, "a transaction is left open on {}", cluster.counts);
-    let (dead_letters, clean) = read_to_end(&cluster.dead_letters, 1, true);
-    assert!(
-        clean,
-        "a transaction is left open on {}",
-        cluster.dead_letters
-    );
-    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for record in &counts {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
-        counts_by_key
-            .entry(value["key"].as_str().expect("key").to_string())
-            .or_default()
-            .push(value["count"].as_u64().expect("count"));
-    }
-    for record in &dead_letters {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
-    }
-    let duplicated: Vec<u64> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, _)| *id)
-        .collect();
-    assert!(
-        duplicated.is_empty(),
-        "{} ids seen more than once, e.g. {:?}, the last {:?}",
-        duplicated.len(),
-        &duplicated[..duplicated.len().min(5)],
-        duplicated.last()
-    );
-    let missing: Vec<u64> = (0..cluster.produced)
-        .filter(|id| !seen.contains_key(id))
-        .take(5)
-        .collect();
-    assert!(missing.is_empty(), "ids never seen: {missing:?}");
-    for (key, mut values) in counts_by_key {
-        values.sort_unstable();
-        let expected: Vec<u64> = (1..=values.len() as u64).collect();
-        assert_eq!(values, expected, "running counts of key {key}");
-    }
+    assert_exactly_once(&cluster);
     // Tasks moved with their state: the later processes restored
     // checkpoints the earlier ones wrote.
     let restored = |run: usize| cluster.read_log(run).matches("restored=Some(").count();
     assert!(restored(1) > 0, "{}", cluster.all_logs());
     assert!(restored(2) > 0, "{}", cluster.all_logs());
+}
+
+/// The window sums a model computes from inputs `0..records`.
+fn window_model(records: u64) -> BTreeMap<(String, i64), f64> {
+    let mut model = BTreeMap::new();
+    for i in 0..records {
+        let value: serde_json::Value = serde_json::from_str(&input_value(i)).expect("JSON");
+        let Some(key) = value["key"].as_str() else {
+            continue;
+        };
+        let ts = value["ts"].as_i64().expect("ts");
+        *model
+            .entry((key.to_string(), ts - ts.rem_euclid(1000)))
+            .or_default() += value["amount"].as_f64().expect("amount");
+    }
+    model
+}
+
+/// Every window result once, none an update (late), equal to the model.
+fn assert_windows_match_the_model(cluster: &Cluster, records: u64) {
+    let (windows, clean) = read_to_end(&cluster.windows, 2, true);
+    assert!(clean, "a transaction is left open on {}", cluster.windows);
+    let mut results: BTreeMap<(String, i64), f64> = BTreeMap::new();
+    for record in &windows {
+        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+        let key = (
+            value["key"].as_str().expect("key").to_string(),
+            value["window_start"].as_i64().expect("window_start"),
+        );
+        assert_eq!(value["update"], false, "no record is late: {value}");
+        let previous = results.insert(key.clone(), value["result"].as_f64().expect("result"));
+        assert!(previous.is_none(), "window {key:?} written twice");
+    }
+    let model = window_model(records);
+    assert_eq!(results.len(), model.len(), "number of windows");
+    assert!(results == model, "window sums differ from the model");
+}
+
+/// Produces input records in chunks while `producing` holds (and at
+/// least `at_least` of them), from another thread: the processes change
+/// while input arrives.
+fn produce_while(
+    mut sender: Cluster,
+    producing: &std::sync::atomic::AtomicBool,
+    at_least: u64,
+) -> u64 {
+    let mut produced = 0;
+    while producing.load(std::sync::atomic::Ordering::Relaxed) || produced < at_least {
+        sender.produce(5_000);
+        produced += 5_000;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    produced
+}
+
+#[test]
+fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
+    let records: u64 = std::env::var("SLUICE_SCALE_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000);
+    let mut cluster = Cluster::new(Shape::KeyBy);
+    eprintln!("run logs in {}", cluster.dir.path().display());
+    let stages = 2;
+    let first = cluster.spawn();
+    cluster.wait_for_tasks(first.0, stages * PARTITIONS as usize);
+    let producing = std::sync::atomic::AtomicBool::new(true);
+    let produced = std::thread::scope(|scope| {
+        let sender = cluster.clone_topics();
+        let producing = &producing;
+        let producer = scope.spawn(move || produce_while(sender, producing, records));
+        // 1 -> 2 -> 3 processes, then the first two leave cleanly.
+        let second = cluster.spawn();
+        cluster.wait_for_tasks(second.0, 1);
+        let third = cluster.spawn();
+        cluster.wait_for_tasks(third.0, 1);
+        sigterm_and_wait(first.1.into_inner());
+        cluster.wait_for_tasks(third.0, 2);
+        sigterm_and_wait(second.1.into_inner());
+        cluster.wait_for_tasks(third.0, stages * PARTITIONS as usize);
+        producing.store(false, std::sync::atomic::Ordering::Relaxed);
+        let produced = producer.join().expect("producer");
+        (third, produced)
+    });
+    let (last, produced) = produced;
+    cluster.produced = produced;
+    // One record per partition far ahead in event time: every window of
+    // the input fires.
+    cluster.produce_sentinels();
+    let expected_ids = cluster.produced;
+    let model = window_model(produced);
+    let mut counts = Tail::new(&cluster.counts, 2);
+    let mut dead_letters = Tail::new(&cluster.dead_letters, 1);
+    let mut windows = Tail::new(&cluster.windows, 2);
+    let mut runs = [last];
+    wait_while_progressing(
+        "every record and window out",
+        WAIT,
+        Duration::from_millis(250),
+        || {
+            if let Ok(Some(status)) = runs[0].1.child().try_wait() {
+                panic!("the last run ended ({status}): {}", cluster.all_logs());
+            }
+            let out = counts.catch_up() + dead_letters.catch_up();
+            let fired = windows.catch_up();
+            if out as u64 >= expected_ids && fired >= model.len() {
+                Progress::Done
+            } else {
+                Progress::At((out + fired) as i64)
+            }
+        },
+    )
+    .unwrap_or_else(|stalled| panic!("{stalled}: {}", cluster.all_logs()));
+    let [last] = runs;
+    sigterm_and_wait(last.1.into_inner());
+    assert_exactly_once(&cluster);
+    assert_windows_match_the_model(&cluster, produced);
+    // Tasks moved with their state.
+    let restored = |run: usize| cluster.read_log(run).matches("restored=Some(").count();
+    assert!(restored(1) + restored(2) > 0, "{}", cluster.all_logs());
 }

@@ -233,6 +233,43 @@ impl LoadedConfig {
         Ok(())
     }
 
+    /// `key_by` starts a stage of a scaled-out pipeline: only there, not on
+    /// a join (whose inputs are its sides), and a keyed operator after it
+    /// keys by the same field.
+    fn validate_key_by(&self) -> Result<(), ConfigError> {
+        let c = &self.config;
+        let scaled_out = matches!(&c.source, SourceConfig::Kafka(k) if k.scale_out);
+        let mut stage_key: Option<&str> = None;
+        for (index, operator) in c.operators.iter().enumerate() {
+            if let Some(key) = &operator.key_by {
+                let field = format!("operators[{index}].key_by");
+                if !scaled_out {
+                    return Err(self.error_at(
+                        &field,
+                        "a key-by starts a stage of a scaled-out pipeline: set `[source.kafka] scale_out = true`",
+                    ));
+                }
+                if operator.join.is_some() {
+                    return Err(self.error_at(&field, "a join is keyed by its sides"));
+                }
+                if key.trim().is_empty() {
+                    return Err(self.error_at(&field, "name a field of the value"));
+                }
+                stage_key = Some(key);
+            }
+            if let Some(stage_key) = stage_key
+                && operator.window.is_some()
+                && operator.key_field.as_deref() != Some(stage_key)
+            {
+                return Err(self.error_at(
+                    &format!("operators[{index}].key_field"),
+                    format!("this stage is keyed by `{stage_key}` (the key-by before it): key the window by it too"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.config;
         if c.pipeline.name.trim().is_empty() {
@@ -309,6 +346,7 @@ impl LoadedConfig {
         if let Some(checkpoints) = &c.checkpoints {
             self.validate_checkpoints(checkpoints)?;
         }
+        self.validate_key_by()?;
         let mut names = std::collections::BTreeSet::new();
         for (index, operator) in c.operators.iter().enumerate() {
             if !names.insert(operator.name.as_str()) {

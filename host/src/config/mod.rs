@@ -426,6 +426,11 @@ pub struct OperatorConfig {
     /// A window operator's key: a field of the value (`user`, `a.b`, a JSON
     /// pointer); absent: the record key.
     pub key_field: Option<String>,
+    /// A key-by before this operator: records reach it partitioned by this
+    /// field of the value, which becomes their record key. In a scaled-out
+    /// pipeline a new stage starts here, fed by a repartition topic
+    /// (ADR 0020).
+    pub key_by: Option<String>,
     /// How long after a window fired late records still update it, ms.
     #[serde(default)]
     pub allowed_lateness_ms: DurationMs,

@@ -218,6 +218,7 @@ impl OperatorChain {
                         .store(watermark, Ordering::Relaxed);
                     self.route(index, out)?;
                 }
+                self.sinks.main.on_watermark(watermark)?;
                 self.metrics.watermark.store(watermark, Ordering::Relaxed);
             }
             StreamElement::Barrier(barrier) => {

@@ -242,7 +242,12 @@ impl SourceReader<'_> {
                 &self.metrics.source_dead_letters,
                 batch.dead_letters.len() as u64,
             );
-            watermarks.on_records(&batch.records, now);
+            let carried = if self.source.carries_watermarks() {
+                Some(batch.watermark)
+            } else {
+                watermarks.on_records(&batch.records, now);
+                None
+            };
             if !batch.dead_letters.is_empty()
                 && !self.send(StreamElement::DeadLetters(batch.dead_letters))
             {
@@ -264,7 +269,11 @@ impl SourceReader<'_> {
             // Checked after every read (sources return at least every poll
             // timeout, also without records), so idleness is noticed even
             // when nothing arrives.
-            if let Some(watermark) = watermarks.advance(now) {
+            let next = match carried {
+                Some(carried) => carried.filter(|w| *w > last_watermark),
+                None => watermarks.advance(now),
+            };
+            if let Some(watermark) = next {
                 last_watermark = watermark;
                 if !self.send(StreamElement::Watermark(watermark)) {
                     return Ok(RunOutcome::Stopped);

@@ -332,6 +332,13 @@ pub trait Source: Send {
         None
     }
 
+    /// Whether the input carries its own watermarks (a repartition topic's
+    /// control records, [`SourceBatch::watermark`]): the executor then
+    /// takes those instead of deriving watermarks from event times.
+    fn carries_watermarks(&self) -> bool {
+        false
+    }
+
     /// Called just before barrier `checkpoint_id` is injected: the source
     /// remembers its position (e.g. Kafka offsets) as of that barrier and
     /// returns it, to be recorded in the checkpoint. `Null`: the source
@@ -381,6 +388,9 @@ pub struct SourceBatch {
     pub records: Vec<Record>,
     /// Input the source could not turn into records, marked with a reason.
     pub dead_letters: Vec<Record>,
+    /// The source's watermark now, from a source that
+    /// [carries watermarks](Source::carries_watermarks).
+    pub watermark: Option<i64>,
 }
 
 /// Consumes records.
@@ -393,6 +403,13 @@ pub trait Sink: Send {
 
     /// Makes everything written so far durable / visible.
     fn flush(&mut self) -> Result<(), DataflowError>;
+
+    /// The watermark reached the sinks: every record before it has been
+    /// written. A sink feeding another stage (a repartition topic) passes
+    /// it on; the default ignores it.
+    fn on_watermark(&mut self, _watermark: i64) -> Result<(), DataflowError> {
+        Ok(())
+    }
 
     /// The records the last [`Sink::write`] refused because they do not
     /// fit the sink (e.g. a table's schema), with the reason: the pipeline

@@ -552,6 +552,7 @@ fn merge(
                 watermarks[worker] = watermark;
                 let combined = watermarks.iter().copied().min().unwrap_or(i64::MIN);
                 if combined != i64::MIN {
+                    sinks.main.on_watermark(combined)?;
                     metrics.watermark.store(combined, Ordering::Relaxed);
                 }
             }

@@ -11,7 +11,7 @@ use crate::connectors::file::{ExactlyOnceFileSink, JsonLinesSink, OutputFormat};
 use crate::connectors::iceberg::{IcebergCommits, IcebergSink};
 use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaSink,
-    KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions,
+    KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions, RepartitionSink,
 };
 use crate::connectors::kafka::{Delivery, KafkaSinkConfig, SinkValueFormat};
 use crate::connectors::schema_registry::{ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry};
@@ -213,7 +213,18 @@ impl SinkFactory<'_> {
         Ok({
             let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
                 && *delivery != Some(Delivery::AtLeastOnce);
-            if exactly_once {
+            if let Some(target) = &kafka.repartition {
+                if !exactly_once {
+                    return Err(loaded
+                        .error_at(
+                            "checkpoints.mode",
+                            "a key-by between stages writes its repartition topic exactly-once: set mode = \"exactly-once\"",
+                        )
+                        .into());
+                }
+                let transactions = self.kafka_transactions(field, kafka)?;
+                Box::new(RepartitionSink::new(field, target.clone(), transactions))
+            } else if exactly_once {
                 let transactions = self.kafka_transactions(field, kafka)?;
                 Box::new(ExactlyOnceKafkaSink::new(
                     field,

@@ -114,6 +114,7 @@ pub(super) fn build_source(
                             }),
                         bounded: k.bounded,
                         assignment: task,
+                        upstream_watermarks: k.repartition_input,
                     },
                     metrics.source_partitions.clone(),
                 )

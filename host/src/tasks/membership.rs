@@ -12,8 +12,9 @@
 
 use super::TaskId;
 use super::registry::{TaskPlan, TaskRegistry, TasksReport};
+use super::stages::{self, Stage};
 use crate::config::{ConfigError, LoadedConfig, SourceConfig};
-use crate::connectors::kafka::OffsetCommits;
+use crate::connectors::kafka::{OffsetCommits, RepartitionAdmin};
 use crate::pipeline::PluginResolver;
 use crate::runtime::PluginRuntime;
 use rdkafka::ClientContext;
@@ -46,20 +47,22 @@ pub enum ScaleOutError {
     Task(String),
 }
 
-/// The group member's callbacks: rebalances start and stop tasks.
+/// The group member's callbacks: rebalances start and stop the stage's
+/// tasks.
 struct MemberContext {
+    stage: u32,
     tasks: Arc<TaskRegistry>,
 }
 
 impl ClientContext for MemberContext {}
 
-/// The tasks of the partitions in `partitions` (stage 0: the source's).
-fn tasks_of(partitions: &TopicPartitionList) -> BTreeSet<TaskId> {
+/// The tasks of stage `stage` that read `partitions`.
+fn tasks_of(stage: u32, partitions: &TopicPartitionList) -> BTreeSet<TaskId> {
     partitions
         .elements()
         .iter()
         .map(|element| TaskId {
-            stage: 0,
+            stage,
             index: element.partition(),
         })
         .collect()
@@ -79,12 +82,12 @@ impl ConsumerContext for MemberContext {
                 let result = consumer
                     .incremental_assign(partitions)
                     .and_then(|()| consumer.pause(partitions));
-                self.tasks.start(&tasks_of(partitions));
+                self.tasks.start(&tasks_of(self.stage, partitions));
                 result
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 tracing::info!(revoked = ?partitions.to_topic_map(), "partitions revoked from this process");
-                self.tasks.stop(&tasks_of(partitions));
+                self.tasks.stop(&tasks_of(self.stage, partitions));
                 consumer.incremental_unassign(partitions)
             }
             other => {
@@ -104,9 +107,13 @@ impl ConsumerContext for MemberContext {
     }
 }
 
-/// Commits a task's offsets through the process's group member.
+/// Commits a task's offsets through the process's group member of its
+/// stage; for a stage reading a repartition topic, then deletes what it
+/// committed (the offsets are those of a completed checkpoint, whose
+/// transaction committed: no restore reads before them again).
 struct MemberCommits {
     member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
+    repartition: Option<Arc<RepartitionAdmin>>,
 }
 
 impl OffsetCommits for MemberCommits {
@@ -117,7 +124,18 @@ impl OffsetCommits for MemberCommits {
         if let Err(error) = member.commit(offsets, CommitMode::Async) {
             tracing::warn!(%error, "task offset commit refused");
         }
+        if let Some(admin) = &self.repartition
+            && let Err(error) = admin.delete_before(offsets)
+        {
+            tracing::warn!(%error, "repartition records not deleted (they are deleted with the next commit)");
+        }
     }
+}
+
+/// One stage's group member and its tasks.
+struct StageMember {
+    member: Arc<BaseConsumer<MemberContext>>,
+    tasks: Arc<TaskRegistry>,
 }
 
 /// Runs the tasks of the scaled-out pipeline `loaded` that the group gives
@@ -149,6 +167,91 @@ pub fn run_tasks(
             operator.plugin = Some(component);
         }
     }
+    let cluster_error = |message: String| ScaleOutError::Membership {
+        group: kafka.group_id.clone(),
+        message,
+    };
+    let properties = kafka.granted_properties.over(&kafka.properties);
+    let admin = Arc::new(
+        RepartitionAdmin::new(&kafka.bootstrap_servers, &properties).map_err(cluster_error)?,
+    );
+    let partitions = source_partitions(&admin, &kafka.topics).map_err(cluster_error)?;
+    let stages = stages::plan(&resolved, partitions)?;
+    for stage in &stages {
+        if let Some(target) = stage.repartition() {
+            admin
+                .ensure_topic(&target.topic, target.partitions)
+                .map_err(cluster_error)?;
+        }
+    }
+    let mut members = Vec::with_capacity(stages.len());
+    for stage in stages {
+        members.push(join_stage(stage, runtime, instance, &admin)?);
+    }
+
+    let mut failure = None;
+    while !stop.load(Ordering::Relaxed) && failure.is_none() {
+        for stage in &members {
+            // Rebalance callbacks run in here; records never arrive (every
+            // assigned partition is paused).
+            if let Some(Err(error)) = stage.member.poll(POLL_WAIT / members.len().max(1) as u32) {
+                tracing::warn!(%error, "group member error");
+            }
+            failure = failure.or_else(|| stage.tasks.failure());
+        }
+    }
+    let mut report = TasksReport::default();
+    for stage in &members {
+        stage.tasks.close();
+    }
+    for stage in &members {
+        tracing::info!(tasks = ?stage.tasks.running(), "stopping the tasks, then leaving the group");
+        stage.tasks.stop_all();
+        // Leaves the group (the revoke callback finds no task left).
+        stage.member.unsubscribe();
+        report.tasks.extend(stage.tasks.report().tasks);
+    }
+    drop(members);
+    match failure {
+        Some(error) => Err(ScaleOutError::Task(error)),
+        None => Ok(report),
+    }
+}
+
+/// How long the members are polled per round (shared among them).
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// The partition count of the source topics (co-partitioned: all the
+/// same).
+fn source_partitions(admin: &RepartitionAdmin, topics: &[String]) -> Result<i32, String> {
+    let mut counts = topics
+        .iter()
+        .map(|topic| admin.partitions(topic).map(|count| (topic, count)))
+        .collect::<Result<Vec<_>, _>>()?;
+    counts.sort_by_key(|(_, count)| *count);
+    match (counts.first(), counts.last()) {
+        (Some((_, low)), Some((_, high))) if low == high => Ok(*low),
+        (Some((a, low)), Some((b, high))) => Err(format!(
+            "a task reads the same partition of every topic: `{a}` has {low} partitions, `{b}` {high}"
+        )),
+        _ => Err("no source topic".to_string()),
+    }
+}
+
+/// Joins stage `stage`'s consumer group with a member whose assignment
+/// starts and stops the stage's tasks.
+fn join_stage(
+    stage: Stage,
+    runtime: &PluginRuntime,
+    instance: Option<&str>,
+    admin: &Arc<RepartitionAdmin>,
+) -> Result<StageMember, ScaleOutError> {
+    let Some(kafka) = stage.source().cloned() else {
+        return Err(stage
+            .loaded
+            .error_at("source", "only a Kafka source can be scaled out")
+            .into());
+    };
     let group = kafka.group_id.clone();
     let membership_error = |message: String| ScaleOutError::Membership {
         group: group.clone(),
@@ -156,9 +259,12 @@ pub fn run_tasks(
     };
     let commits = Arc::new(MemberCommits {
         member: OnceLock::new(),
+        repartition: kafka.repartition_input.then(|| admin.clone()),
     });
+    let tenant = stage.loaded.config.pipeline.tenant.clone();
+    let pipeline = stage.loaded.config.pipeline.name.clone();
     let tasks = Arc::new(TaskRegistry::new(TaskPlan {
-        loaded: resolved,
+        loaded: stage.loaded,
         runtime: runtime.clone(),
         commits: commits.clone(),
     }));
@@ -178,15 +284,13 @@ pub fn run_tasks(
     if let Some(instance) = instance {
         config.set(
             "group.instance.id",
-            format!(
-                "sluice.{}.{}.{instance}",
-                loaded.config.pipeline.tenant, loaded.config.pipeline.name
-            ),
+            format!("sluice.{tenant}.{pipeline}.{}.{instance}", stage.index),
         );
     }
     let member: Arc<BaseConsumer<MemberContext>> = Arc::new(
         config
             .create_with_context(MemberContext {
+                stage: stage.index,
                 tasks: tasks.clone(),
             })
             .map_err(|e| membership_error(format!("cannot create the group member: {e}")))?,
@@ -196,27 +300,6 @@ pub fn run_tasks(
     member
         .subscribe(&topics)
         .map_err(|e| membership_error(format!("cannot subscribe to {topics:?}: {e}")))?;
-    tracing::info!(group = %kafka.group_id, ?instance, "joined the group; tasks follow its assignment");
-
-    let mut failure = None;
-    while !stop.load(Ordering::Relaxed) {
-        // Rebalance callbacks run in here; records never arrive (every
-        // assigned partition is paused).
-        if let Some(Err(error)) = member.poll(Duration::from_millis(100)) {
-            tracing::warn!(%error, "group member error");
-        }
-        if let Some(error) = tasks.failure() {
-            failure = Some(error);
-            break;
-        }
-    }
-    tracing::info!(tasks = ?tasks.running(), "stopping every task, then leaving the group");
-    tasks.stop_all();
-    // Leaves the group (the revoke callback finds no task left).
-    member.unsubscribe();
-    drop(member);
-    match failure {
-        Some(error) => Err(ScaleOutError::Task(error)),
-        None => Ok(tasks.report()),
-    }
+    tracing::info!(group = %kafka.group_id, stage = stage.index, ?instance, "joined the group; tasks follow its assignment");
+    Ok(StageMember { member, tasks })
 }

@@ -19,6 +19,7 @@
 
 mod membership;
 mod registry;
+mod stages;
 
 pub use membership::{ScaleOutError, run_tasks};
 pub use registry::{TaskReport, TasksReport};

@@ -3,7 +3,7 @@
 
 use super::TaskId;
 use crate::checkpoint::RestoreFrom;
-use crate::config::LoadedConfig;
+use crate::config::{LoadedConfig, SinkConfig};
 use crate::connectors::kafka::{KafkaAssignment, OffsetCommits};
 use crate::dataflow::RunOutcome;
 use crate::metrics::PipelineMetrics;
@@ -61,6 +61,9 @@ pub(super) struct TaskRegistry {
     ended: Mutex<Vec<TaskReport>>,
     /// The first failure of a task that was not asked to stop.
     failure: Arc<Mutex<Option<String>>>,
+    /// The process is leaving: assignments that still arrive (while the
+    /// members leave the group) start nothing.
+    closing: AtomicBool,
 }
 
 impl TaskRegistry {
@@ -70,13 +73,22 @@ impl TaskRegistry {
             running: Mutex::new(BTreeMap::new()),
             ended: Mutex::new(Vec::new()),
             failure: Arc::new(Mutex::new(None)),
+            closing: AtomicBool::new(false),
         }
+    }
+
+    /// Starts no more tasks (the process is leaving the group).
+    pub(super) fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
     }
 
     /// Starts the tasks of `tasks` that do not run yet, each in its own
     /// thread (opening a task restores its checkpoint, which can take a
     /// while: the caller, the group member's poll, must not wait for it).
     pub(super) fn start(&self, tasks: &BTreeSet<TaskId>) {
+        if self.closing.load(Ordering::Relaxed) {
+            return;
+        }
         let mut running = lock(&self.running);
         for &task in tasks {
             if running.contains_key(&task) {
@@ -85,6 +97,11 @@ impl TaskRegistry {
             let stop = Arc::new(AtomicBool::new(false));
             let mut loaded = self.plan.loaded.clone();
             loaded.config.pipeline.name = task.scoped_name(&loaded.config.pipeline.name);
+            if let SinkConfig::Kafka(kafka) = &mut loaded.config.sink
+                && let Some(target) = &mut kafka.repartition
+            {
+                target.task = task.index;
+            }
             let runtime = self.plan.runtime.clone();
             let assignment = KafkaAssignment {
                 partitions: vec![task.index],

@@ -223,6 +223,7 @@ fn read_committed_never_sees_an_aborted_transaction() {
             group_instance_id: None,
             bounded: true,
             assignment: None,
+            upstream_watermarks: false,
         },
         Default::default(),
     )
@@ -287,6 +288,7 @@ fn source_options(
         group_instance_id: None,
         bounded: false,
         assignment: None,
+        upstream_watermarks: false,
     }
 }
 

@@ -214,6 +214,7 @@ impl Source for GeneratorSource {
         Ok(Some(SourceBatch {
             records,
             dead_letters: Vec::new(),
+            watermark: None,
         }))
     }
 

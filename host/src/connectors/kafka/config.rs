@@ -58,6 +58,10 @@ pub struct KafkaSourceConfig {
     /// is partitioned by until repartition topics land.
     #[serde(default)]
     pub scale_out: bool,
+    /// The topics are a scaled-out pipeline's repartition topic: set for
+    /// the stage after a key-by (ADR 0020), never from a file.
+    #[serde(skip)]
+    pub repartition_input: bool,
 }
 
 /// `start` of a Kafka source.
@@ -133,6 +137,10 @@ pub struct KafkaSinkConfig {
     /// The registry subject (default `<topic>-value`, Confluent's
     /// topic-name strategy).
     pub subject: Option<String>,
+    /// Set by scale-out when this sink writes a repartition topic between
+    /// two stages (ADR 0020); never from a file.
+    #[serde(skip)]
+    pub repartition: Option<super::RepartitionTarget>,
 }
 
 /// `value_format` of a Kafka sink.

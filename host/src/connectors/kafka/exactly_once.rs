@@ -182,6 +182,14 @@ impl KafkaTransactions {
         }))
     }
 
+    /// The committer of these transactions (one per pipeline, whichever
+    /// sink hands it out).
+    pub(super) fn committer(self: &Arc<Self>) -> Arc<dyn Committer> {
+        Arc::new(TransactionCommitter {
+            transactions: self.clone(),
+        })
+    }
+
     /// The settings.
     pub fn options(&self) -> &KafkaTransactionOptions {
         &self.options
@@ -197,7 +205,7 @@ impl KafkaTransactions {
 
     /// Sends `message` in the current epoch's transaction (begun on the
     /// first record of the epoch).
-    fn send(&self, mut message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
+    pub(super) fn send(&self, mut message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
         let mut epoch = self.epoch();
         let producer = &self.producers[epoch.slot];
         if !epoch.open {
@@ -230,7 +238,7 @@ impl KafkaTransactions {
     /// Phase one for checkpoint `checkpoint` (once, whichever sink asks
     /// first): the progress record, then every delivery awaited; the next
     /// epoch goes to the other producer.
-    fn pre_commit(&self, checkpoint: u64) -> Result<Option<Committable>, String> {
+    pub(super) fn pre_commit(&self, checkpoint: u64) -> Result<Option<Committable>, String> {
         let mut epoch = self.epoch();
         if epoch.pre_committed == Some(checkpoint) {
             return Ok(None);
@@ -579,8 +587,6 @@ impl Sink for ExactlyOnceKafkaSink {
     }
 
     fn committer(&self) -> Option<Arc<dyn Committer>> {
-        Some(Arc::new(TransactionCommitter {
-            transactions: self.transactions.clone(),
-        }))
+        Some(self.transactions.committer())
     }
 }

@@ -17,6 +17,7 @@ mod exactly_once;
 mod format;
 mod message;
 mod partitioner;
+mod repartition;
 mod sink;
 mod source;
 mod transactions;
@@ -30,6 +31,10 @@ pub use exactly_once::{
 };
 pub use format::ValueFormat;
 pub use partitioner::KeyPartitioner;
+pub use repartition::{
+    CONTROL_HEADER, RepartitionAdmin, RepartitionSink, RepartitionTarget, UpstreamMark,
+    UpstreamWatermarks, partition_for_key,
+};
 pub use sink::{KafkaSink, KafkaSinkOptions};
 pub use source::{KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits, StartPosition};
 pub use transactions::TransactionalProducer;

@@ -1,6 +1,7 @@
 //! The Kafka source.
 
 use super::message::{intern, to_record};
+use super::repartition::UpstreamWatermarks;
 use super::{ValueFormat, client_config};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
@@ -64,6 +65,10 @@ pub struct KafkaSourceOptions {
     /// partitions of one task, which its process's group membership owns
     /// (ADR 0020). `None`: subscribe as a member of `group_id`.
     pub assignment: Option<KafkaAssignment>,
+    /// The topics are repartition topics (ADR 0020): watermark control
+    /// records from the upstream tasks make the source's watermark
+    /// ([`UpstreamWatermarks`]) instead of the records' event times.
+    pub upstream_watermarks: bool,
 }
 
 /// The partitions a task reads ([`KafkaSourceOptions::assignment`]), and
@@ -289,6 +294,8 @@ pub struct KafkaSource {
     /// A task's partitions are not assigned yet (see
     /// [`KafkaSource::assign_task_partitions`]).
     assign_pending: bool,
+    /// With `upstream_watermarks`: what the upstream tasks said.
+    upstream: UpstreamWatermarks,
 }
 
 impl KafkaSource {
@@ -367,6 +374,7 @@ impl KafkaSource {
             pending: BTreeMap::new(),
             partitions,
             assign_pending,
+            upstream: UpstreamWatermarks::default(),
         })
     }
 
@@ -489,6 +497,10 @@ impl Source for KafkaSource {
         &self.name
     }
 
+    fn carries_watermarks(&self) -> bool {
+        self.options.upstream_watermarks
+    }
+
     /// The partitions assigned to this member: a partition that has sent
     /// nothing yet still holds the watermark back (until it is idle).
     fn splits(&self) -> Option<Vec<SplitId>> {
@@ -539,8 +551,15 @@ impl Source for KafkaSource {
                 // Written after a bounded read started: not this run's.
                 continue;
             }
-            *read_per_partition.entry(key).or_default() += 1;
             self.positions.insert(key, message.offset() + 1);
+            if self.options.upstream_watermarks && UpstreamWatermarks::is_control(message.headers())
+            {
+                self.upstream
+                    .on_control(message.payload().unwrap_or_default())
+                    .map_err(|e| self.error(e))?;
+                continue;
+            }
+            *read_per_partition.entry(key).or_default() += 1;
             let decoded = to_record(
                 &mut self.topics,
                 &mut self.options.value_format,
@@ -569,6 +588,9 @@ impl Source for KafkaSource {
         if batch.records.is_empty() && batch.dead_letters.is_empty() && self.reached_end() {
             return Ok(None);
         }
+        if self.options.upstream_watermarks {
+            batch.watermark = self.upstream.watermark();
+        }
         Ok(Some(batch))
     }
 
@@ -587,6 +609,11 @@ impl Source for KafkaSource {
                 serde_json::json!({ "topic": &**topic, "partition": partition, "offset": offset })
             })
             .collect();
+        if self.options.upstream_watermarks {
+            let upstream = serde_json::to_value(&self.upstream)
+                .map_err(|e| self.error(format!("cannot record upstream watermarks: {e}")))?;
+            return Ok(serde_json::json!({ "offsets": offsets, "upstream": upstream }));
+        }
         Ok(serde_json::json!({ "offsets": offsets }))
     }
 
@@ -612,6 +639,10 @@ impl Source for KafkaSource {
             }
         }
         *lock(&self.consumer.context().restored) = restored;
+        if let Some(upstream) = position.get("upstream") {
+            self.upstream = serde_json::from_value(upstream.clone())
+                .map_err(|e| self.error(format!("unreadable upstream watermarks: {e}")))?;
+        }
         Ok(())
     }
 
