@@ -82,6 +82,11 @@ struct Cluster {
 
 impl Cluster {
     fn new(shape: Shape) -> Cluster {
+        Self::with_mode(shape, "exactly-once")
+    }
+
+    /// A cluster whose pipeline checkpoints in `mode`.
+    fn with_mode(shape: Shape, mode: &str) -> Cluster {
         let bucket = unique_topic("scale-bucket").to_lowercase();
         s3::create_bucket(&bucket);
         let name = unique_topic("scale-out");
@@ -162,8 +167,8 @@ max_out_of_orderness_ms = 500
 [checkpoints]
 storage = "s3://{bucket}/checkpoints"
 interval_ms = 500
-mode = "exactly-once"
-s3 = {{ endpoint = "{endpoint}", region = "us-east-1" }}
+mode = "{mode}"
+s3 = {{ endpoint = "{endpoint}", region = "us-east-1", multipart_threshold_bytes = 1 }}
 
 [source.kafka]
 bootstrap_servers = "{bootstrap}"
@@ -199,6 +204,11 @@ transaction_timeout_ms = 15000
 
     /// Starts one more process of the pipeline; its log is `run-NNN.log`.
     fn spawn(&mut self) -> (usize, KillOnDrop) {
+        self.spawn_with(&[])
+    }
+
+    /// [`Cluster::spawn`] with extra environment variables.
+    fn spawn_with(&mut self, env: &[(&str, &str)]) -> (usize, KillOnDrop) {
         let run = self.runs;
         self.runs += 1;
         let log = std::fs::File::create(self.log(run)).expect("log file");
@@ -210,7 +220,7 @@ transaction_timeout_ms = 15000
             .env("SLUICE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log);
-        for (name, value) in s3::environment() {
+        for (name, value) in s3::environment().into_iter().chain(env.iter().copied()) {
             command.env(name, value);
         }
         (run, KillOnDrop::new(command.spawn().expect("spawn sluice")))
@@ -339,6 +349,45 @@ transaction_timeout_ms = 15000
 /// dead letters (only ids without a key there: none late), per key the
 /// running counts 1..n.
 fn assert_exactly_once(cluster: &Cluster) {
+    let verdict = verdict(cluster);
+    assert!(
+        verdict.duplicated.is_empty(),
+        "{} ids seen more than once, e.g. {:?}, the last {:?}",
+        verdict.duplicated.len(),
+        &verdict.duplicated[..verdict.duplicated.len().min(5)],
+        verdict.duplicated.last()
+    );
+    assert!(
+        verdict.missing.is_empty(),
+        "ids never seen: {:?}",
+        verdict.missing
+    );
+    assert!(
+        verdict.unexpected_dead_letters.is_empty(),
+        "only records without a key are dead letters: {:?}",
+        &verdict.unexpected_dead_letters[..verdict.unexpected_dead_letters.len().min(3)]
+    );
+    for (key, mut values) in verdict.counts_by_key {
+        values.sort_unstable();
+        let expected: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, expected, "running counts of key {key}");
+    }
+}
+
+/// What a `read_committed` reader of the outputs sees.
+struct Verdict {
+    /// Ids seen more than once.
+    duplicated: Vec<u64>,
+    /// Some ids never seen.
+    missing: Vec<u64>,
+    /// The running counts seen per key.
+    counts_by_key: BTreeMap<String, Vec<u64>>,
+    /// Dead letters of records that have a key (late ones, say).
+    unexpected_dead_letters: Vec<String>,
+}
+
+fn verdict(cluster: &Cluster) -> Verdict {
+    let mut unexpected_dead_letters = Vec::new();
     // Every id once; per key the counts 1..n.
     let (counts, clean) = read_to_end(&cluster.counts, 2, true);
     assert!(clean, "a transaction is left open on {}", cluster.counts);
@@ -361,34 +410,23 @@ fn assert_exactly_once(cluster: &Cluster) {
     for record in &dead_letters {
         let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
         let id = value["id"].as_u64().expect("id");
-        assert!(
-            id % 97 == 96,
-            "only records without a key are dead letters: {value} ({:?})",
-            record.headers
-        );
+        if id % 97 != 96 {
+            unexpected_dead_letters.push(format!("{value} ({:?})", record.headers));
+        }
         *seen.entry(id).or_default() += 1;
     }
-    let duplicated: Vec<u64> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, _)| *id)
-        .collect();
-    assert!(
-        duplicated.is_empty(),
-        "{} ids seen more than once, e.g. {:?}, the last {:?}",
-        duplicated.len(),
-        &duplicated[..duplicated.len().min(5)],
-        duplicated.last()
-    );
-    let missing: Vec<u64> = (0..cluster.produced)
-        .filter(|id| !seen.contains_key(id))
-        .take(5)
-        .collect();
-    assert!(missing.is_empty(), "ids never seen: {missing:?}");
-    for (key, mut values) in counts_by_key {
-        values.sort_unstable();
-        let expected: Vec<u64> = (1..=values.len() as u64).collect();
-        assert_eq!(values, expected, "running counts of key {key}");
+    Verdict {
+        unexpected_dead_letters,
+        duplicated: seen
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| *id)
+            .collect(),
+        missing: (0..cluster.produced)
+            .filter(|id| !seen.contains_key(id))
+            .take(5)
+            .collect(),
+        counts_by_key,
     }
 }
 
@@ -489,6 +527,206 @@ fn produce_while(
     produced
 }
 
+/// Produces one sentinel per partition, then waits until the running
+/// processes `runs` wrote every record (counts or dead letters) and every
+/// window of the model, as long as that output grows; a process that ends
+/// meanwhile fails the test with the logs.
+fn wait_for_every_output(cluster: &mut Cluster, runs: &mut [(usize, KillOnDrop)]) {
+    let records = cluster.produced;
+    // One record per partition far ahead in event time: every window of
+    // the input fires.
+    cluster.produce_sentinels();
+    let expected_ids = cluster.produced;
+    let windows_expected = match cluster.shape {
+        Shape::KeyBy => window_model(records).len(),
+        Shape::KeyedByPartition => 0,
+    };
+    let mut counts = Tail::new(&cluster.counts, 2);
+    let mut dead_letters = Tail::new(&cluster.dead_letters, 1);
+    let mut windows = Tail::new(&cluster.windows, 2);
+    // Distinct ids out so far (at-least-once writes some twice), and how
+    // many records of each tail have been looked at.
+    let mut ids = std::collections::HashSet::new();
+    let mut looked_at = [0, 0];
+    wait_while_progressing(
+        "every record and window out",
+        WAIT,
+        Duration::from_millis(250),
+        || {
+            for (run, process) in runs.iter_mut() {
+                if let Ok(Some(status)) = process.child().try_wait() {
+                    panic!("run {run} ended ({status}): {}", cluster.all_logs());
+                }
+            }
+            for (tail, looked_at) in [&mut counts, &mut dead_letters]
+                .into_iter()
+                .zip(&mut looked_at)
+            {
+                tail.catch_up();
+                for record in &tail.records[*looked_at..] {
+                    let value: serde_json::Value =
+                        serde_json::from_slice(&record.value).expect("JSON");
+                    ids.insert(value["id"].as_u64().expect("id"));
+                }
+                *looked_at = tail.records.len();
+            }
+            let out = ids.len();
+            let fired = windows.catch_up();
+            if out as u64 >= expected_ids && fired >= windows_expected {
+                Progress::Done
+            } else {
+                Progress::At((out + fired) as i64)
+            }
+        },
+    )
+    .unwrap_or_else(|stalled| panic!("{stalled}: {}", cluster.all_logs()));
+}
+
+/// Tasks running in run `run` now (its log's starts minus stops).
+fn running_tasks(cluster: &Cluster, run: usize) -> usize {
+    let log = cluster.read_log(run);
+    log.matches("task running")
+        .count()
+        .saturating_sub(log.matches("task stopped").count())
+}
+
+/// Three processes; `kills` times a random one is SIGKILLed at a random
+/// moment and started again (one of the restarts with a failpoint that
+/// kills it in the middle of a task's snapshot upload); with `zombie`, one
+/// is SIGSTOPped until its tasks moved, then resumed. Input arrives all
+/// along.
+fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
+    let mut chaos = sluice_tests::Chaos::new();
+    let total_tasks = 2 * PARTITIONS as usize;
+    let mut slots: Vec<(usize, KillOnDrop)> = (0..3).map(|_| cluster.spawn()).collect();
+    let producing = std::sync::atomic::AtomicBool::new(true);
+    let produced = std::thread::scope(|scope| {
+        let sender = cluster.clone_topics();
+        let producing = &producing;
+        let producer = scope.spawn(move || produce_while(sender, producing, records));
+        let failpoint_at = kills / 3;
+        // The run with the failpoint is left alone until it has killed
+        // itself (at its first snapshot upload from checkpoint 3 on).
+        let mut failpoint_slot: Option<usize> = None;
+        for kill in 0..kills {
+            std::thread::sleep(Duration::from_millis(chaos.below(1_500)));
+            if let Some(slot) = failpoint_slot
+                && let Ok(Some(_)) = slots[slot].1.child().try_wait()
+            {
+                assert!(
+                    cluster.read_log(slots[slot].0).contains("failpoint"),
+                    "{}",
+                    cluster.all_logs()
+                );
+                slots[slot] = cluster.spawn();
+                failpoint_slot = None;
+            }
+            let candidates: Vec<usize> = (0..3).filter(|s| Some(*s) != failpoint_slot).collect();
+            let slot = candidates[chaos.below(candidates.len() as u64) as usize];
+            let (run, process) = &mut slots[slot];
+            if let Some(status) = process.child().try_wait().expect("try_wait") {
+                panic!("run {run} ended ({status}): {}", cluster.all_logs());
+            }
+            process.child().kill().expect("SIGKILL");
+            process.child().wait().expect("wait");
+            slots[slot] = if kill == failpoint_at {
+                failpoint_slot = Some(slot);
+                cluster.spawn_with(&[(sluice_host::checkpoint::FAILPOINT_ENV, "during-upload@3")])
+            } else {
+                cluster.spawn()
+            };
+            if zombie && kill == kills / 2 {
+                // A zombie: stopped until the others own every task, then
+                // woken. Whatever it still tries to commit is fenced.
+                let Some(zombie_slot) = (0..3).find(|s| Some(*s) != failpoint_slot && *s != slot)
+                else {
+                    unreachable!("three slots");
+                };
+                let (run, process) = &mut slots[zombie_slot];
+                let pid = process.child().id().to_string();
+                let signal = |name: &str| {
+                    let status = Command::new("kill")
+                        .args([name, &pid])
+                        .status()
+                        .expect("kill");
+                    assert!(status.success(), "kill {name}");
+                };
+                signal("-STOP");
+                let stopped = *run;
+                wait_until("the zombie's tasks to move", WAIT, || {
+                    slots
+                        .iter()
+                        .filter(|(other, _)| *other != stopped)
+                        .map(|(other, _)| running_tasks(cluster, *other))
+                        .sum::<usize>()
+                        >= total_tasks
+                });
+                signal("-CONT");
+                // Awake, it finds its tasks gone; what it still tries to
+                // publish or commit is refused.
+                wait_until("the zombie to be fenced", WAIT, || {
+                    cluster.read_log(stopped).contains("fenced")
+                });
+            }
+        }
+        if let Some(slot) = failpoint_slot {
+            wait_until("the failpoint to kill its run", WAIT, || {
+                matches!(slots[slot].1.child().try_wait(), Ok(Some(_)))
+            });
+        }
+        producing.store(false, std::sync::atomic::Ordering::Relaxed);
+        producer.join().expect("producer")
+    });
+    cluster.produced = produced;
+    // The failpoint run may have killed itself since: start it again.
+    for slot in &mut slots {
+        if let Ok(Some(_)) = slot.1.child().try_wait() {
+            assert!(
+                cluster.read_log(slot.0).contains("failpoint"),
+                "run {} ended: {}",
+                slot.0,
+                cluster.all_logs()
+            );
+            *slot = cluster.spawn();
+        }
+    }
+    wait_for_every_output(cluster, &mut slots);
+    for (_, process) in slots {
+        sigterm_and_wait(process.into_inner());
+    }
+}
+
+#[test]
+fn sigkills_a_zombie_and_a_failpoint_leave_a_key_by_pipeline_exactly_once() {
+    let kills: usize = std::env::var("SLUICE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let mut exact = Cluster::new(Shape::KeyBy);
+    eprintln!("run logs in {}", exact.dir.path().display());
+    chaos(&mut exact, kills, true, 100_000);
+    assert_exactly_once(&exact);
+    let records = exact.produced - PARTITIONS as u64;
+    assert_windows_match_the_model(&exact, records);
+    assert!(
+        exact.all_logs().contains("failpoint during-upload"),
+        "the failpoint fired"
+    );
+
+    // The same kills with at-least-once checkpoints: the check can tell.
+    let mut loose = Cluster::with_mode(Shape::KeyBy, "at-least-once");
+    chaos(&mut loose, 4, false, 60_000);
+    let verdict = verdict(&loose);
+    assert!(
+        verdict.missing.is_empty(),
+        "at-least-once loses nothing either"
+    );
+    assert!(
+        !verdict.duplicated.is_empty(),
+        "at-least-once must have written records again after kills"
+    );
+}
+
 #[test]
 fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
     let records: u64 = std::env::var("SLUICE_SCALE_RECORDS")
@@ -520,34 +758,9 @@ fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
     });
     let (last, produced) = produced;
     cluster.produced = produced;
-    // One record per partition far ahead in event time: every window of
-    // the input fires.
-    cluster.produce_sentinels();
-    let expected_ids = cluster.produced;
-    let model = window_model(produced);
-    let mut counts = Tail::new(&cluster.counts, 2);
-    let mut dead_letters = Tail::new(&cluster.dead_letters, 1);
-    let mut windows = Tail::new(&cluster.windows, 2);
-    let mut runs = [last];
-    wait_while_progressing(
-        "every record and window out",
-        WAIT,
-        Duration::from_millis(250),
-        || {
-            if let Ok(Some(status)) = runs[0].1.child().try_wait() {
-                panic!("the last run ended ({status}): {}", cluster.all_logs());
-            }
-            let out = counts.catch_up() + dead_letters.catch_up();
-            let fired = windows.catch_up();
-            if out as u64 >= expected_ids && fired >= model.len() {
-                Progress::Done
-            } else {
-                Progress::At((out + fired) as i64)
-            }
-        },
-    )
-    .unwrap_or_else(|stalled| panic!("{stalled}: {}", cluster.all_logs()));
-    let [last] = runs;
+    let mut runs = vec![last];
+    wait_for_every_output(&mut cluster, &mut runs);
+    let last = runs.remove(0);
     sigterm_and_wait(last.1.into_inner());
     assert_exactly_once(&cluster);
     assert_windows_match_the_model(&cluster, produced);

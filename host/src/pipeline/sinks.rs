@@ -213,25 +213,21 @@ impl SinkFactory<'_> {
         Ok({
             let exactly_once = matches!(self.mode, SinkMode::ExactlyOnce { .. })
                 && *delivery != Some(Delivery::AtLeastOnce);
-            if let Some(target) = &kafka.repartition {
-                if !exactly_once {
-                    return Err(loaded
-                        .error_at(
-                            "checkpoints.mode",
-                            "a key-by between stages writes its repartition topic exactly-once: set mode = \"exactly-once\"",
-                        )
-                        .into());
+            if exactly_once {
+                let transactions = self.kafka_transactions(field, kafka)?;
+                match &kafka.repartition {
+                    Some(target) => Box::new(RepartitionSink::exactly_once(
+                        field,
+                        target.clone(),
+                        transactions,
+                    )),
+                    None => Box::new(ExactlyOnceKafkaSink::new(
+                        field,
+                        kafka.topic.clone(),
+                        kafka.partition.map(Bounded::get),
+                        transactions,
+                    )),
                 }
-                let transactions = self.kafka_transactions(field, kafka)?;
-                Box::new(RepartitionSink::new(field, target.clone(), transactions))
-            } else if exactly_once {
-                let transactions = self.kafka_transactions(field, kafka)?;
-                Box::new(ExactlyOnceKafkaSink::new(
-                    field,
-                    kafka.topic.clone(),
-                    kafka.partition.map(Bounded::get),
-                    transactions,
-                ))
             } else {
                 if *delivery == Some(Delivery::ExactlyOnce) {
                     return Err(loaded
@@ -241,22 +237,24 @@ impl SinkFactory<'_> {
                             )
                             .into());
                 }
-                Box::new(
-                    KafkaSink::new(
-                        field,
-                        KafkaSinkOptions {
-                            bootstrap_servers: kafka.bootstrap_servers.clone(),
-                            topic: kafka.topic.clone(),
-                            partition: kafka.partition.map(Bounded::get),
-                            properties: kafka.granted_properties.over(&kafka.properties),
-                            flush_timeout: Duration::from_secs(60),
-                        },
-                        self.metrics.sink_partitions.clone(),
-                    )
-                    .map_err(|error| {
-                        loaded.error_at(&format!("{field}.kafka"), error.to_string())
-                    })?,
+                let sink = KafkaSink::new(
+                    field,
+                    KafkaSinkOptions {
+                        bootstrap_servers: kafka.bootstrap_servers.clone(),
+                        topic: kafka.topic.clone(),
+                        partition: kafka.partition.map(Bounded::get),
+                        properties: kafka.granted_properties.over(&kafka.properties),
+                        flush_timeout: Duration::from_secs(60),
+                    },
+                    self.metrics.sink_partitions.clone(),
                 )
+                .map_err(|error| loaded.error_at(&format!("{field}.kafka"), error.to_string()))?;
+                match &kafka.repartition {
+                    Some(target) => {
+                        Box::new(RepartitionSink::at_least_once(field, target.clone(), sink))
+                    }
+                    None => Box::new(sink),
+                }
             }
         })
     }

@@ -17,7 +17,7 @@
 //! would see in one process: the minimum over the source's partitions.
 
 use super::exactly_once::KafkaTransactions;
-use super::sink::message;
+use super::sink::{KafkaSink, message};
 use super::{client_config, connection_properties};
 use crate::checkpoint::{Committable, Committer};
 use crate::dataflow::{DataflowError, Sink};
@@ -28,6 +28,7 @@ use rdkafka::TopicPartitionList;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::BaseRecord;
 use serde::{Deserialize, Serialize};
 use sluice_json::fields::{FieldPath, extract_into};
 use std::collections::BTreeMap;
@@ -80,13 +81,30 @@ pub fn partition_for_key(key: &[u8], partitions: i32, max_parallelism: u16) -> i
     i32::try_from(worker_for_key_group(group, partitions, max_parallelism)).unwrap_or(0)
 }
 
-/// Writes records to a repartition topic within the task's Kafka
-/// transaction, with watermark control records at each checkpoint.
+/// How a repartition sink writes: in the task's transactions
+/// (exactly-once), or with an idempotent producer flushed at each
+/// checkpoint (at-least-once).
+enum Writer {
+    Transactions(Arc<KafkaTransactions>),
+    Producer(Box<KafkaSink>),
+}
+
+impl Writer {
+    fn send(&self, message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
+        match self {
+            Writer::Transactions(transactions) => transactions.send(message),
+            Writer::Producer(sink) => sink.send(message).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Writes records to a repartition topic, with watermark control records
+/// at each checkpoint.
 pub struct RepartitionSink {
     name: String,
     target: RepartitionTarget,
     key_path: [FieldPath; 1],
-    transactions: Arc<KafkaTransactions>,
+    writer: Writer,
     /// The latest watermark that reached the sink.
     watermark: i64,
     /// The last mark written (written again only when it changes).
@@ -97,16 +115,30 @@ pub struct RepartitionSink {
 
 impl RepartitionSink {
     /// A sink `name` writing to `target` within `transactions`.
-    pub fn new(
+    pub fn exactly_once(
         name: impl Into<String>,
         target: RepartitionTarget,
         transactions: Arc<KafkaTransactions>,
     ) -> Self {
+        Self::new(name.into(), target, Writer::Transactions(transactions))
+    }
+
+    /// A sink `name` writing to `target` through `producer`'s idempotent
+    /// producer (at-least-once: a restore writes records again).
+    pub fn at_least_once(
+        name: impl Into<String>,
+        target: RepartitionTarget,
+        producer: KafkaSink,
+    ) -> Self {
+        Self::new(name.into(), target, Writer::Producer(Box::new(producer)))
+    }
+
+    fn new(name: String, target: RepartitionTarget, writer: Writer) -> Self {
         RepartitionSink {
-            name: name.into(),
+            name,
             key_path: [FieldPath::parse(&target.key_field)],
             target,
-            transactions,
+            writer,
             watermark: i64::MIN,
             written: None,
             last_record: Instant::now(),
@@ -166,9 +198,10 @@ impl RepartitionSink {
             Bytes::from_static(WATERMARK_CONTROL),
         ));
         for partition in 0..self.target.partitions {
-            self.transactions
-                .send(message(&self.target.topic, Some(partition), &control))
-                .map_err(|e| self.error(e))?;
+            let sent = self
+                .writer
+                .send(message(&self.target.topic, Some(partition), &control));
+            sent.map_err(|e| self.error(e))?;
         }
         self.written = Some(mark);
         Ok(())
@@ -192,9 +225,9 @@ impl Sink for RepartitionSink {
             };
             let partition =
                 partition_for_key(&key, self.target.partitions, self.target.max_parallelism);
-            let mut message = message(&self.target.topic, Some(partition), record);
-            message = message.key(&key);
-            self.transactions.send(message).map_err(|e| self.error(e))?;
+            let message = message(&self.target.topic, Some(partition), record).key(&key);
+            let sent = self.writer.send(message);
+            sent.map_err(|e| self.error(e))?;
         }
         Ok(())
     }
@@ -203,10 +236,13 @@ impl Sink for RepartitionSink {
         std::mem::take(&mut self.rejected)
     }
 
-    /// Records become visible downstream only when their checkpoint
-    /// commits.
+    /// Exactly-once, records become visible downstream only when their
+    /// checkpoint commits; at-least-once, when delivered.
     fn flush(&mut self) -> Result<(), DataflowError> {
-        Ok(())
+        match &mut self.writer {
+            Writer::Transactions(_) => Ok(()),
+            Writer::Producer(sink) => sink.flush(),
+        }
     }
 
     fn on_watermark(&mut self, watermark: i64) -> Result<(), DataflowError> {
@@ -216,13 +252,20 @@ impl Sink for RepartitionSink {
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Committable>, DataflowError> {
         self.write_mark()?;
-        self.transactions
-            .pre_commit(checkpoint)
-            .map_err(|e| self.error(e))
+        match &mut self.writer {
+            Writer::Transactions(transactions) => {
+                let pre_committed = transactions.pre_commit(checkpoint);
+                pre_committed.map_err(|e| self.error(e))
+            }
+            Writer::Producer(sink) => sink.flush().map(|()| None),
+        }
     }
 
     fn committer(&self) -> Option<Arc<dyn Committer>> {
-        Some(self.transactions.committer())
+        match &self.writer {
+            Writer::Transactions(transactions) => Some(transactions.committer()),
+            Writer::Producer(_) => None,
+        }
     }
 }
 

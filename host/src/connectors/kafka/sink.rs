@@ -173,6 +173,31 @@ impl KafkaSink {
         })
     }
 
+    /// Sends `message` (to any topic and partition it names), serving
+    /// deliveries while the local queue is full.
+    pub(super) fn send(
+        &self,
+        mut message: BaseRecord<'_, [u8], [u8]>,
+    ) -> Result<(), DataflowError> {
+        loop {
+            match self.producer.send(message) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), unsent)) => {
+                    // The local queue is full: serve deliveries, then retry.
+                    message = unsent;
+                    self.producer.poll(Duration::from_millis(10));
+                    self.check_deliveries()?;
+                }
+                Err((error, _)) => {
+                    return Err(DataflowError::Sink {
+                        name: self.name.clone(),
+                        message: format!("cannot produce to {}: {error}", self.topic),
+                    });
+                }
+            }
+        }
+    }
+
     fn check_deliveries(&self) -> Result<(), DataflowError> {
         let failure = lock(&self.failure).clone();
         match failure {
@@ -192,24 +217,7 @@ impl Sink for KafkaSink {
 
     fn write(&mut self, records: &[Record]) -> Result<(), DataflowError> {
         for record in records {
-            let mut message = message(&self.topic, self.partition, record);
-            loop {
-                match self.producer.send(message) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), unsent)) => {
-                        // The local queue is full: serve deliveries, then retry.
-                        message = unsent;
-                        self.producer.poll(Duration::from_millis(10));
-                        self.check_deliveries()?;
-                    }
-                    Err((error, _)) => {
-                        return Err(DataflowError::Sink {
-                            name: self.name.clone(),
-                            message: format!("cannot produce to {}: {error}", self.topic),
-                        });
-                    }
-                }
-            }
+            self.send(message(&self.topic, self.partition, record))?;
         }
         self.producer.poll(Duration::ZERO);
         self.check_deliveries()
