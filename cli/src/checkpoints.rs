@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use sluice_host::checkpoint::CheckpointMode;
 use sluice_host::checkpoint::{CheckpointStore, Manifest, RestoreFrom, open_storage};
-use sluice_host::config::{LoadedConfig, SinkConfig};
+use sluice_host::config::{LoadedConfig, SinkConfig, SourceConfig};
 use sluice_host::connectors::kafka::Delivery;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -49,8 +49,13 @@ pub fn parse_checkpoint_ref(text: &str) -> Result<u64> {
         })
 }
 
-/// The table (or JSON lines) `sluice checkpoints list` prints.
+/// The table (or JSON lines) `sluice checkpoints list` prints: a scaled-out
+/// pipeline's tasks, or a pipeline's checkpoints.
 pub fn list(file: &Path, json: bool) -> Result<String> {
+    let loaded = LoadedConfig::load(file)?;
+    if matches!(&loaded.config.source, SourceConfig::Kafka(kafka) if kafka.scale_out) {
+        return list_tasks(&loaded, json);
+    }
     let (store, transactional) = store(file)?;
     let completed = store.completed()?;
     let restart = store.choose(&RestoreFrom::Latest, &[])?.map(|m| m.id);
@@ -103,6 +108,83 @@ pub fn list(file: &Path, json: bool) -> Result<String> {
     }
     if completed.is_empty() {
         let _ = writeln!(out, "(none: a run starts from the beginning)");
+    }
+    Ok(out)
+}
+
+/// The tasks of a scaled-out pipeline (ADR 0020), each with its latest
+/// checkpoint and the process open that wrote it (the task's owner then).
+fn list_tasks(loaded: &LoadedConfig, json: bool) -> Result<String> {
+    let Some(section) = &loaded.config.checkpoints else {
+        bail!("the pipeline has no [checkpoints] section");
+    };
+    let location = sluice_host::pipeline::checkpoint_location(loaded)?;
+    let pipeline = &loaded.config.pipeline;
+    let root = open_storage(&location, &section.s3, &pipeline.tenant, &pipeline.name)?;
+    let mut tasks: Vec<String> = root
+        .list("tasks/")?
+        .iter()
+        .filter_map(|key| {
+            let rest = key.strip_prefix("tasks/")?;
+            let (task, tail) = rest.split_once('/')?;
+            tail.starts_with("manifests/").then(|| task.to_string())
+        })
+        .collect();
+    tasks.sort_by_key(|task| {
+        let (stage, index) = task.split_once('-').unwrap_or((task, "0"));
+        (
+            stage.parse::<u32>().unwrap_or(0),
+            index.parse::<i32>().unwrap_or(0),
+        )
+    });
+    tasks.dedup();
+    let now = sluice_host::time::now_ms();
+    let mut out = String::new();
+    if !json {
+        let _ = writeln!(out, "tasks of {}", root.describe());
+        let _ = writeln!(
+            out,
+            "{:>6}  {:>8}  {:<24}  {:>8}  {:>14}  {:<34}",
+            "task", "latest", "time (UTC)", "age s", "state bytes", "written by (process open)"
+        );
+    }
+    for task in &tasks {
+        let storage = open_storage(
+            &location,
+            &section.s3,
+            &pipeline.tenant,
+            &format!("{}/tasks/{task}", pipeline.name),
+        )?;
+        let completed = CheckpointStore::new(storage).completed()?;
+        let Some(latest) = completed.last() else {
+            continue;
+        };
+        let age = (now - latest.timestamp_ms) as f64 / 1000.0;
+        if json {
+            let line = serde_json::json!({
+                "task": task,
+                "latest": latest.id,
+                "timestamp_ms": latest.timestamp_ms,
+                "state_bytes": latest.stats.state_bytes,
+                "open_id": latest.open_id,
+                "retained": completed.len(),
+            });
+            let _ = writeln!(out, "{line}");
+        } else {
+            let _ = writeln!(
+                out,
+                "{:>6}  {:>8}  {:<24}  {:>8.1}  {:>14}  {:<34}",
+                task,
+                latest.id,
+                utc(latest.timestamp_ms),
+                age,
+                latest.stats.state_bytes,
+                latest.open_id
+            );
+        }
+    }
+    if tasks.is_empty() && !json {
+        let _ = writeln!(out, "(none: every task starts from the beginning)");
     }
     Ok(out)
 }

@@ -46,6 +46,11 @@ enum Command {
         /// dashboard (`/`) on this loopback address, e.g. 127.0.0.1:9464.
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
+        /// Serve `/healthz` and `/readyz` (ready: every task this process
+        /// owns is restored and running) on this address, for Kubernetes
+        /// probes of a scaled-out pipeline, e.g. 0.0.0.0:8080.
+        #[arg(long, value_name = "ADDR")]
+        health: Option<std::net::SocketAddr>,
     },
     /// List and show the checkpoints of a pipeline.
     #[command(subcommand)]
@@ -650,6 +655,7 @@ fn execute(cli: Cli) -> Result<()> {
             fresh,
             from_checkpoint,
             http,
+            health,
         } => {
             let from = match (fresh, from_checkpoint) {
                 (true, _) => RestoreFrom::Fresh,
@@ -659,7 +665,9 @@ fn execute(cli: Cli) -> Result<()> {
                 (false, None) => RestoreFrom::Latest,
             };
             let progress = !quiet && std::io::stderr().is_terminal();
-            let options = run::RunOptions::new(progress, from).with_http(http);
+            let options = run::RunOptions::new(progress, from)
+                .with_http(http)
+                .with_health(health);
             eprint!("{}", run::run_file(&pipeline, &options)?);
         }
         Command::Checkpoints(CheckpointsCommand::List { pipeline, json }) => {

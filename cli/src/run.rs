@@ -37,6 +37,10 @@ pub struct RunOptions {
     /// Serve `/metrics`, the JSON status and the dashboard here (a
     /// loopback address).
     pub http: Option<std::net::SocketAddr>,
+    /// Serve `/healthz` and `/readyz` here (any address: they say nothing
+    /// but whether the process is up and its tasks are running), for a
+    /// scaled-out run's liveness and readiness probes.
+    pub health: Option<std::net::SocketAddr>,
 }
 
 impl RunOptions {
@@ -46,7 +50,14 @@ impl RunOptions {
             progress,
             from,
             http: None,
+            health: None,
         }
+    }
+
+    /// Serve the health probes on `address`.
+    pub fn with_health(mut self, address: Option<std::net::SocketAddr>) -> Self {
+        self.health = address;
+        self
     }
 
     /// Serve metrics, status and the dashboard on `address`.
@@ -91,17 +102,39 @@ pub fn run_tasks(file: &Path, options: &RunOptions) -> Result<String> {
             "a scaled-out pipeline's tasks each restore their own latest checkpoint: --fresh and --from-checkpoint name one checkpoint of a whole pipeline"
         );
     }
-    if options.http.is_some() {
-        tracing::warn!("--http does not serve scaled-out runs yet; the log shows each task");
-    }
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
     let instance = std::env::var("SLUICE_INSTANCE").ok();
+    let board = Arc::new(sluice_host::tasks::TaskBoard::default());
+    let _endpoint = match options.http {
+        Some(address) => {
+            let tasks = Arc::new(crate::observe::RunTasks {
+                tenant: loaded.config.pipeline.tenant.clone(),
+                board: board.clone(),
+            });
+            let endpoint = crate::observe::RunEndpoint::start(address, tasks)?;
+            eprintln!(
+                "metrics on http://{0}/metrics, tasks on http://{0}/api/v1/status",
+                endpoint.address
+            );
+            Some(endpoint)
+        }
+        None => None,
+    };
+    let _health = match options.health {
+        Some(address) => {
+            let ready_board = board.clone();
+            let ready = Arc::new(move || ready_board.ready());
+            Some(crate::observe::HealthEndpoint::start(address, ready)?)
+        }
+        None => None,
+    };
     let report = sluice_host::tasks::run_tasks(
         &loaded,
         &runtime,
         &crate::build::resolve_plugin,
         instance.as_deref(),
         stop,
+        &board,
     )?;
     let mut text = format!(
         "stopped: {} task runs in this process\n",

@@ -163,6 +163,59 @@ impl Pipelines for RunPipeline {
     }
 }
 
+/// The tasks a scaled-out `sluice run` owns, each shown as a pipeline
+/// named `<pipeline>/tasks/<stage>-<index>` (ADR 0020).
+pub struct RunTasks {
+    /// The pipeline's tenant.
+    pub tenant: String,
+    /// What the tasks do now.
+    pub board: Arc<sluice_host::tasks::TaskBoard>,
+}
+
+impl RunTasks {
+    fn task_views(&self) -> Vec<(PipelineView, Arc<PipelineMetrics>)> {
+        self.board
+            .tasks()
+            .into_iter()
+            .filter_map(|task| {
+                let metrics = task.metrics?;
+                Some((
+                    PipelineView {
+                        tenant: self.tenant.clone(),
+                        pipeline: task.name,
+                        state: "running".into(),
+                        snapshot: metrics.snapshot(),
+                        deployments: Vec::new(),
+                    },
+                    metrics,
+                ))
+            })
+            .collect()
+    }
+}
+
+impl Pipelines for RunTasks {
+    fn views(&self, _tenant: Option<&str>) -> Vec<PipelineView> {
+        self.task_views()
+            .into_iter()
+            .map(|(view, _)| view)
+            .collect()
+    }
+
+    fn observe(&self, _tenant: Option<&str>, name: &str) -> Option<Observed> {
+        self.task_views()
+            .into_iter()
+            .find(|(view, _)| view.pipeline == name)
+            .map(|(view, metrics)| Observed {
+                view,
+                extra: json!({
+                    "errors": metrics.recent_faults(),
+                    "dead_letter_samples": metrics.dead_letter_samples.list(),
+                }),
+            })
+    }
+}
+
 /// What the routes of `sluice run --http` share.
 #[derive(Clone)]
 struct RunState {
@@ -230,9 +283,10 @@ pub struct RunEndpoint {
 }
 
 impl RunEndpoint {
-    /// Serves `pipeline`'s metrics, status and dashboard on `listen`, which
-    /// must be a loopback address (these routes have no authentication).
-    pub fn start(listen: SocketAddr, pipeline: Arc<RunPipeline>) -> Result<RunEndpoint> {
+    /// Serves `pipelines`' metrics, status and dashboard on `listen`, which
+    /// must be a loopback address (these routes have no authentication):
+    /// the one pipeline of a run, or the tasks of a scaled-out one.
+    pub fn start(listen: SocketAddr, pipelines: Arc<dyn Pipelines>) -> Result<RunEndpoint> {
         if !listen.ip().is_loopback() {
             bail!(
                 "--http {listen}: `sluice run` serves its metrics and dashboard without authentication, so only on a loopback address (use `sluice serve` for more)"
@@ -246,7 +300,6 @@ impl RunEndpoint {
         let address = listener.local_addr().context("--http: its address")?;
         let history = Arc::new(StatusHistory::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let pipelines: Arc<dyn Pipelines> = pipeline;
         let sampler = spawn_sampler(pipelines.clone(), history.clone(), stop.clone())?;
         let app = run_router(RunState { pipelines, history });
         let (shutdown, shutdown_signal) = tokio::sync::oneshot::channel::<()>();
@@ -295,6 +348,85 @@ impl Drop for RunEndpoint {
         if let Some(sampler) = self.sampler.take() {
             sampler.thread().unpark();
             let _ = sampler.join();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `/healthz` (the process answers) and `/readyz` (what `ready` says) on
+/// any address: Kubernetes probes reach a pod from outside its loopback,
+/// and these routes tell nothing about the data. Serves until dropped.
+pub struct HealthEndpoint {
+    /// The address it listens on.
+    pub address: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HealthEndpoint {
+    /// Serves the probes on `listen`.
+    pub fn start(
+        listen: SocketAddr,
+        ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Result<HealthEndpoint> {
+        let listener = std::net::TcpListener::bind(listen)
+            .with_context(|| format!("--health: listening on {listen}"))?;
+        listener
+            .set_nonblocking(true)
+            .context("--health: configuring the socket")?;
+        let address = listener.local_addr().context("--health: its address")?;
+        let app = Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                get(move || {
+                    let ready = ready.clone();
+                    async move {
+                        match ready() {
+                            true => (StatusCode::OK, "ready\n"),
+                            false => (StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+                        }
+                    }
+                }),
+            );
+        let (shutdown, shutdown_signal) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("--health: starting its runtime")?;
+        let thread = std::thread::Builder::new()
+            .name("sluice-health".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        tracing::error!("--health: the listener");
+                        return;
+                    };
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = shutdown_signal.await;
+                        })
+                        .await;
+                    if let Err(error) = served {
+                        tracing::error!(%error, "--health: serving");
+                    }
+                });
+            })
+            .context("--health: starting its thread")?;
+        Ok(HealthEndpoint {
+            address,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for HealthEndpoint {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -209,6 +209,11 @@ transaction_timeout_ms = 15000
 
     /// [`Cluster::spawn`] with extra environment variables.
     fn spawn_with(&mut self, env: &[(&str, &str)]) -> (usize, KillOnDrop) {
+        self.spawn_with_args(env, &[])
+    }
+
+    /// [`Cluster::spawn`] with extra environment variables and arguments.
+    fn spawn_with_args(&mut self, env: &[(&str, &str)], args: &[&str]) -> (usize, KillOnDrop) {
         let run = self.runs;
         self.runs += 1;
         let log = std::fs::File::create(self.log(run)).expect("log file");
@@ -217,6 +222,7 @@ transaction_timeout_ms = 15000
             .arg("run")
             .arg(self.pipeline())
             .arg("--quiet")
+            .args(args)
             .env("SLUICE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log);
@@ -434,11 +440,47 @@ fn verdict(cluster: &Cluster) -> Verdict {
 fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
     let mut cluster = Cluster::new(Shape::KeyedByPartition);
     cluster.produce(20_000);
-    let mut a = cluster.spawn();
-    cluster.wait_for_tasks(a.0, PARTITIONS as usize);
+    let (health, http) = (free_port(), free_port());
+    let mut a = cluster.spawn_with_args(
+        &[],
+        &[
+            "--health",
+            &format!("127.0.0.1:{health}"),
+            "--http",
+            &format!("127.0.0.1:{http}"),
+        ],
+    );
+    let get = |port: u16, path: &str| {
+        reqwest::blocking::get(format!("http://127.0.0.1:{port}{path}"))
+            .ok()
+            .map(|response| {
+                (
+                    response.status().as_u16(),
+                    response.text().unwrap_or_default(),
+                )
+            })
+    };
+    // Ready once every task it owns is restored and running.
+    wait_until("the first run to be ready", WAIT, || {
+        matches!(get(health, "/readyz"), Some((200, _)))
+    });
+    assert_eq!(running_tasks(&cluster, a.0), PARTITIONS as usize);
+    assert!(matches!(get(health, "/healthz"), Some((200, _))));
     wait_until("the first run's progress", WAIT, || {
         !matches!(cluster.commit_progress(), Progress::At(0))
     });
+    // Its status lists its tasks, each with its counters.
+    let (status, body) = get(http, "/api/v1/status").expect("status");
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let names: Vec<&str> = listed["pipelines"]
+        .as_array()
+        .expect("pipelines")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), PARTITIONS as usize, "{body}");
+    assert!(names.iter().all(|n| n.contains("/tasks/0-")), "{body}");
 
     // A second process: the group splits the tasks; A stops the ones that
     // move (final checkpoints), B restores them.
@@ -467,6 +509,26 @@ fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
     sigterm_and_wait(c.1.into_inner());
 
     assert_exactly_once(&cluster);
+    // The checkpoints list shows each task with its latest checkpoint.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["checkpoints", "list"])
+        .arg(cluster.pipeline())
+        .envs(s3::environment());
+    let listed = command.output().expect("sluice checkpoints list");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    for index in 0..PARTITIONS {
+        assert!(
+            text.lines()
+                .any(|line| line.trim_start().starts_with(&format!("0-{index} "))),
+            "task 0-{index} listed: {text}"
+        );
+    }
     // Tasks moved with their state: the later processes restored
     // checkpoints the earlier ones wrote.
     let restored = |run: usize| cluster.read_log(run).matches("restored=Some(").count();
@@ -580,6 +642,14 @@ fn wait_for_every_output(cluster: &mut Cluster, runs: &mut [(usize, KillOnDrop)]
         },
     )
     .unwrap_or_else(|stalled| panic!("{stalled}: {}", cluster.all_logs()));
+}
+
+/// A port free now on loopback.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
 }
 
 /// Tasks running in run `run` now (its log's starts minus stops).

@@ -10,9 +10,9 @@
 //! so that its final checkpoint is committed before the next owner
 //! restores it.
 
-use super::TaskId;
 use super::registry::{TaskPlan, TaskRegistry, TasksReport};
 use super::stages::{self, Stage};
+use super::{TaskBoard, TaskId};
 use crate::config::{ConfigError, LoadedConfig, SourceConfig};
 use crate::connectors::kafka::{OffsetCommits, RepartitionAdmin};
 use crate::pipeline::PluginResolver;
@@ -142,7 +142,8 @@ struct StageMember {
 /// this process, until `stop` is set (every task then takes a final
 /// checkpoint and the process leaves the group) or a task fails.
 ///
-/// `instance`: a stable name of this process (a StatefulSet pod's), for
+/// `board` shows what the tasks are doing meanwhile. `instance`: a stable
+/// name of this process (a StatefulSet pod's), for
 /// static membership: a process restarted under the same name gets its
 /// tasks back without a rebalance. Without one, the process's tasks move
 /// as soon as it leaves.
@@ -152,6 +153,7 @@ pub fn run_tasks(
     resolve_plugin: PluginResolver<'_>,
     instance: Option<&str>,
     stop: Arc<AtomicBool>,
+    board: &TaskBoard,
 ) -> Result<TasksReport, ScaleOutError> {
     let SourceConfig::Kafka(kafka) = &loaded.config.source else {
         return Err(loaded
@@ -186,8 +188,11 @@ pub fn run_tasks(
     }
     let mut members = Vec::with_capacity(stages.len());
     for stage in stages {
-        members.push(join_stage(stage, runtime, instance, &admin)?);
+        let member = join_stage(stage, runtime, instance, &admin)?;
+        board.add_stage(member.tasks.clone());
+        members.push(member);
     }
+    board.set_joined(true);
 
     let mut failure = None;
     while !stop.load(Ordering::Relaxed) && failure.is_none() {
@@ -201,6 +206,7 @@ pub fn run_tasks(
         }
     }
     let mut report = TasksReport::default();
+    board.set_joined(false);
     for stage in &members {
         stage.tasks.close();
     }

@@ -22,7 +22,48 @@ mod registry;
 mod stages;
 
 pub use membership::{ScaleOutError, run_tasks};
-pub use registry::{TaskReport, TasksReport};
+pub use registry::{TaskReport, TaskStatus, TasksReport};
+
+use registry::TaskRegistry;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a process's tasks are doing now: for its status page, its
+/// metrics and its readiness probe. [`run_tasks`] fills it in.
+#[derive(Default)]
+pub struct TaskBoard {
+    stages: Mutex<Vec<Arc<TaskRegistry>>>,
+    joined: AtomicBool,
+}
+
+impl TaskBoard {
+    /// Every task the process owns now, stage by stage.
+    pub fn tasks(&self) -> Vec<TaskStatus> {
+        crate::sync::lock(&self.stages)
+            .iter()
+            .flat_map(|stage| stage.statuses())
+            .collect()
+    }
+
+    /// Whether every group of the process has given it an assignment and
+    /// every task it owns is restored and running (what a readiness probe
+    /// asks).
+    pub fn ready(&self) -> bool {
+        self.joined.load(Ordering::Relaxed)
+            && crate::sync::lock(&self.stages)
+                .iter()
+                .all(|stage| stage.assigned())
+            && self.tasks().iter().all(|task| task.running)
+    }
+
+    fn add_stage(&self, tasks: Arc<TaskRegistry>) {
+        crate::sync::lock(&self.stages).push(tasks);
+    }
+
+    fn set_joined(&self, joined: bool) {
+        self.joined.store(joined, Ordering::Relaxed);
+    }
+}
 
 /// A task: the pipeline stage `stage` on partition `index` of its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -48,10 +48,39 @@ pub(super) struct TaskPlan {
     pub(super) commits: Arc<dyn OffsetCommits>,
 }
 
-/// A task's thread and how to stop it.
+/// A task's thread, how to stop it, and how far it got.
 struct RunningTask {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<TaskReport>,
+    phase: Arc<Mutex<TaskPhase>>,
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Default)]
+enum TaskPhase {
+    /// Opening: restoring its checkpoint, instantiating plugins.
+    #[default]
+    Starting,
+    /// Restored and running.
+    Running {
+        restored: Option<u64>,
+        metrics: Arc<PipelineMetrics>,
+    },
+}
+
+/// What a task is doing now, for status pages and probes.
+#[derive(Clone)]
+pub struct TaskStatus {
+    /// The task.
+    pub task: TaskId,
+    /// The name its checkpoints and metrics go under.
+    pub name: String,
+    /// Restored and running (else still starting).
+    pub running: bool,
+    /// The checkpoint it restored.
+    pub restored: Option<u64>,
+    /// Its counters, once running.
+    pub metrics: Option<Arc<PipelineMetrics>>,
 }
 
 /// The tasks of one process.
@@ -64,6 +93,8 @@ pub(super) struct TaskRegistry {
     /// The process is leaving: assignments that still arrive (while the
     /// members leave the group) start nothing.
     closing: AtomicBool,
+    /// The group has given this member an assignment (maybe empty).
+    assigned: AtomicBool,
 }
 
 impl TaskRegistry {
@@ -74,7 +105,13 @@ impl TaskRegistry {
             ended: Mutex::new(Vec::new()),
             failure: Arc::new(Mutex::new(None)),
             closing: AtomicBool::new(false),
+            assigned: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the group has given this member an assignment yet.
+    pub(super) fn assigned(&self) -> bool {
+        self.assigned.load(Ordering::Relaxed)
     }
 
     /// Starts no more tasks (the process is leaving the group).
@@ -89,6 +126,7 @@ impl TaskRegistry {
         if self.closing.load(Ordering::Relaxed) {
             return;
         }
+        self.assigned.store(true, Ordering::Relaxed);
         let mut running = lock(&self.running);
         for &task in tasks {
             if running.contains_key(&task) {
@@ -109,10 +147,19 @@ impl TaskRegistry {
             };
             let failure = self.failure.clone();
             let task_stop = stop.clone();
+            let phase = Arc::new(Mutex::new(TaskPhase::Starting));
+            let task_phase = phase.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("task-{}", task.name()))
                 .spawn(move || {
-                    let report = run_task(task, &loaded, &runtime, assignment, task_stop.clone());
+                    let report = run_task(
+                        task,
+                        &loaded,
+                        &runtime,
+                        assignment,
+                        task_stop.clone(),
+                        &task_phase,
+                    );
                     if let Err(error) = &report.outcome
                         && !task_stop.load(Ordering::Relaxed)
                     {
@@ -125,7 +172,14 @@ impl TaskRegistry {
             match thread {
                 Ok(thread) => {
                     tracing::info!(task = %task.name(), "task starting");
-                    running.insert(task, RunningTask { stop, thread });
+                    running.insert(
+                        task,
+                        RunningTask {
+                            stop,
+                            thread,
+                            phase,
+                        },
+                    );
                 }
                 Err(error) => {
                     lock(&self.failure).get_or_insert_with(|| {
@@ -179,6 +233,28 @@ impl TaskRegistry {
         lock(&self.running).keys().copied().collect()
     }
 
+    /// What each task of this registry is doing now.
+    pub(super) fn statuses(&self) -> Vec<TaskStatus> {
+        let pipeline = &self.plan.loaded.config.pipeline.name;
+        lock(&self.running)
+            .iter()
+            .map(|(task, running)| {
+                let phase = lock(&running.phase).clone();
+                let (restored, metrics) = match phase {
+                    TaskPhase::Starting => (None, None),
+                    TaskPhase::Running { restored, metrics } => (restored, Some(metrics)),
+                };
+                TaskStatus {
+                    task: *task,
+                    name: task.scoped_name(pipeline),
+                    running: metrics.is_some(),
+                    restored,
+                    metrics,
+                }
+            })
+            .collect()
+    }
+
     /// Every task that ended so far.
     pub(super) fn report(&self) -> TasksReport {
         TasksReport {
@@ -195,6 +271,7 @@ fn run_task(
     runtime: &PluginRuntime,
     assignment: KafkaAssignment,
     stop: Arc<AtomicBool>,
+    phase: &Mutex<TaskPhase>,
 ) -> TaskReport {
     let mut report = TaskReport {
         task,
@@ -219,6 +296,10 @@ fn run_task(
     report.restored = pipeline.restored_checkpoint();
     tracing::info!(task = %task.name(), restored = ?report.restored, "task running");
     let metrics: Arc<PipelineMetrics> = pipeline.metrics();
+    *lock(phase) = TaskPhase::Running {
+        restored: report.restored,
+        metrics: metrics.clone(),
+    };
     report.outcome = pipeline.run(stop).map_err(|error| error.to_string());
     let snapshot = metrics.snapshot();
     report.records_in = snapshot.records_in;
