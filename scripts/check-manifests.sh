@@ -14,7 +14,7 @@ if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$version";
 fi
 rendered=$(mktemp --suffix .yaml)
 trap 'rm -f "$rendered"' EXIT
-for dir in deploy/kubernetes; do
+for dir in deploy/kubernetes deploy/kubernetes/scale-out; do
   if command -v kubectl >/dev/null; then
     kubectl kustomize "$dir" > "$rendered"
   else
@@ -25,4 +25,9 @@ for dir in deploy/kubernetes; do
   fi
   "$venv/bin/kubernetes-validate" --strict --quiet "$rendered"
   echo "manifests: $dir valid (Kubernetes $version schemas, strict)"
+done
+# Examples kept beside the kustomizations.
+for example in deploy/kubernetes/scale-out/hpa-consumer-lag.yaml; do
+  "$venv/bin/kubernetes-validate" --strict --quiet "$example"
+  echo "manifests: $example valid"
 done

@@ -838,3 +838,27 @@ fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
     let restored = |run: usize| cluster.read_log(run).matches("restored=Some(").count();
     assert!(restored(1) + restored(2) > 0, "{}", cluster.all_logs());
 }
+
+#[test]
+fn the_kubernetes_example_runs_a_valid_scaled_out_pipeline() {
+    let manifest = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/scale-out/configmap.yaml"),
+    )
+    .expect("configmap.yaml");
+    let text: String = manifest
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("pipeline.toml: |"))
+        .skip(1)
+        .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
+        .collect();
+    let loaded = sluice_host::config::LoadedConfig::parse(
+        Path::new("/etc/sluice/pipeline/pipeline.toml"),
+        &text,
+    )
+    .unwrap_or_else(|error| panic!("{error}\n{text}"));
+    assert!(matches!(
+        &loaded.config.source,
+        sluice_host::config::SourceConfig::Kafka(kafka) if kafka.scale_out
+    ));
+    assert!(loaded.config.operators.iter().any(|op| op.key_by.is_some()));
+}

@@ -296,6 +296,8 @@ pub struct KafkaSource {
     assign_pending: bool,
     /// With `upstream_watermarks`: what the upstream tasks said.
     upstream: UpstreamWatermarks,
+    /// A task's splits, once its partitions are assigned.
+    task_splits: Option<Vec<SplitId>>,
 }
 
 impl KafkaSource {
@@ -375,6 +377,7 @@ impl KafkaSource {
             partitions,
             assign_pending,
             upstream: UpstreamWatermarks::default(),
+            task_splits: None,
         })
     }
 
@@ -400,6 +403,13 @@ impl KafkaSource {
             .context()
             .apply_start_position(&self.consumer, &mut partitions);
         tracing::info!(source = %self.name, assigned = ?partitions.to_topic_map(), "task partitions assigned");
+        self.task_splits = Some(
+            partitions
+                .elements()
+                .iter()
+                .map(|e| (Topic::new(e.topic()), e.partition()))
+                .collect(),
+        );
         self.consumer
             .assign(&partitions)
             .map_err(|e| self.error(format!("cannot assign the task's partitions: {e}")))
@@ -504,6 +514,11 @@ impl Source for KafkaSource {
     /// The partitions assigned to this member: a partition that has sent
     /// nothing yet still holds the watermark back (until it is idle).
     fn splits(&self) -> Option<Vec<SplitId>> {
+        if self.options.assignment.is_some() {
+            // A task's partitions never change: no round trip through
+            // librdkafka's main thread at every read.
+            return self.task_splits.clone();
+        }
         let assignment = self.consumer.assignment().ok()?;
         Some(
             assignment

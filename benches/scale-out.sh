@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Scale-out figures (issue 39, ADR 0020), printed as tables for
+# docs/benchmarks.md. Release build; needs the dev services
+# (scripts/dev-services.sh up). Every process is a `sluice run` of a
+# scaled-out pipeline; checkpoints go to a local directory (every process
+# here sees it), so the figures are Sluice's and the broker's, not S3's.
+#
+# 1. Idle tasks: one process owning IDLE_TASKS (default 100) tasks of an
+#    empty topic (identity plugin -> blackhole): threads, RSS, and the CPU
+#    it uses in 30 s.
+# 2. Scaling: RECORDS (default 2,000,000) JSON records on 8 partitions
+#    through identity -> blackhole, by 1 process pinned to core 0, then by
+#    2 processes pinned to cores 0 and 1; records/s, and CPU µs/record per
+#    process (the broker shares the two cores).
+# 3. Repartition hop: the same input, 1 process, identity -> window sum
+#    per key (keys over all partitions), without and with `key_by` before
+#    the window (one hop through a repartition topic, at-least-once):
+#    CPU µs/record of each, the difference is the hop.
+# 4. Moved task: RESTORE_KEYS (default 1,000,000) keys of running-count
+#    state in one task; a second process takes the task over when the
+#    first stops (SIGTERM, final checkpoint): partitions assigned ->
+#    state restored -> task running, and the bytes restored.
+#
+#   benches/scale-out.sh
+#   SKIP_IDLE=1 SKIP_SCALING=1 benches/scale-out.sh     # 3 and 4
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
+cargo build --release -q -p sluice-cli
+sluice="$CARGO_TARGET_DIR/release/sluice"
+python="$HOME/.cache/sluice/venv-tools/bin/python"
+kafka_libs=$(ls -d "$HOME"/.cache/sluice/kafka-*/libs | head -1)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+hz=$(getconf CLK_TCK)
+records="${RECORDS:-2000000}"
+run_id="$RANDOM$RANDOM"
+
+topic() { # name partitions
+  java -cp "$kafka_libs/*" org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 \
+    --create --topic "$1" --partitions "$2" --replication-factor 1 >/dev/null
+}
+produce() { # topic count partitions keys
+  "$python" - "$@" <<'EOF'
+import sys
+from confluent_kafka import Producer
+topic, count, partitions, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 50, "batch.size": 1000000})
+t0 = 1_700_000_000_000
+for i in range(count):
+    value = b'{"id":%d,"key":"k%d","amount":%d,"ts":%d}' % (i, i % keys, i % 7 + 1, t0 + i)
+    while True:
+        try:
+            producer.produce(topic, value, partition=i % partitions)
+            break
+        except BufferError:
+            producer.poll(0.1)
+producer.flush()
+EOF
+}
+committed() { # group topic partitions -> sum of committed offsets, and the end
+  "$python" - "$@" <<'EOF'
+import sys
+from confluent_kafka import Consumer, TopicPartition
+group, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": group})
+parts = [TopicPartition(topic, p) for p in range(partitions)]
+done = sum(max(tp.offset, 0) for tp in c.committed(parts, timeout=10))
+end = sum(c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts)
+print(done, end)
+c.close()
+EOF
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+status_field() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+health_port=$((20000 + RANDOM % 20000))
+wait_ready() { # port
+  until curl -sf "http://127.0.0.1:$1/readyz" >/dev/null 2>&1; do sleep 0.2; done
+}
+pipeline() { # file name topic group operators checkpoint-mode
+  cat > "$1" <<EOF
+[pipeline]
+name = "$2"
+batch_size = 512
+max_out_of_orderness_ms = 1000
+
+[checkpoints]
+storage = "$work/checkpoints"
+interval_ms = ${CHECKPOINT_INTERVAL_MS:-2000}
+mode = "$6"
+
+[source.kafka]
+bootstrap_servers = "127.0.0.1:9092"
+topics = ["$3"]
+group_id = "$4"
+start = "earliest"
+value_format = "json"
+timestamp_field = "ts"
+scale_out = true
+
+$5
+
+[sink.blackhole]
+EOF
+}
+identity="[[operators]]
+name = \"identity\"
+plugin = \"$PWD/plugins/identity\""
+# Plugins built once, before anything is timed.
+"$sluice" plugin build plugins/identity >/dev/null
+"$sluice" plugin build plugins/running-count >/dev/null
+
+if [ "${SKIP_IDLE:-0}" != 1 ]; then
+# --- 1. idle tasks ------------------------------------------------------
+tasks="${IDLE_TASKS:-100}"
+idle="scale-idle-$run_id"
+topic "$idle" "$tasks"
+pipeline "$work/idle.toml" "idle-$run_id" "$idle" "idle-$run_id" "$identity" exactly-once
+"$sluice" run "$work/idle.toml" --quiet --health "127.0.0.1:$health_port" 2>"$work/idle.log" &
+pid=$!; pids+=("$pid")
+wait_ready "$health_port"
+sleep 10
+before=$(cpu_ticks "$pid"); sleep 30; after=$(cpu_ticks "$pid")
+echo
+echo "| idle tasks in one process | threads | RSS MiB | idle CPU (30 s, % of one core) | per task |"
+echo "| ---: | ---: | ---: | ---: | ---: |"
+"$python" - "$tasks" "$(status_field "$pid" Threads)" "$(status_field "$pid" VmRSS)" "$before" "$after" "$hz" <<'EOF'
+import sys
+n, threads, rss, b, a, hz = map(int, sys.argv[1:])
+cpu = (a - b) / hz / 30 * 100
+print(f"| {n} | {threads} | {rss/1024:.0f} | {cpu:.1f} | {cpu/n:.3f} |")
+EOF
+kill "$pid"; wait "$pid" 2>/dev/null || true
+fi
+
+# Runs the processes given as "core" arguments on `file` until every group
+# of `groups` ("group:topic:partitions,...") has committed all its input,
+# then reads their CPU and stops them: prints "seconds ticks_1 ticks_2 ...".
+run_until_drained() { # file groups cores...
+  local file=$1 groups=$2; shift 2
+  local started; started=$(date +%s.%N)
+  local run_pids=() port=$health_port
+  for core in "$@"; do
+    port=$((port + 1))
+    taskset -c "$core" "$sluice" run "$file" --quiet --health "127.0.0.1:$port" 2>>"$work/run.log" &
+    run_pids+=("$!"); pids+=("$!")
+  done
+  local spec group topic partitions
+  for spec in ${groups//,/ }; do
+    IFS=: read -r group topic partitions <<<"$spec"
+    while true; do
+      read -r done end < <(committed "$group" "$topic" "$partitions")
+      [ "$done" -ge "$end" ] && [ "$end" -gt 0 ] && break
+      sleep 0.5
+    done
+  done
+  local elapsed; elapsed=$(echo "$(date +%s.%N) - $started" | bc)
+  local ticks=()
+  for pid in "${run_pids[@]}"; do ticks+=("$(cpu_ticks "$pid")"); done
+  for pid in "${run_pids[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
+  echo "$elapsed ${ticks[*]}"
+}
+
+if [ "${SKIP_SCALING:-0}" != 1 ]; then
+# --- 2. one process vs two ----------------------------------------------
+input="scale-in-$run_id"
+topic "$input" 8
+produce "$input" "$records" 8 100000
+echo
+echo "| processes (one core each) | records | wall s | records/s | CPU µs/record per process | speed-up |"
+echo "| ---: | ---: | ---: | ---: | --- | ---: |"
+base=""
+for cores in "0" "0 1"; do
+  n=$(echo "$cores" | wc -w)
+  name="scaling-$n-$run_id"
+  pipeline "$work/$name.toml" "$name" "$input" "$name" "$identity" exactly-once
+  # shellcheck disable=SC2086
+  read -r -a result < <(run_until_drained "$work/$name.toml" "$name:$input:8" $cores)
+  base=${base:-${result[0]}}
+  "$python" - "$records" "$base" "${result[@]}" "$hz" <<'EOF'
+import sys
+n, base, wall = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+ticks, hz = [int(t) for t in sys.argv[4:-1]], int(sys.argv[-1])
+per = ", ".join(f"{t / hz * 1e6 / (n / len(ticks)):.2f}" for t in ticks)
+print(f"| {len(ticks)} | {n:,} | {wall:.1f} | {n / wall:,.0f} | {per} | {base / wall:.2f}x |")
+EOF
+done
+fi
+
+if [ "${SKIP_HOP:-0}" != 1 ]; then
+# --- 3. the repartition hop ---------------------------------------------
+hop_in="scale-hop-$run_id"
+topic "$hop_in" 8
+hop_records=$((records / 2))
+produce "$hop_in" "$hop_records" 8 100000
+window="[[operators]]
+name = \"sum\"
+window = { tumbling_ms = 1000 }
+key_field = \"key\"
+aggregate = { function = \"sum\", field = \"amount\" }"
+echo
+echo "| 1 process, core 0, $hop_records records | wall s | records/s | CPU µs/record |"
+echo "| --- | ---: | ---: | ---: |"
+for hop in without with; do
+  name="hop-$hop-$run_id"
+  ops="$identity
+
+$window"
+  [ "$hop" = with ] && ops="$identity
+
+${window/key_field/key_by = \"key\"
+key_field}"
+  pipeline "$work/$name.toml" "$name" "$hop_in" "$name" "$ops" at-least-once
+  groups="$name:$hop_in:8"
+  [ "$hop" = with ] && groups="$groups,$name.stage-1:default.$name.sum-repartition:8"
+  read -r wall ticks < <(run_until_drained "$work/$name.toml" "$groups" 0)
+  "$python" - "$hop_records" "$wall" "$ticks" "$hz" "$hop" <<'EOF'
+import sys
+n, wall, ticks, hz, hop = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+print(f"| identity -> window, {hop} a key-by hop | {wall:.1f} | {n / wall:,.0f} | {ticks / hz * 1e6 / n:.2f} |")
+EOF
+done
+fi
+
+if [ "${SKIP_RESTORE:-0}" != 1 ]; then
+# --- 4. a moved task's restore ------------------------------------------
+keys="${RESTORE_KEYS:-1000000}"
+restore_in="scale-restore-$run_id"
+topic "$restore_in" 1
+produce "$restore_in" "$keys" 1 "$keys"
+name="restore-$run_id"
+pipeline "$work/$name.toml" "$name" "$restore_in" "$name" "[[operators]]
+name = \"count\"
+plugin = \"$PWD/plugins/running-count\"" exactly-once
+"$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$((health_port + 10))" 2>"$work/first.log" &
+first=$!; pids+=("$first")
+while true; do
+  read -r done end < <(committed "$name" "$restore_in" 1)
+  [ "$done" -ge "$end" ] && break
+  sleep 0.5
+done
+SLUICE_LOG=info "$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$((health_port + 11))" 2>"$work/second.log" &
+second=$!; pids+=("$second")
+sleep 5
+stopped_at=$(date +%s.%N)
+kill "$first"; wait "$first" 2>/dev/null || true
+wait_ready $((health_port + 11))
+ready_at=$(date +%s.%N)
+kill "$second"; wait "$second" 2>/dev/null || true
+echo
+echo "| moved task, $keys keys | SIGTERM -> ready s | assigned -> running s | state bytes | MB/s |"
+echo "| ---: | ---: | ---: | ---: | ---: |"
+"$python" - "$work/second.log" "$stopped_at" "$ready_at" "$work/checkpoints" <<'EOF'
+import datetime, glob, json, os, re, sys
+log, stopped, ready, root = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+def at(pattern):
+    for line in open(log):
+        if pattern in line:
+            stamp = re.match(r"(\S+)Z", line).group(1)
+            return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
+assigned, running = at("partitions assigned to this process assigned={("), at("task running")
+manifests = sorted(glob.glob(f"{root}/**/manifests/*.json", recursive=True), key=os.path.getmtime)
+state = json.load(open(manifests[-1]))["stats"]["state_bytes"]
+took = running - assigned
+print(f"| {ready - stopped:.2f} | {took:.2f} | {state:,} | {state / 1e6 / took:.0f} |")
+EOF
+fi
