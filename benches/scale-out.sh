@@ -8,11 +8,12 @@
 # 1. Idle tasks: one process owning IDLE_TASKS (default 100) tasks of an
 #    empty topic (identity plugin -> blackhole): threads, RSS, and the CPU
 #    it uses in 30 s.
-# 2. Scaling: RECORDS (default 2,000,000) JSON records on 8 partitions
-#    through identity -> blackhole, by 1 process pinned to core 0, then by
-#    2 processes pinned to cores 0 and 1; records/s, and CPU µs/record per
+# 2. Scaling: RECORDS (default 10,000,000) JSON records on 8 partitions
+#    through pii-redact -> blackhole, by 1 process pinned to core 0, then
+#    by 2 processes pinned to cores 0 and 1: records/s in the steady state
+#    (WINDOW_S seconds once every process is ready), and CPU µs/record per
 #    process (the broker shares the two cores).
-# 3. Repartition hop: the same input, 1 process, identity -> window sum
+# 3. Repartition hop: half as many records, 1 process, identity -> window sum
 #    per key (keys over all partitions), without and with `key_by` before
 #    the window (one hop through a repartition topic, at-least-once):
 #    CPU µs/record of each, the difference is the hop.
@@ -39,7 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT
 hz=$(getconf CLK_TCK)
-records="${RECORDS:-2000000}"
+records="${RECORDS:-10000000}"
 run_id="$RANDOM$RANDOM"
 
 topic() { # name partitions
@@ -91,9 +92,10 @@ batch_size = 512
 max_out_of_orderness_ms = 1000
 
 [checkpoints]
-storage = "$work/checkpoints"
+storage = "${STORAGE:-$work/checkpoints}"
 interval_ms = ${CHECKPOINT_INTERVAL_MS:-2000}
 mode = "$6"
+${STORAGE_S3:-}
 
 [source.kafka]
 bootstrap_servers = "127.0.0.1:9092"
@@ -169,26 +171,49 @@ run_until_drained() { # file groups cores...
 
 if [ "${SKIP_SCALING:-0}" != 1 ]; then
 # --- 2. one process vs two ----------------------------------------------
+# Steady state: once every process is ready (tasks split, restored), the
+# records its group commits in WINDOW_S seconds, and its CPU meanwhile.
 input="scale-in-$run_id"
 topic "$input" 8
 produce "$input" "$records" 8 100000
+window_s="${WINDOW_S:-10}"
+redact="[[operators]]
+name = \"redact\"
+plugin = \"$PWD/plugins/pii-redact\""
+"$sluice" plugin build plugins/pii-redact >/dev/null
 echo
-echo "| processes (one core each) | records | wall s | records/s | CPU µs/record per process | speed-up |"
-echo "| ---: | ---: | ---: | ---: | --- | ---: |"
+echo "| processes (one core each) | records in ${window_s} s | records/s | CPU µs/record, each process | speed-up |"
+echo "| ---: | ---: | ---: | --- | ---: |"
 base=""
 for cores in "0" "0 1"; do
   n=$(echo "$cores" | wc -w)
   name="scaling-$n-$run_id"
-  pipeline "$work/$name.toml" "$name" "$input" "$name" "$identity" exactly-once
-  # shellcheck disable=SC2086
-  read -r -a result < <(run_until_drained "$work/$name.toml" "$name:$input:8" $cores)
-  base=${base:-${result[0]}}
-  "$python" - "$records" "$base" "${result[@]}" "$hz" <<'EOF'
+  CHECKPOINT_INTERVAL_MS=1000 pipeline "$work/$name.toml" "$name" "$input" "$name" "$redact" exactly-once
+  run_pids=(); ports=()
+  for core in $cores; do
+    port=$((health_port + 20 + core))
+    taskset -c "$core" "$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$port" 2>>"$work/run.log" &
+    run_pids+=("$!"); pids+=("$!"); ports+=("$port")
+  done
+  for port in "${ports[@]}"; do wait_ready "$port"; done
+  sleep 3
+  read -r before end < <(committed "$name" "$input" 8)
+  ticks_before=(); for pid in "${run_pids[@]}"; do ticks_before+=("$(cpu_ticks "$pid")"); done
+  started=$(date +%s.%N)
+  sleep "$window_s"
+  read -r after end < <(committed "$name" "$input" 8)
+  elapsed=$(echo "$(date +%s.%N) - $started" | bc)
+  ticks=(); for i in "${!run_pids[@]}"; do ticks+=("$(( $(cpu_ticks "${run_pids[$i]}") - ticks_before[i] ))"); done
+  for pid in "${run_pids[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
+  [ "$after" -lt "$end" ] || echo "(the input ran out: raise RECORDS)"
+  rate=$(echo "($after - $before) / $elapsed" | bc -l)
+  base=${base:-$rate}
+  "$python" - "$((after - before))" "$elapsed" "$base" "$hz" "${ticks[@]}" <<'EOF'
 import sys
-n, base, wall = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-ticks, hz = [int(t) for t in sys.argv[4:-1]], int(sys.argv[-1])
+n, wall, base, hz = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+ticks = [int(t) for t in sys.argv[5:]]
 per = ", ".join(f"{t / hz * 1e6 / (n / len(ticks)):.2f}" for t in ticks)
-print(f"| {len(ticks)} | {n:,} | {wall:.1f} | {n / wall:,.0f} | {per} | {base / wall:.2f}x |")
+print(f"| {len(ticks)} | {n:,} | {n / wall:,.0f} | {per} | {n / wall / base:.2f}x |")
 EOF
 done
 fi
@@ -235,6 +260,11 @@ restore_in="scale-restore-$run_id"
 topic "$restore_in" 1
 produce "$restore_in" "$keys" 1 "$keys"
 name="restore-$run_id"
+# From S3 (the dev services' server on loopback), as a moved task restores.
+bucket="scale-restore-$run_id"
+curl -sf -X PUT "http://127.0.0.1:9000/$bucket" -o /dev/null
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1
+STORAGE="s3://$bucket/checkpoints" STORAGE_S3='s3 = { endpoint = "http://127.0.0.1:9000", region = "us-east-1" }' \
 pipeline "$work/$name.toml" "$name" "$restore_in" "$name" "[[operators]]
 name = \"count\"
 plugin = \"$PWD/plugins/running-count\"" exactly-once
@@ -256,17 +286,16 @@ kill "$second"; wait "$second" 2>/dev/null || true
 echo
 echo "| moved task, $keys keys | SIGTERM -> ready s | assigned -> running s | state bytes | MB/s |"
 echo "| ---: | ---: | ---: | ---: | ---: |"
-"$python" - "$work/second.log" "$stopped_at" "$ready_at" "$work/checkpoints" <<'EOF'
-import datetime, glob, json, os, re, sys
-log, stopped, ready, root = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+"$python" - "$work/second.log" "$stopped_at" "$ready_at" <<'EOF'
+import datetime, re, sys
+log, stopped, ready = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 def at(pattern):
     for line in open(log):
         if pattern in line:
             stamp = re.match(r"(\S+)Z", line).group(1)
             return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
 assigned, running = at("partitions assigned to this process assigned={("), at("task running")
-manifests = sorted(glob.glob(f"{root}/**/manifests/*.json", recursive=True), key=os.path.getmtime)
-state = json.load(open(manifests[-1]))["stats"]["state_bytes"]
+state = next(int(m.group(1)) for line in open(log) if (m := re.search(r"restored_bytes=(\d+)", line)))
 took = running - assigned
 print(f"| {ready - stopped:.2f} | {took:.2f} | {state:,} | {state / 1e6 / took:.0f} |")
 EOF

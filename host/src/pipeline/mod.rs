@@ -236,12 +236,15 @@ impl Pipeline {
                     ),
                 )
             })?;
+        let mut download_ms = 0.0;
         if let Some(manifest) = &restored {
+            let started = std::time::Instant::now();
             crate::checkpoint::snapshot::download(
                 storage.as_ref(),
                 &manifest.state,
                 &workdir.db(),
             )?;
+            download_ms = started.elapsed().as_secs_f64() * 1000.0;
         }
         let backend = RocksStateBackend::open(&workdir.db(), crate::window::MERGE_FOLDS)
             .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
@@ -284,6 +287,8 @@ impl Pipeline {
             tracing::info!(
                 checkpoint = manifest.id,
                 storage = %storage.describe(),
+                restored_bytes = manifest.state.iter().map(|file| file.bytes).sum::<u64>(),
+                download_ms,
                 "restored"
             );
         }
