@@ -1085,3 +1085,160 @@ pub mod registry {
         value
     }
 }
+
+/// What exactly-once tests check in a pipeline's Kafka outputs: every
+/// input id once (counts or dead letters), running counts 1..n per key,
+/// and window sums equal to a model of the input.
+pub mod outputs {
+    use crate::Progress;
+    use crate::kafka::{committed, read_to_end};
+    use std::collections::BTreeMap;
+
+    /// Whether `group` committed every offset of `topic` (done), or how
+    /// many it did.
+    pub fn commit_progress(group: &str, topic: &str, partitions: i32) -> Progress {
+        let ends = crate::kafka_end_offsets(topic, partitions);
+        let committed = committed(group, topic, partitions);
+        if committed
+            .iter()
+            .zip(&ends)
+            .all(|(committed, end)| *committed == Some(*end))
+        {
+            return Progress::Done;
+        }
+        Progress::At(committed.iter().flatten().sum())
+    }
+
+    /// What a `read_committed` reader of a running-count pipeline's outputs
+    /// sees, against ids `0..total`.
+    pub struct Verdict {
+        /// Ids seen more than once.
+        pub duplicated: Vec<u64>,
+        /// Some ids never seen (at most five).
+        pub missing: Vec<u64>,
+        /// The running counts seen per key.
+        pub counts_by_key: BTreeMap<String, Vec<u64>>,
+        /// Dead letters `expected_dead_letter` did not expect (say, late).
+        pub unexpected_dead_letters: Vec<String>,
+    }
+
+    impl Verdict {
+        /// Reads `counts` (values with `id`, `key`, `count`) and
+        /// `dead_letters` (values with `id`) to their ends; a dead letter
+        /// whose id `expected_dead_letter` refuses is unexpected. Fails if
+        /// a transaction is left open on either.
+        pub fn read(
+            counts: (&str, i32),
+            dead_letters: (&str, i32),
+            total: u64,
+            expected_dead_letter: impl Fn(u64) -> bool,
+        ) -> Verdict {
+            let (count_records, clean) = read_to_end(counts.0, counts.1, true);
+            assert!(clean, "a transaction is left open on {}", counts.0);
+            let (dead, clean) = read_to_end(dead_letters.0, dead_letters.1, true);
+            assert!(clean, "a transaction is left open on {}", dead_letters.0);
+            let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+            let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+            for record in &count_records {
+                let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+                *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
+                counts_by_key
+                    .entry(value["key"].as_str().expect("key").to_string())
+                    .or_default()
+                    .push(value["count"].as_u64().expect("count"));
+            }
+            let mut unexpected_dead_letters = Vec::new();
+            for record in &dead {
+                let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+                let id = value["id"].as_u64().expect("id");
+                if !expected_dead_letter(id) {
+                    unexpected_dead_letters.push(format!("{value} ({:?})", record.headers));
+                }
+                *seen.entry(id).or_default() += 1;
+            }
+            Verdict {
+                duplicated: seen
+                    .iter()
+                    .filter(|(_, n)| **n > 1)
+                    .map(|(id, _)| *id)
+                    .collect(),
+                missing: (0..total)
+                    .filter(|id| !seen.contains_key(id))
+                    .take(5)
+                    .collect(),
+                counts_by_key,
+                unexpected_dead_letters,
+            }
+        }
+
+        /// Fails unless every id was seen once, no dead letter was
+        /// unexpected, and each key's running counts are exactly 1..n
+        /// (state and output from the same cut).
+        pub fn assert_exactly_once(self) {
+            assert!(
+                self.duplicated.is_empty(),
+                "{} ids seen more than once, e.g. {:?}, the last {:?}",
+                self.duplicated.len(),
+                &self.duplicated[..self.duplicated.len().min(5)],
+                self.duplicated.last()
+            );
+            assert!(
+                self.missing.is_empty(),
+                "ids never seen: {:?}",
+                self.missing
+            );
+            assert!(
+                self.unexpected_dead_letters.is_empty(),
+                "unexpected dead letters: {:?}",
+                &self.unexpected_dead_letters[..self.unexpected_dead_letters.len().min(3)]
+            );
+            for (key, mut values) in self.counts_by_key {
+                values.sort_unstable();
+                let expected: Vec<u64> = (1..=values.len() as u64).collect();
+                assert_eq!(values, expected, "running counts of key {key}");
+            }
+        }
+    }
+
+    /// The sums of `amount` per `key` and 1 s tumbling window of `ts` over
+    /// the JSON `inputs` (inputs without a key are left out): what a
+    /// `window = { tumbling_ms = 1000 }` sum per key must write.
+    pub fn window_model(inputs: impl Iterator<Item = String>) -> BTreeMap<(String, i64), f64> {
+        let mut model = BTreeMap::new();
+        for input in inputs {
+            let value: serde_json::Value = serde_json::from_str(&input).expect("JSON");
+            let Some(key) = value["key"].as_str() else {
+                continue;
+            };
+            let ts = value["ts"].as_i64().expect("ts");
+            *model
+                .entry((key.to_string(), ts - ts.rem_euclid(1000)))
+                .or_default() += value["amount"].as_f64().expect("amount");
+        }
+        model
+    }
+
+    /// Fails unless `topic` holds each window result once, none of them an
+    /// update (a late record), and they equal `model`.
+    pub fn assert_windows_match(
+        topic: &str,
+        partitions: i32,
+        model: &BTreeMap<(String, i64), f64>,
+    ) {
+        let (windows, clean) = read_to_end(topic, partitions, true);
+        assert!(clean, "a transaction is left open on {topic}");
+        let mut results: BTreeMap<(String, i64), f64> = BTreeMap::new();
+        for record in &windows {
+            let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
+            let key = (
+                value["key"].as_str().expect("key").to_string(),
+                value["window_start"].as_i64().expect("window_start"),
+            );
+            assert_eq!(value["update"], false, "no record is late: {value}");
+            let previous = results.insert(key.clone(), value["result"].as_f64().expect("result"));
+            assert!(previous.is_none(), "window {key:?} written twice");
+        }
+        assert_eq!(results.len(), model.len(), "number of windows");
+        assert!(&results == model, "window sums differ from the model");
+    }
+}

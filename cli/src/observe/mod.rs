@@ -302,33 +302,7 @@ impl RunEndpoint {
         let stop = Arc::new(AtomicBool::new(false));
         let sampler = spawn_sampler(pipelines.clone(), history.clone(), stop.clone())?;
         let app = run_router(RunState { pipelines, history });
-        let (shutdown, shutdown_signal) = tokio::sync::oneshot::channel::<()>();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("--http: starting its runtime")?;
-        let thread = std::thread::Builder::new()
-            .name("sluice-http".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => listener,
-                        Err(error) => {
-                            tracing::error!(%error, "--http: the listener");
-                            return;
-                        }
-                    };
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = shutdown_signal.await;
-                        })
-                        .await;
-                    if let Err(error) = served {
-                        tracing::error!(%error, "--http: serving");
-                    }
-                });
-            })
-            .context("--http: starting its thread")?;
+        let (shutdown, thread) = serve_in_thread(listener, app, "--http")?;
         Ok(RunEndpoint {
             address,
             stop,
@@ -391,30 +365,7 @@ impl HealthEndpoint {
                     }
                 }),
             );
-        let (shutdown, shutdown_signal) = tokio::sync::oneshot::channel::<()>();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("--health: starting its runtime")?;
-        let thread = std::thread::Builder::new()
-            .name("sluice-health".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        tracing::error!("--health: the listener");
-                        return;
-                    };
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = shutdown_signal.await;
-                        })
-                        .await;
-                    if let Err(error) = served {
-                        tracing::error!(%error, "--health: serving");
-                    }
-                });
-            })
-            .context("--health: starting its thread")?;
+        let (shutdown, thread) = serve_in_thread(listener, app, "--health")?;
         Ok(HealthEndpoint {
             address,
             shutdown: Some(shutdown),
@@ -432,4 +383,45 @@ impl Drop for HealthEndpoint {
             let _ = thread.join();
         }
     }
+}
+
+/// Serves `app` on `listener` in a thread of its own (a current-thread
+/// tokio runtime) until the returned sender is used or dropped; `what`
+/// names the endpoint in errors.
+fn serve_in_thread(
+    listener: std::net::TcpListener,
+    app: Router,
+    what: &'static str,
+) -> Result<(
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+)> {
+    let (shutdown, shutdown_signal) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .with_context(|| format!("{what}: starting its runtime"))?;
+    let thread = std::thread::Builder::new()
+        .name("sluice-http".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        tracing::error!(%error, "{what}: the listener");
+                        return;
+                    }
+                };
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = shutdown_signal.await;
+                    })
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "{what}: serving");
+                }
+            });
+        })
+        .with_context(|| format!("{what}: starting its thread"))?;
+    Ok((shutdown, thread))
 }

@@ -8,12 +8,13 @@
 //! `SLUICE_CHAOS_KILLS` sets the number of kills (default 20; the longer
 //! run in docs/benchmarks.md uses 100).
 
-use sluice_tests::kafka::{committed, create_topic, read_to_end, unique_topic};
+use sluice_tests::kafka::{create_topic, read_to_end, unique_topic};
+use sluice_tests::outputs::{Verdict, assert_windows_match, commit_progress, window_model};
 use sluice_tests::{
     KillOnDrop, Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until,
     wait_while_progressing,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -260,16 +261,7 @@ transaction_timeout_ms = {TRANSACTION_TIMEOUT_MS}
     /// How many input offsets the group committed, or done when it
     /// committed all of them.
     fn commit_progress(&self) -> Progress {
-        let ends = kafka_end_offsets(&self.input, PARTITIONS);
-        let committed = committed(&self.group, &self.input, PARTITIONS);
-        if committed
-            .iter()
-            .zip(&ends)
-            .all(|(committed, end)| *committed == Some(*end))
-        {
-            return Progress::Done;
-        }
-        Progress::At(committed.iter().flatten().sum())
+        commit_progress(&self.group, &self.input, PARTITIONS)
     }
 
     /// Waits until the group committed every input offset: as long as
@@ -316,9 +308,7 @@ fn drain(setup: &Setup) {
 /// The exactly-once checks after a run: nothing lost or duplicated, window
 /// sums equal the model.
 fn assert_exactly_once(setup: &Setup) {
-    let result = verdict(setup);
-    assert_eq!(result.missing, 0, "records lost");
-    assert_eq!(result.duplicated, 0, "records duplicated");
+    verdict(setup).assert_exactly_once();
     assert_windows_match_the_model(setup);
 }
 
@@ -379,92 +369,19 @@ fn chaos(setup: &Setup, kills: usize) {
     assert!(log.contains("restored checkpoint"), "{log}");
 }
 
-/// What a `read_committed` reader sees, checked against the input.
-struct Verdict {
-    /// Input ids seen more than once (counts plus dead letters).
-    duplicated: usize,
-    /// Input ids never seen.
-    missing: usize,
-}
-
+/// What a `read_committed` reader of the counts and dead letters sees.
 fn verdict(setup: &Setup) -> Verdict {
-    let total = setup.records + PARTITIONS as u64;
-    let (counts, clean) = read_to_end(&setup.counts, 2, true);
-    assert!(
-        clean,
-        "a transaction of the pipeline is left open on {}",
-        setup.counts
-    );
-    let (dead_letters, clean) = read_to_end(&setup.dead_letters, 2, true);
-    assert!(
-        clean,
-        "a transaction is left open on {}",
-        setup.dead_letters
-    );
-    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for record in &counts {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        let id = value["id"].as_u64().expect("id");
-        *seen.entry(id).or_default() += 1;
-        counts_by_key
-            .entry(value["key"].as_str().expect("key").to_string())
-            .or_default()
-            .push(value["count"].as_u64().expect("count"));
-    }
-    for record in &dead_letters {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
-    }
-    let duplicated = seen.values().filter(|n| **n > 1).count();
-    let missing = (0..total).filter(|id| !seen.contains_key(id)).count();
-    if duplicated == 0 && missing == 0 {
-        // State and output from the same cut: each key's counts are 1..n.
-        for (key, mut values) in counts_by_key {
-            values.sort_unstable();
-            let expected: Vec<u64> = (1..=values.len() as u64).collect();
-            assert_eq!(values, expected, "running counts of key {key}");
-        }
-    }
-    Verdict {
-        duplicated,
-        missing,
-    }
-}
-
-/// The window sums a model computes from the input.
-fn window_model(records: u64) -> BTreeMap<(String, i64), f64> {
-    let mut model = BTreeMap::new();
-    for i in 0..records {
-        let value: serde_json::Value = serde_json::from_str(&input_value(i)).expect("JSON");
-        let Some(key) = value["key"].as_str() else {
-            continue;
-        };
-        let ts = value["ts"].as_i64().expect("ts");
-        let start = ts - ts.rem_euclid(1000);
-        *model.entry((key.to_string(), start)).or_default() +=
-            value["amount"].as_f64().expect("amount");
-    }
-    model
+    Verdict::read(
+        (&setup.counts, 2),
+        (&setup.dead_letters, 2),
+        setup.records + PARTITIONS as u64,
+        |id| id % 499 == 498,
+    )
 }
 
 fn assert_windows_match_the_model(setup: &Setup) {
-    let (windows, clean) = read_to_end(&setup.windows, 2, true);
-    assert!(clean, "a transaction is left open on {}", setup.windows);
-    let mut results: BTreeMap<(String, i64), f64> = BTreeMap::new();
-    for record in &windows {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        let key = (
-            value["key"].as_str().expect("key").to_string(),
-            value["window_start"].as_i64().expect("window_start"),
-        );
-        assert_eq!(value["update"], false, "no record is late: {value}");
-        let previous = results.insert(key.clone(), value["result"].as_f64().expect("result"));
-        assert!(previous.is_none(), "window {key:?} written twice");
-    }
-    let model = window_model(setup.records);
-    assert_eq!(results.len(), model.len(), "number of windows");
-    assert!(results == model, "window sums differ from the model");
+    let model = window_model((0..setup.records).map(input_value));
+    assert_windows_match(&setup.windows, 2, &model);
 }
 
 /// Every object in the bucket is a retained manifest or referenced by one.
@@ -506,10 +423,7 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
     let exact = Setup::new(records, "exactly-once");
     eprintln!("run logs in {}", exact.dir.path().display());
     chaos(&exact, kills);
-    let result = verdict(&exact);
-    assert_eq!(result.missing, 0, "records lost");
-    assert_eq!(result.duplicated, 0, "records duplicated");
-    assert_windows_match_the_model(&exact);
+    assert_exactly_once(&exact);
     let (uncommitted, _) = read_to_end(&exact.counts, 2, false);
     let (committed, _) = read_to_end(&exact.counts, 2, true);
     assert!(
@@ -524,9 +438,12 @@ fn sigkill_loop_with_kafka_and_s3_is_exactly_once_and_at_least_once_is_not() {
     let loose = Setup::new(250_000, "at-least-once");
     chaos(&loose, 4);
     let result = verdict(&loose);
-    assert_eq!(result.missing, 0, "at-least-once loses nothing either");
     assert!(
-        result.duplicated > 0,
+        result.missing.is_empty(),
+        "at-least-once loses nothing either"
+    );
+    assert!(
+        !result.duplicated.is_empty(),
         "at-least-once sinks must have written records again after kills"
     );
 }

@@ -18,10 +18,10 @@
 //! 1..n (state moved with its task), and the window sums of a model
 //! computed from the input, none of them late.
 
-use sluice_tests::kafka::{Tail, committed, create_topic, read_to_end, unique_topic};
+use sluice_tests::kafka::{Tail, create_topic, unique_topic};
+use sluice_tests::outputs::{Verdict, assert_windows_match, commit_progress, window_model};
 use sluice_tests::{
-    KillOnDrop, Progress, kafka_end_offsets, s3, sigterm_and_wait, wait_until,
-    wait_while_progressing,
+    KillOnDrop, Progress, s3, sigterm_and_wait, wait_until, wait_while_progressing,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -305,16 +305,7 @@ transaction_timeout_ms = 15000
 
     /// How many input offsets the group committed, or done when all.
     fn commit_progress(&self) -> Progress {
-        let ends = kafka_end_offsets(&self.input, PARTITIONS);
-        let committed = committed(&self.group, &self.input, PARTITIONS);
-        if committed
-            .iter()
-            .zip(&ends)
-            .all(|(committed, end)| *committed == Some(*end))
-        {
-            return Progress::Done;
-        }
-        Progress::At(committed.iter().flatten().sum())
+        commit_progress(&self.group, &self.input, PARTITIONS)
     }
 
     /// Waits until the processes in `runs` committed every input offset
@@ -351,89 +342,20 @@ transaction_timeout_ms = 15000
     }
 }
 
-/// The exactly-once checks: every input id once in the counts or the
-/// dead letters (only ids without a key there: none late), per key the
-/// running counts 1..n.
-fn assert_exactly_once(cluster: &Cluster) {
-    let verdict = verdict(cluster);
-    assert!(
-        verdict.duplicated.is_empty(),
-        "{} ids seen more than once, e.g. {:?}, the last {:?}",
-        verdict.duplicated.len(),
-        &verdict.duplicated[..verdict.duplicated.len().min(5)],
-        verdict.duplicated.last()
-    );
-    assert!(
-        verdict.missing.is_empty(),
-        "ids never seen: {:?}",
-        verdict.missing
-    );
-    assert!(
-        verdict.unexpected_dead_letters.is_empty(),
-        "only records without a key are dead letters: {:?}",
-        &verdict.unexpected_dead_letters[..verdict.unexpected_dead_letters.len().min(3)]
-    );
-    for (key, mut values) in verdict.counts_by_key {
-        values.sort_unstable();
-        let expected: Vec<u64> = (1..=values.len() as u64).collect();
-        assert_eq!(values, expected, "running counts of key {key}");
-    }
-}
-
-/// What a `read_committed` reader of the outputs sees.
-struct Verdict {
-    /// Ids seen more than once.
-    duplicated: Vec<u64>,
-    /// Some ids never seen.
-    missing: Vec<u64>,
-    /// The running counts seen per key.
-    counts_by_key: BTreeMap<String, Vec<u64>>,
-    /// Dead letters of records that have a key (late ones, say).
-    unexpected_dead_letters: Vec<String>,
-}
-
+/// What a `read_committed` reader of the counts and dead letters sees
+/// (only records without a key are expected as dead letters: none late).
 fn verdict(cluster: &Cluster) -> Verdict {
-    let mut unexpected_dead_letters = Vec::new();
-    // Every id once; per key the counts 1..n.
-    let (counts, clean) = read_to_end(&cluster.counts, 2, true);
-    assert!(clean, "a transaction is left open on {}", cluster.counts);
-    let (dead_letters, clean) = read_to_end(&cluster.dead_letters, 1, true);
-    assert!(
-        clean,
-        "a transaction is left open on {}",
-        cluster.dead_letters
-    );
-    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for record in &counts {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        *seen.entry(value["id"].as_u64().expect("id")).or_default() += 1;
-        counts_by_key
-            .entry(value["key"].as_str().expect("key").to_string())
-            .or_default()
-            .push(value["count"].as_u64().expect("count"));
-    }
-    for record in &dead_letters {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        let id = value["id"].as_u64().expect("id");
-        if id % 97 != 96 {
-            unexpected_dead_letters.push(format!("{value} ({:?})", record.headers));
-        }
-        *seen.entry(id).or_default() += 1;
-    }
-    Verdict {
-        unexpected_dead_letters,
-        duplicated: seen
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(id, _)| *id)
-            .collect(),
-        missing: (0..cluster.produced)
-            .filter(|id| !seen.contains_key(id))
-            .take(5)
-            .collect(),
-        counts_by_key,
-    }
+    Verdict::read(
+        (&cluster.counts, 2),
+        (&cluster.dead_letters, 1),
+        cluster.produced,
+        |id| id % 97 == 96,
+    )
+}
+
+/// The exactly-once checks: every input id once, counts 1..n per key.
+fn assert_exactly_once(cluster: &Cluster) {
+    verdict(cluster).assert_exactly_once();
 }
 
 #[test]
@@ -537,39 +459,13 @@ fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
 }
 
 /// The window sums a model computes from inputs `0..records`.
-fn window_model(records: u64) -> BTreeMap<(String, i64), f64> {
-    let mut model = BTreeMap::new();
-    for i in 0..records {
-        let value: serde_json::Value = serde_json::from_str(&input_value(i)).expect("JSON");
-        let Some(key) = value["key"].as_str() else {
-            continue;
-        };
-        let ts = value["ts"].as_i64().expect("ts");
-        *model
-            .entry((key.to_string(), ts - ts.rem_euclid(1000)))
-            .or_default() += value["amount"].as_f64().expect("amount");
-    }
-    model
+fn model_of(records: u64) -> BTreeMap<(String, i64), f64> {
+    window_model((0..records).map(input_value))
 }
 
 /// Every window result once, none an update (late), equal to the model.
 fn assert_windows_match_the_model(cluster: &Cluster, records: u64) {
-    let (windows, clean) = read_to_end(&cluster.windows, 2, true);
-    assert!(clean, "a transaction is left open on {}", cluster.windows);
-    let mut results: BTreeMap<(String, i64), f64> = BTreeMap::new();
-    for record in &windows {
-        let value: serde_json::Value = serde_json::from_slice(&record.value).expect("JSON");
-        let key = (
-            value["key"].as_str().expect("key").to_string(),
-            value["window_start"].as_i64().expect("window_start"),
-        );
-        assert_eq!(value["update"], false, "no record is late: {value}");
-        let previous = results.insert(key.clone(), value["result"].as_f64().expect("result"));
-        assert!(previous.is_none(), "window {key:?} written twice");
-    }
-    let model = window_model(records);
-    assert_eq!(results.len(), model.len(), "number of windows");
-    assert!(results == model, "window sums differ from the model");
+    assert_windows_match(&cluster.windows, 2, &model_of(records));
 }
 
 /// Produces input records in chunks while `producing` holds (and at
@@ -600,7 +496,7 @@ fn wait_for_every_output(cluster: &mut Cluster, runs: &mut [(usize, KillOnDrop)]
     cluster.produce_sentinels();
     let expected_ids = cluster.produced;
     let windows_expected = match cluster.shape {
-        Shape::KeyBy => window_model(records).len(),
+        Shape::KeyBy => model_of(records).len(),
         Shape::KeyedByPartition => 0,
     };
     let mut counts = Tail::new(&cluster.counts, 2);
