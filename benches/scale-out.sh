@@ -22,8 +22,11 @@
 #    first stops (SIGTERM, final checkpoint): partitions assigned ->
 #    state restored -> task running, and the bytes restored.
 #
+# 5. Rebalance pause: latency of the tasks that stay with a process while
+#    another joins, against before, and of the tasks that move.
+#
 #   benches/scale-out.sh
-#   SKIP_IDLE=1 SKIP_SCALING=1 benches/scale-out.sh     # 3 and 4
+#   SKIP_IDLE=1 SKIP_SCALING=1 benches/scale-out.sh     # 3, 4 and 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
@@ -299,4 +302,79 @@ state = next(int(m.group(1)) for line in open(log) if (m := re.search(r"restored
 took = running - assigned
 print(f"| {ready - stopped:.2f} | {took:.2f} | {state:,} | {state / 1e6 / took:.0f} |")
 EOF
+fi
+if [ "${SKIP_PAUSE:-0}" != 1 ]; then
+# --- 5. the pause a rebalance causes -------------------------------------
+# 4,000 records/s (sent_ms in each) into 8 partitions -> identity ->
+# exactly-once Kafka, checkpoints every second; a read_committed reader
+# measures now - sent_ms per record. Process A runs alone for 20 s, then
+# process B joins (taking half the tasks) and both run 25 s more. Latency
+# percentiles of the tasks that stayed with A, before and after B joined,
+# and of the tasks that moved.
+pause_in="scale-pause-in-$run_id"; pause_out="scale-pause-out-$run_id"
+topic "$pause_in" 8; topic "$pause_out" 8
+name="pause-$run_id"
+CHECKPOINT_INTERVAL_MS=1000 pipeline "$work/$name.toml" "$name" "$pause_in" "$name" "$identity" exactly-once
+sed -i "s|^\[sink.blackhole\]|[sink.kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"$pause_out\"|" "$work/$name.toml"
+SLUICE_LOG=info "$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$((health_port + 30))" 2>"$work/pause-a.log" &
+a=$!; pids+=("$a")
+wait_ready $((health_port + 30))
+"$python" - "$pause_in" "$pause_out" "$work/pause-a.log" "$sluice" "$work/$name.toml" "$work/pause-b.log" <<'EOF'
+import json, re, subprocess, sys, threading, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+topic_in, topic_out, log_a, sluice, pipeline, log_b = sys.argv[1:7]
+stop = False
+def produce():
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})
+    i, start = 0, time.time()
+    while not stop:
+        for _ in range(40):
+            now_ms = int(time.time() * 1000)
+            value = json.dumps({"id": i, "p": i % 8, "sent_ms": now_ms, "ts": now_ms})
+            producer.produce(topic_in, value.encode(), partition=i % 8)
+            i += 1
+        producer.poll(0)
+        time.sleep(max(0.0, start + i / 4000 - time.time()))
+    producer.flush()
+seen = []  # (received at, input partition, latency ms)
+def consume():
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": f"pause-reader-{time.time()}",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic_out, p, 0) for p in range(8)])
+    while not stop:
+        message = consumer.poll(0.1)
+        if message is None or message.error():
+            continue
+        now = time.time()
+        value = json.loads(message.value())
+        seen.append((now, value["p"], now * 1000 - value["sent_ms"]))
+    consumer.close()
+threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+for t in threads: t.start()
+time.sleep(20)
+joined = time.time()
+b = subprocess.Popen([sluice, "run", pipeline, "--quiet"], stderr=open(log_b, "w"), env={**__import__("os").environ, "SLUICE_LOG": "info"})
+time.sleep(25)
+stop = True
+for t in threads: t.join()
+b.terminate(); b.wait()
+moved = set()
+for line in open(log_a):
+    if "partitions revoked from this process" in line:
+        moved |= {int(p) for p in re.findall(r'"[^"]+", (\d+)\)', line)}
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+rows = [
+    ("tasks that stayed, before B joined", [l for t, p, l in seen if t < joined and t > joined - 15 and p not in moved]),
+    ("tasks that stayed, 15 s after B joined", [l for t, p, l in seen if joined <= t < joined + 15 and p not in moved]),
+    ("tasks that moved, 15 s after B joined", [l for t, p, l in seen if joined <= t < joined + 15 and p in moved]),
+]
+print()
+print(f"| exactly-once, checkpoints every 1 s, 4,000 records/s, moved: {sorted(moved)} | records | p50 ms | p99 ms | max ms |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for label, values in rows:
+    print(f"| {label} | {len(values):,} | {pct(values, 0.5):.0f} | {pct(values, 0.99):.0f} | {max(values) if values else float('nan'):.0f} |")
+EOF
+kill "$a"; wait "$a" 2>/dev/null || true
 fi

@@ -608,6 +608,12 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
                 else {
                     unreachable!("three slots");
                 };
+                // It must own a task (a just restarted one may not yet), or
+                // it would have nothing to be fenced from.
+                let candidate = slots[zombie_slot].0;
+                wait_until("the zombie-to-be to own a task", WAIT, || {
+                    running_tasks(cluster, candidate) > 0
+                });
                 let (run, process) = &mut slots[zombie_slot];
                 let pid = process.child().id().to_string();
                 let signal = |name: &str| {
