@@ -764,3 +764,49 @@ fn the_kubernetes_example_runs_a_valid_scaled_out_pipeline() {
     ));
     assert!(loaded.config.operators.iter().any(|op| op.key_by.is_some()));
 }
+
+#[test]
+fn a_process_restarted_under_its_instance_name_gets_its_tasks_back() {
+    let mut cluster = Cluster::new(Shape::KeyedByPartition);
+    cluster.produce(5_000);
+    let a = cluster.spawn_with(&[("SLUICE_INSTANCE", "a")]);
+    cluster.wait_for_tasks(a.0, PARTITIONS as usize);
+    let b = cluster.spawn_with(&[("SLUICE_INSTANCE", "b")]);
+    cluster.wait_for_tasks(b.0, 1);
+    wait_until("the tasks to settle on A and B", WAIT, || {
+        running_tasks(&cluster, a.0) + running_tasks(&cluster, b.0) == PARTITIONS as usize
+    });
+    let a_tasks = running_tasks(&cluster, a.0);
+    let b_starts = |cluster: &Cluster| cluster.read_log(b.0).matches("task starting").count();
+    let b_started = b_starts(&cluster);
+    // A rolling restart: A stops cleanly (final checkpoints, a static
+    // member's leave) and comes back under its name within the session
+    // timeout. Its tasks wait for it: B is given none of them.
+    sigterm_and_wait(a.1.into_inner());
+    let again = cluster.spawn_with(&[("SLUICE_INSTANCE", "a")]);
+    cluster.wait_for_tasks(again.0, a_tasks);
+    assert_eq!(
+        b_starts(&cluster),
+        b_started,
+        "B took over A's tasks: {}",
+        cluster.all_logs()
+    );
+    // A crash: the name stays taken until the dead member's session times
+    // out; the restart asks again until then, and gets tasks again.
+    let (_, mut crashed) = again;
+    crashed.child().kill().expect("SIGKILL");
+    crashed.child().wait().expect("wait");
+    let last = cluster.spawn_with(&[("SLUICE_INSTANCE", "a")]);
+    cluster.wait_for_tasks(last.0, 1);
+    cluster.produce(5_000);
+    wait_while_progressing(
+        "every input record to be committed",
+        WAIT,
+        Duration::from_millis(250),
+        || cluster.commit_progress(),
+    )
+    .unwrap_or_else(|stalled| panic!("{stalled}: {}", cluster.all_logs()));
+    sigterm_and_wait(last.1.into_inner());
+    sigterm_and_wait(b.1.into_inner());
+    assert_exactly_once(&cluster);
+}

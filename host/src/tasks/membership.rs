@@ -14,18 +14,20 @@ use super::registry::{TaskPlan, TaskRegistry, TasksReport};
 use super::stages::{self, Stage};
 use super::{TaskBoard, TaskId};
 use crate::config::{ConfigError, LoadedConfig, SourceConfig};
+use crate::connectors::kafka::KafkaSourceConfig;
 use crate::connectors::kafka::{OffsetCommits, RepartitionAdmin};
 use crate::pipeline::PluginResolver;
 use crate::runtime::PluginRuntime;
+use crate::sync::lock;
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, TopicPartitionList};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Why a scaled-out pipeline could not run.
 #[derive(Debug, thiserror::Error)]
@@ -112,13 +114,13 @@ impl ConsumerContext for MemberContext {
 /// committed (the offsets are those of a completed checkpoint, whose
 /// transaction committed: no restore reads before them again).
 struct MemberCommits {
-    member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
+    member: Mutex<Weak<BaseConsumer<MemberContext>>>,
     repartition: Option<Arc<RepartitionAdmin>>,
 }
 
 impl OffsetCommits for MemberCommits {
     fn commit(&self, offsets: &TopicPartitionList) {
-        let Some(member) = self.member.get().and_then(Weak::upgrade) else {
+        let Some(member) = lock(&self.member).upgrade() else {
             return;
         };
         if let Err(error) = member.commit(offsets, CommitMode::Async) {
@@ -132,11 +134,157 @@ impl OffsetCommits for MemberCommits {
     }
 }
 
-/// One stage's group member and its tasks.
+/// One stage's group member and its tasks. The member can be made again:
+/// a process restarted under the same instance name before the broker
+/// noticed its predecessor died is refused (`UNRELEASED_INSTANCE_ID`, fatal
+/// for the client) until the predecessor's session times out.
 struct StageMember {
-    member: Arc<BaseConsumer<MemberContext>>,
+    index: u32,
+    kafka: KafkaSourceConfig,
+    /// `group.instance.id`, with static membership.
+    instance_id: Option<String>,
     tasks: Arc<TaskRegistry>,
+    commits: Arc<MemberCommits>,
+    member: Option<Arc<BaseConsumer<MemberContext>>>,
+    /// When to make the member again after it was refused.
+    rejoin_at: Option<Instant>,
 }
+
+impl StageMember {
+    /// The stage's tasks, not yet in the group.
+    fn new(
+        stage: Stage,
+        runtime: &PluginRuntime,
+        instance: Option<&str>,
+        admin: &Arc<RepartitionAdmin>,
+    ) -> Result<Self, ScaleOutError> {
+        let Some(kafka) = stage.source().cloned() else {
+            return Err(stage
+                .loaded
+                .error_at("source", "only a Kafka source can be scaled out")
+                .into());
+        };
+        let commits = Arc::new(MemberCommits {
+            member: Mutex::new(Weak::new()),
+            repartition: kafka.repartition_input.then(|| admin.clone()),
+        });
+        let pipeline = &stage.loaded.config.pipeline;
+        let instance_id = instance.map(|instance| {
+            format!(
+                "sluice.{}.{}.{}.{instance}",
+                pipeline.tenant, pipeline.name, stage.index
+            )
+        });
+        let index = stage.index;
+        let tasks = Arc::new(TaskRegistry::new(TaskPlan {
+            loaded: stage.loaded,
+            runtime: runtime.clone(),
+            commits: commits.clone(),
+        }));
+        Ok(StageMember {
+            index,
+            kafka,
+            instance_id,
+            tasks,
+            commits,
+            member: None,
+            rejoin_at: None,
+        })
+    }
+
+    fn error(&self, message: String) -> ScaleOutError {
+        ScaleOutError::Membership {
+            group: self.kafka.group_id.clone(),
+            message,
+        }
+    }
+
+    /// Joins the stage's consumer group with a member whose assignment
+    /// starts and stops the stage's tasks.
+    fn join(&mut self) -> Result<(), ScaleOutError> {
+        let kafka = &self.kafka;
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &kafka.bootstrap_servers)
+            .set("group.id", &kafka.group_id)
+            .set("group.protocol", "consumer")
+            .set("group.remote.assignor", "range")
+            .set("enable.auto.commit", "false")
+            // Paused at once; nothing worth buffering.
+            .set("queued.max.messages.kbytes", "64");
+        let properties = kafka.granted_properties.over(&kafka.properties);
+        for (key, value) in crate::connectors::kafka::connection_properties(&properties) {
+            config.set(key, value);
+        }
+        if let Some(instance_id) = &self.instance_id {
+            config.set("group.instance.id", instance_id);
+        }
+        let member: Arc<BaseConsumer<MemberContext>> = Arc::new(
+            config
+                .create_with_context(MemberContext {
+                    stage: self.index,
+                    tasks: self.tasks.clone(),
+                })
+                .map_err(|e| self.error(format!("cannot create the group member: {e}")))?,
+        );
+        *lock(&self.commits.member) = Arc::downgrade(&member);
+        let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
+        member
+            .subscribe(&topics)
+            .map_err(|e| self.error(format!("cannot subscribe to {topics:?}: {e}")))?;
+        tracing::info!(group = %kafka.group_id, stage = self.index, instance = ?self.instance_id, "joined the group; tasks follow its assignment");
+        self.member = Some(member);
+        Ok(())
+    }
+
+    /// Serves the member's callbacks for up to `wait`; makes it again once
+    /// a refused instance name may be free.
+    fn poll(&mut self, wait: Duration) -> Result<(), ScaleOutError> {
+        let Some(member) = &self.member else {
+            if self.rejoin_at.is_some_and(|at| Instant::now() >= at) {
+                self.rejoin_at = None;
+                self.join()?;
+            } else {
+                std::thread::sleep(wait);
+            }
+            return Ok(());
+        };
+        match member.poll(wait) {
+            Some(Err(KafkaError::MessageConsumptionFatal(
+                RDKafkaErrorCode::UnreleasedInstanceId,
+            ))) => {
+                tracing::warn!(
+                    instance = ?self.instance_id,
+                    "this instance name is still the member of a process that died, until its session times out: joining again"
+                );
+                self.tasks.stop_all();
+                self.member = None;
+                self.rejoin_at = Some(Instant::now() + REJOIN_WAIT);
+            }
+            Some(Err(KafkaError::MessageConsumptionFatal(code))) => {
+                return Err(self.error(format!("the group member failed: {code}")));
+            }
+            Some(Err(error)) => tracing::warn!(%error, "group member error"),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Stops the tasks (final checkpoints) and leaves the group (the
+    /// revoke callback then finds no task left).
+    fn leave(&self) -> Vec<super::TaskReport> {
+        tracing::info!(tasks = ?self.tasks.running(), "stopping the tasks, then leaving the group");
+        self.tasks.stop_all();
+        if let Some(member) = &self.member {
+            member.unsubscribe();
+        }
+        self.tasks.report().tasks
+    }
+}
+
+/// How long a member refused for its instance name waits before it asks
+/// again.
+const REJOIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs the tasks of the scaled-out pipeline `loaded` that the group gives
 /// this process, until `stop` is set (every task then takes a final
@@ -188,21 +336,27 @@ pub fn run_tasks(
     }
     let mut members = Vec::with_capacity(stages.len());
     for stage in stages {
-        let member = join_stage(stage, runtime, instance, &admin)?;
+        let mut member = StageMember::new(stage, runtime, instance, &admin)?;
+        member.join()?;
         board.add_stage(member.tasks.clone());
         members.push(member);
     }
     board.set_joined(true);
 
+    let wait = POLL_WAIT / u32::try_from(members.len().max(1)).unwrap_or(1);
     let mut failure = None;
     while !stop.load(Ordering::Relaxed) && failure.is_none() {
-        for stage in &members {
+        for stage in &mut members {
             // Rebalance callbacks run in here; records never arrive (every
             // assigned partition is paused).
-            if let Some(Err(error)) = stage.member.poll(POLL_WAIT / members.len().max(1) as u32) {
-                tracing::warn!(%error, "group member error");
+            if let Err(error) = stage.poll(wait) {
+                failure = Some(error);
+                break;
             }
-            failure = failure.or_else(|| stage.tasks.failure());
+            failure = stage.tasks.failure().map(ScaleOutError::Task);
+            if failure.is_some() {
+                break;
+            }
         }
     }
     let mut report = TasksReport::default();
@@ -211,15 +365,11 @@ pub fn run_tasks(
         stage.tasks.close();
     }
     for stage in &members {
-        tracing::info!(tasks = ?stage.tasks.running(), "stopping the tasks, then leaving the group");
-        stage.tasks.stop_all();
-        // Leaves the group (the revoke callback finds no task left).
-        stage.member.unsubscribe();
-        report.tasks.extend(stage.tasks.report().tasks);
+        report.tasks.extend(stage.leave());
     }
     drop(members);
     match failure {
-        Some(error) => Err(ScaleOutError::Task(error)),
+        Some(error) => Err(error),
         None => Ok(report),
     }
 }
@@ -242,70 +392,4 @@ fn source_partitions(admin: &RepartitionAdmin, topics: &[String]) -> Result<i32,
         )),
         _ => Err("no source topic".to_string()),
     }
-}
-
-/// Joins stage `stage`'s consumer group with a member whose assignment
-/// starts and stops the stage's tasks.
-fn join_stage(
-    stage: Stage,
-    runtime: &PluginRuntime,
-    instance: Option<&str>,
-    admin: &Arc<RepartitionAdmin>,
-) -> Result<StageMember, ScaleOutError> {
-    let Some(kafka) = stage.source().cloned() else {
-        return Err(stage
-            .loaded
-            .error_at("source", "only a Kafka source can be scaled out")
-            .into());
-    };
-    let group = kafka.group_id.clone();
-    let membership_error = |message: String| ScaleOutError::Membership {
-        group: group.clone(),
-        message,
-    };
-    let commits = Arc::new(MemberCommits {
-        member: OnceLock::new(),
-        repartition: kafka.repartition_input.then(|| admin.clone()),
-    });
-    let tenant = stage.loaded.config.pipeline.tenant.clone();
-    let pipeline = stage.loaded.config.pipeline.name.clone();
-    let tasks = Arc::new(TaskRegistry::new(TaskPlan {
-        loaded: stage.loaded,
-        runtime: runtime.clone(),
-        commits: commits.clone(),
-    }));
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &kafka.bootstrap_servers)
-        .set("group.id", &kafka.group_id)
-        .set("group.protocol", "consumer")
-        .set("group.remote.assignor", "range")
-        .set("enable.auto.commit", "false")
-        // Paused at once; nothing worth buffering.
-        .set("queued.max.messages.kbytes", "64");
-    let properties = kafka.granted_properties.over(&kafka.properties);
-    for (key, value) in crate::connectors::kafka::connection_properties(&properties) {
-        config.set(key, value);
-    }
-    if let Some(instance) = instance {
-        config.set(
-            "group.instance.id",
-            format!("sluice.{tenant}.{pipeline}.{}.{instance}", stage.index),
-        );
-    }
-    let member: Arc<BaseConsumer<MemberContext>> = Arc::new(
-        config
-            .create_with_context(MemberContext {
-                stage: stage.index,
-                tasks: tasks.clone(),
-            })
-            .map_err(|e| membership_error(format!("cannot create the group member: {e}")))?,
-    );
-    let _ = commits.member.set(Arc::downgrade(&member));
-    let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
-    member
-        .subscribe(&topics)
-        .map_err(|e| membership_error(format!("cannot subscribe to {topics:?}: {e}")))?;
-    tracing::info!(group = %kafka.group_id, stage = stage.index, ?instance, "joined the group; tasks follow its assignment");
-    Ok(StageMember { member, tasks })
 }
