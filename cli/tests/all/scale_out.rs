@@ -41,6 +41,10 @@ enum Shape {
     /// Keys over every partition; a key-by into a second stage with a
     /// window.
     KeyBy,
+    /// As [`Shape::KeyedByPartition`], the counts into an Iceberg table of
+    /// the dev services' REST catalog, in this namespace: every task
+    /// commits its own snapshots to the one table.
+    Iceberg(&'static str),
 }
 
 /// The input record `i` of `shape`: every 97th has no key (dead-lettered
@@ -61,7 +65,7 @@ fn input_value(i: u64) -> String {
 /// The partition of input record `i`.
 fn input_partition(shape: Shape, i: u64) -> i32 {
     match shape {
-        Shape::KeyedByPartition => ((i % KEYS) % PARTITIONS as u64) as i32,
+        Shape::KeyedByPartition | Shape::Iceberg(_) => ((i % KEYS) % PARTITIONS as u64) as i32,
         Shape::KeyBy => (i % PARTITIONS as u64) as i32,
     }
 }
@@ -127,6 +131,26 @@ transaction_timeout_ms = 15000
 blackhole = {{}}
 "#,
                 counts = cluster.counts,
+            ),
+            Shape::Iceberg(namespace) => format!(
+                r#"[[operators]]
+name = "running-count"
+plugin = {plugin:?}
+
+[sink.iceberg]
+rest = {{ uri = "{uri}" }}
+namespace = "{namespace}"
+table = "counts"
+columns = [
+  {{ name = "id", type = "long", required = true }},
+  {{ name = "key", type = "string", required = true }},
+  {{ name = "count", type = "long", required = true }},
+]
+
+[side_outputs.counts]
+blackhole = {{}}
+"#,
+                uri = sluice_tests::rest_catalog_uri(),
             ),
             Shape::KeyBy => format!(
                 r#"[[operators]]
@@ -333,11 +357,13 @@ transaction_timeout_ms = 15000
             .collect()
     }
 
-    /// Waits until run `run` has `tasks` tasks running.
+    /// Waits until run `run` has `tasks` tasks running; fails at once,
+    /// with its log, when one of its tasks failed.
     fn wait_for_tasks(&self, run: usize, tasks: usize) {
         wait_until(&format!("{tasks} tasks in run {run}"), WAIT, || {
             let log = self.read_log(run);
-            log.matches("task running").count() - log.matches("task stopped").count() >= tasks
+            assert!(!log.contains("outcome=Err"), "a task failed: {log}");
+            running_tasks(self, run) >= tasks
         });
     }
 }
@@ -497,7 +523,7 @@ fn wait_for_every_output(cluster: &mut Cluster, runs: &mut [(usize, KillOnDrop)]
     let expected_ids = cluster.produced;
     let windows_expected = match cluster.shape {
         Shape::KeyBy => model_of(records).len(),
-        Shape::KeyedByPartition => 0,
+        Shape::KeyedByPartition | Shape::Iceberg(_) => 0,
     };
     let mut counts = Tail::new(&cluster.counts, 2);
     let mut dead_letters = Tail::new(&cluster.dead_letters, 1);
@@ -809,4 +835,58 @@ fn a_process_restarted_under_its_instance_name_gets_its_tasks_back() {
     sigterm_and_wait(last.1.into_inner());
     sigterm_and_wait(b.1.into_inner());
     assert_exactly_once(&cluster);
+}
+
+#[test]
+fn tasks_of_two_processes_write_one_iceberg_table_exactly_once() {
+    let namespace: &'static str =
+        Box::leak(format!("scale_{}", std::process::id()).into_boxed_str());
+    let mut cluster = Cluster::new(Shape::Iceberg(namespace));
+    cluster.produce(10_000);
+    let a = cluster.spawn();
+    cluster.wait_for_tasks(a.0, PARTITIONS as usize);
+    let b = cluster.spawn();
+    cluster.wait_for_tasks(b.0, 1);
+    cluster.produce(10_000);
+    wait_until("a task moved to B with its state", WAIT, || {
+        cluster.read_log(b.0).contains("restored=Some(")
+    });
+    // A dies with its tasks' files written and maybe not committed.
+    let (_, mut a) = a;
+    a.child().kill().expect("SIGKILL");
+    a.child().wait().expect("wait");
+    cluster.produce(10_000);
+    let mut runs = [b];
+    cluster.wait_until_drained(&mut runs);
+    let [b] = runs;
+    sigterm_and_wait(b.1.into_inner());
+
+    let table = sluice_tests::read_iceberg_rest_table(
+        &sluice_tests::rest_catalog_uri(),
+        &format!("{namespace}.counts"),
+    );
+    let rows = table["rows"].as_array().expect("rows");
+    let mut ids: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut counts_by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for row in rows {
+        *ids.entry(row["id"].as_u64().expect("id")).or_default() += 1;
+        counts_by_key
+            .entry(row["key"].as_str().expect("key").to_string())
+            .or_default()
+            .push(row["count"].as_u64().expect("count"));
+    }
+    let keyed = (0..cluster.produced).filter(|id| id % 97 != 96);
+    for id in keyed {
+        assert_eq!(ids.get(&id), Some(&1), "id {id} in the table once");
+    }
+    assert_eq!(
+        ids.len() as u64,
+        cluster.produced - cluster.produced / 97,
+        "only keyed ids"
+    );
+    for (key, mut values) in counts_by_key {
+        values.sort_unstable();
+        let expected: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, expected, "running counts of key {key}");
+    }
 }

@@ -599,24 +599,43 @@ fn s3_properties(options: &S3Options) -> Vec<(String, String)> {
 }
 
 /// Loads the table, creating its namespace and the table itself if
-/// missing; refuses an existing table whose schema does not fit.
+/// missing; refuses an existing table whose schema does not fit. Several
+/// writers may open the table at once (the tasks of a scaled-out pipeline):
+/// a creation that fails because another writer created the namespace or
+/// the table in the meantime is not an error, the table is loaded.
 pub(crate) async fn ensure_table(
     catalog: &dyn Catalog,
     config: &IcebergSinkConfig,
 ) -> Result<iceberg::table::Table, IcebergSetupError> {
     let ident = config.table_ident().map_err(IcebergSetupError)?;
-    let exists = catalog
-        .table_exists(&ident)
-        .await
-        .map_err(|error| IcebergSetupError(format!("catalog: {error}")))?;
-    if exists {
-        let table = catalog
-            .load_table(&ident)
+    let table_exists = || async {
+        catalog
+            .table_exists(&ident)
             .await
-            .map_err(|error| IcebergSetupError(format!("cannot load table {ident}: {error}")))?;
-        check_schema(config, table.metadata().current_schema()).map_err(IcebergSetupError)?;
-        return Ok(table);
+            .map_err(|error| IcebergSetupError(format!("catalog: {error}")))
+    };
+    if !table_exists().await? {
+        match create_table(catalog, config, &ident).await {
+            Ok(table) => return Ok(table),
+            // Created by another writer meanwhile: load it below.
+            Err(_) if table_exists().await? => {}
+            Err(error) => return Err(error),
+        }
     }
+    let table = catalog
+        .load_table(&ident)
+        .await
+        .map_err(|error| IcebergSetupError(format!("cannot load table {ident}: {error}")))?;
+    check_schema(config, table.metadata().current_schema()).map_err(IcebergSetupError)?;
+    Ok(table)
+}
+
+/// Creates the table `ident` (and its namespace, unless it exists).
+async fn create_table(
+    catalog: &dyn Catalog,
+    config: &IcebergSinkConfig,
+    ident: &TableIdent,
+) -> Result<iceberg::table::Table, IcebergSetupError> {
     if config.effective_columns().is_empty() {
         return Err(IcebergSetupError(format!(
             "table {ident} does not exist and no `columns` are given to create it"
@@ -625,17 +644,22 @@ pub(crate) async fn ensure_table(
     let schema = config.schema().map_err(IcebergSetupError)?;
     let spec = config.partition_spec(&schema).map_err(IcebergSetupError)?;
     let namespace = ident.namespace().clone();
-    let namespace_exists = catalog
-        .namespace_exists(&namespace)
-        .await
-        .map_err(|error| IcebergSetupError(format!("catalog: {error}")))?;
-    if !namespace_exists {
+    let namespace_exists = || async {
         catalog
-            .create_namespace(&namespace, HashMap::new())
+            .namespace_exists(&namespace)
             .await
-            .map_err(|error| {
-                IcebergSetupError(format!("cannot create namespace {namespace:?}: {error}"))
-            })?;
+            .map_err(|error| IcebergSetupError(format!("catalog: {error}")))
+    };
+    if !namespace_exists().await? {
+        let created = catalog.create_namespace(&namespace, HashMap::new()).await;
+        // Another writer may have created it meanwhile.
+        if let Err(error) = created
+            && !namespace_exists().await?
+        {
+            return Err(IcebergSetupError(format!(
+                "cannot create namespace {namespace:?}: {error}"
+            )));
+        }
     }
     let creation = TableCreation::builder()
         .name(config.table.clone())
