@@ -694,6 +694,23 @@ pub mod kafka {
 
 /// The partition's end offset (next offset to be written), per partition.
 pub fn kafka_end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
+    kafka_watermarks(topic, partitions)
+        .into_iter()
+        .map(|(_, high)| high)
+        .collect()
+}
+
+/// The first offset still stored of each partition `0..partitions` of
+/// `topic` (above 0 where records were deleted).
+pub fn kafka_low_offsets(topic: &str, partitions: i32) -> Vec<i64> {
+    kafka_watermarks(topic, partitions)
+        .into_iter()
+        .map(|(low, _)| low)
+        .collect()
+}
+
+/// The (low, high) watermarks of each partition `0..partitions` of `topic`.
+fn kafka_watermarks(topic: &str, partitions: i32) -> Vec<(i64, i64)> {
     use rdkafka::ClientConfig;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let consumer: BaseConsumer = ClientConfig::new()
@@ -701,13 +718,12 @@ pub fn kafka_end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
         .create()
         .unwrap_or_else(|e| panic!("Kafka consumer: {e}"));
     (0..partitions)
-        .map(
-            |p| match consumer.fetch_watermarks(topic, p, std::time::Duration::from_secs(10)) {
-                Ok((_, high)) => high,
-                // The topic is created by the first write to it.
-                Err(_) => 0,
-            },
-        )
+        // A topic not yet written to may not exist: (0, 0).
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, std::time::Duration::from_secs(10))
+                .unwrap_or_default()
+        })
         .collect()
 }
 

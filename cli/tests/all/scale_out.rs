@@ -73,6 +73,8 @@ fn input_partition(shape: Shape, i: u64) -> i32 {
 /// Topics, bucket and pipeline file of one run.
 struct Cluster {
     shape: Shape,
+    /// The pipeline's name.
+    name: String,
     dir: tempfile::TempDir,
     input: String,
     counts: String,
@@ -96,6 +98,7 @@ impl Cluster {
         let name = unique_topic("scale-out");
         let cluster = Cluster {
             shape,
+            name: name.clone(),
             windows: unique_topic("scale-windows"),
             dir: tempfile::Builder::new()
                 .prefix("sluice-scale-")
@@ -264,6 +267,7 @@ transaction_timeout_ms = 15000
     fn clone_topics(&self) -> Cluster {
         Cluster {
             shape: self.shape,
+            name: self.name.clone(),
             dir: tempfile::tempdir().expect("temporary directory"),
             input: self.input.clone(),
             counts: self.counts.clone(),
@@ -497,6 +501,15 @@ fn assert_windows_match_the_model(cluster: &Cluster, records: u64) {
 /// Produces input records in chunks while `producing` holds (and at
 /// least `at_least` of them), from another thread: the processes change
 /// while input arrives.
+/// Clears its flag when dropped: on the way out, also of a panic.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn produce_while(
     mut sender: Cluster,
     producing: &std::sync::atomic::AtomicBool,
@@ -582,12 +595,25 @@ fn running_tasks(cluster: &Cluster, run: usize) -> usize {
         .saturating_sub(log.matches("task stopped").count())
 }
 
+/// Tasks of stage `stage` running in run `run` now.
+fn running_tasks_of_stage(cluster: &Cluster, run: usize, stage: usize) -> usize {
+    let log = cluster.read_log(run);
+    log.matches(&format!("task running task={stage}-"))
+        .count()
+        .saturating_sub(log.matches(&format!("task stopped task={stage}-")).count())
+}
+
 /// Three processes; `kills` times a random one is SIGKILLed at a random
 /// moment and started again (one of the restarts with a failpoint that
 /// kills it in the middle of a task's snapshot upload); with `zombie`, one
 /// is SIGSTOPped until its tasks moved, then resumed. Input arrives all
-/// along.
-fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
+/// along. A victim is always a process that owns a task (one that owns
+/// none has nothing to lose or repeat). With `until_repeated`, a victim
+/// runs a counting task (stage 1) and is killed while counts are being
+/// written, and the kills go on (up to four times `kills`) until the counts
+/// show an id written twice: a kill right after a checkpoint may leave
+/// nothing to write again.
+fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64, until_repeated: bool) {
     let mut chaos = sluice_tests::Chaos::new();
     let total_tasks = 2 * PARTITIONS as usize;
     let mut slots: Vec<(usize, KillOnDrop)> = (0..3).map(|_| cluster.spawn()).collect();
@@ -596,11 +622,22 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
         let sender = cluster.clone_topics();
         let producing = &producing;
         let producer = scope.spawn(move || produce_while(sender, producing, records));
+        // A failing check ends the producer too (else the scope, and the
+        // test with its processes, would wait for it for ever).
+        let _stop_producing = StopOnDrop(producing);
         let failpoint_at = kills / 3;
         // The run with the failpoint is left alone until it has killed
         // itself (at its first snapshot upload from checkpoint 3 on).
         let mut failpoint_slot: Option<usize> = None;
-        for kill in 0..kills {
+        let mut counts = until_repeated.then(|| Tail::new(&cluster.counts, 2));
+        let (mut ids, mut looked_at, mut repeated) = (std::collections::HashSet::new(), 0, false);
+        let mut kill = 0;
+        while kill < kills || (until_repeated && !repeated) {
+            assert!(
+                kill < kills * 4,
+                "{kill} kills and no id written twice: {}",
+                cluster.all_logs()
+            );
             std::thread::sleep(Duration::from_millis(chaos.below(1_500)));
             if let Some(slot) = failpoint_slot
                 && let Ok(Some(_)) = slots[slot].1.child().try_wait()
@@ -613,7 +650,21 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
                 slots[slot] = cluster.spawn();
                 failpoint_slot = None;
             }
-            let candidates: Vec<usize> = (0..3).filter(|s| Some(*s) != failpoint_slot).collect();
+            let mut candidates = Vec::new();
+            wait_until("a process that owns a task", WAIT, || {
+                candidates = (0..3)
+                    .filter(|s| Some(*s) != failpoint_slot)
+                    .filter(|s| match until_repeated {
+                        true => running_tasks_of_stage(cluster, slots[*s].0, 1) > 0,
+                        false => running_tasks(cluster, slots[*s].0) > 0,
+                    })
+                    .collect();
+                !candidates.is_empty()
+            });
+            if let Some(tail) = counts.as_mut() {
+                let before = tail.records.len();
+                wait_until("counts being written", WAIT, || tail.catch_up() > before);
+            }
             let slot = candidates[chaos.below(candidates.len() as u64) as usize];
             let (run, process) = &mut slots[slot];
             if let Some(status) = process.child().try_wait().expect("try_wait") {
@@ -666,6 +717,16 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64) {
                     cluster.read_log(stopped).contains("fenced")
                 });
             }
+            if let Some(tail) = counts.as_mut() {
+                tail.catch_up();
+                for record in &tail.records[looked_at..] {
+                    let value: serde_json::Value =
+                        serde_json::from_slice(&record.value).expect("JSON");
+                    repeated |= !ids.insert(value["id"].as_u64().expect("id"));
+                }
+                looked_at = tail.records.len();
+            }
+            kill += 1;
         }
         if let Some(slot) = failpoint_slot {
             wait_until("the failpoint to kill its run", WAIT, || {
@@ -702,7 +763,7 @@ fn sigkills_a_zombie_and_a_failpoint_leave_a_key_by_pipeline_exactly_once() {
         .unwrap_or(20);
     let mut exact = Cluster::new(Shape::KeyBy);
     eprintln!("run logs in {}", exact.dir.path().display());
-    chaos(&mut exact, kills, true, 100_000);
+    chaos(&mut exact, kills, true, 100_000, false);
     assert_exactly_once(&exact);
     let records = exact.produced - PARTITIONS as u64;
     assert_windows_match_the_model(&exact, records);
@@ -713,7 +774,7 @@ fn sigkills_a_zombie_and_a_failpoint_leave_a_key_by_pipeline_exactly_once() {
 
     // The same kills with at-least-once checkpoints: the check can tell.
     let mut loose = Cluster::with_mode(Shape::KeyBy, "at-least-once");
-    chaos(&mut loose, 4, false, 60_000);
+    chaos(&mut loose, 4, false, 60_000, true);
     let verdict = verdict(&loose);
     assert!(
         verdict.missing.is_empty(),
@@ -741,6 +802,9 @@ fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
         let sender = cluster.clone_topics();
         let producing = &producing;
         let producer = scope.spawn(move || produce_while(sender, producing, records));
+        // A failing check ends the producer too (else the scope, and the
+        // test with its processes, would wait for it for ever).
+        let _stop_producing = StopOnDrop(producing);
         // 1 -> 2 -> 3 processes, then the first two leave cleanly.
         let second = cluster.spawn();
         cluster.wait_for_tasks(second.0, 1);
@@ -762,6 +826,17 @@ fn a_key_by_pipeline_rescales_one_two_three_two_one_exactly_once() {
     sigterm_and_wait(last.1.into_inner());
     assert_exactly_once(&cluster);
     assert_windows_match_the_model(&cluster, produced);
+    // What the second stage committed is deleted from the repartition
+    // topic (the last commits may not be yet: the process is gone).
+    let repartition = format!("default.{}.running-count-repartition", cluster.name);
+    let deleted: i64 = sluice_tests::kafka_low_offsets(&repartition, PARTITIONS)
+        .iter()
+        .sum();
+    assert!(
+        deleted >= produced as i64 / 2,
+        "only {deleted} offsets deleted from {repartition} ({produced} records went through it)"
+    );
+    eprintln!("{deleted} offsets of {produced} records deleted from {repartition}");
     // Tasks moved with their state.
     let restored = |run: usize| cluster.read_log(run).matches("restored=Some(").count();
     assert!(restored(1) + restored(2) > 0, "{}", cluster.all_logs());

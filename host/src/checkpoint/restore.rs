@@ -6,8 +6,9 @@ use super::manifest::{
 };
 use super::storage::{CheckpointStorage, StorageError};
 use super::{CommitKind, Committer};
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
+use crate::sync::lock;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 /// What a run starts from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -69,6 +70,12 @@ pub enum CheckpointError {
 #[derive(Clone)]
 pub struct CheckpointStore {
     storage: Arc<dyn CheckpointStorage>,
+    /// Manifests read or published so far, by id. A manifest is written
+    /// once (`put_if_absent`) and never changed, so a copy stays true until
+    /// it is deleted: retention reads each one once, not at every
+    /// checkpoint (a process with many tasks would otherwise spend most of
+    /// its storage requests re-reading the same few manifests).
+    manifests: Arc<Mutex<HashMap<u64, Manifest>>>,
 }
 
 /// The database open a state object belongs to (`shared/<open>/...`).
@@ -82,7 +89,10 @@ fn open_of(object: &str) -> &str {
 impl CheckpointStore {
     /// The checkpoints in `storage` (scoped to one pipeline).
     pub fn new(storage: Arc<dyn CheckpointStorage>) -> Self {
-        CheckpointStore { storage }
+        CheckpointStore {
+            storage,
+            manifests: Arc::default(),
+        }
     }
 
     /// The storage.
@@ -99,13 +109,21 @@ impl CheckpointStore {
             .filter_map(|key| manifest_id(key))
             .collect();
         ids.sort_unstable();
+        // Copies of manifests no longer listed are forgotten.
+        lock(&self.manifests).retain(|id, _| ids.binary_search(id).is_ok());
         Ok(ids)
     }
 
     /// The manifest of checkpoint `id`.
     pub fn read(&self, id: u64) -> Result<Manifest, CheckpointError> {
+        if let Some(manifest) = lock(&self.manifests).get(&id) {
+            return Ok(manifest.clone());
+        }
         let bytes = self.storage.get(&manifest_key(id))?;
-        Manifest::from_bytes(&bytes).map_err(|message| CheckpointError::Manifest { id, message })
+        let manifest = Manifest::from_bytes(&bytes)
+            .map_err(|message| CheckpointError::Manifest { id, message })?;
+        lock(&self.manifests).insert(id, manifest.clone());
+        Ok(manifest)
     }
 
     /// Every completed checkpoint's manifest, oldest first.
@@ -155,6 +173,7 @@ impl CheckpointStore {
                 published: false,
             });
         }
+        lock(&self.manifests).insert(manifest.id, manifest.clone());
         if self
             .ids()?
             .last()

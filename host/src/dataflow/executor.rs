@@ -34,6 +34,13 @@ pub struct ExecutorConfig {
     /// How often the source sends a latency marker after a batch; `None`:
     /// never.
     pub latency_marker_interval: Option<Duration>,
+    /// Inject no barrier while the input is quiet: nothing read and no
+    /// watermark for longer than the idle timeout plus two barrier
+    /// intervals (that long, so that a sink that writes an idle mark at its
+    /// checkpoint gets a barrier after it notices). A checkpoint then would
+    /// only repeat the previous one; a process owning many tasks, most of
+    /// them quiet, would spend its time taking them (ADR 0020).
+    pub skip_quiet_barriers: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -45,6 +52,7 @@ impl Default for ExecutorConfig {
             barrier_interval: Some(Duration::from_secs(10)),
             restored_watermarks: None,
             latency_marker_interval: Some(Duration::from_millis(200)),
+            skip_quiet_barriers: false,
         }
     }
 }
@@ -217,6 +225,14 @@ impl SourceReader<'_> {
         let mut outcome = RunOutcome::Stopped;
         let mut next_marker = Instant::now();
         let mut next_split_status = Instant::now();
+        // When something last happened that a checkpoint would record, and
+        // whether it happened after the last barrier sent.
+        let mut last_change = Instant::now();
+        let mut changed_since_barrier = true;
+        let quiet_after = self
+            .config
+            .barrier_interval
+            .map(|interval| self.config.watermarks.idle_timeout.unwrap_or_default() + interval * 2);
 
         while !stop.load(Ordering::Relaxed) {
             self.confirm_acknowledged()?;
@@ -248,12 +264,16 @@ impl SourceReader<'_> {
                 watermarks.on_records(&batch.records, now);
                 None
             };
+            let read = !batch.records.is_empty();
+            if read || !batch.dead_letters.is_empty() {
+                last_change = now;
+                changed_since_barrier = true;
+            }
             if !batch.dead_letters.is_empty()
                 && !self.send(StreamElement::DeadLetters(batch.dead_letters))
             {
                 return Ok(RunOutcome::Stopped);
             }
-            let read = !batch.records.is_empty();
             if read && !self.send(StreamElement::Records(batch.records)) {
                 return Ok(RunOutcome::Stopped);
             }
@@ -275,6 +295,8 @@ impl SourceReader<'_> {
             };
             if let Some(watermark) = next {
                 last_watermark = watermark;
+                last_change = now;
+                changed_since_barrier = true;
                 if !self.send(StreamElement::Watermark(watermark)) {
                     return Ok(RunOutcome::Stopped);
                 }
@@ -286,14 +308,24 @@ impl SourceReader<'_> {
                 next_split_status = now + SPLIT_STATUS_INTERVAL;
                 *lock(&self.metrics.source_splits) = watermarks.statuses();
             }
+            let quiet = self.config.skip_quiet_barriers
+                && !changed_since_barrier
+                && quiet_after.is_some_and(|after| now.duration_since(last_change) > after);
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due
             {
-                match self.inject_barrier(&watermarks)? {
-                    Injection::Sent => next_barrier = Some(Instant::now() + interval),
-                    // Try again with the next batch.
-                    Injection::InFlight => {}
-                    Injection::Closed => return Ok(RunOutcome::Stopped),
+                match quiet {
+                    // Nothing to record: look again an interval later.
+                    true => next_barrier = Some(Instant::now() + interval),
+                    false => match self.inject_barrier(&watermarks)? {
+                        Injection::Sent => {
+                            next_barrier = Some(Instant::now() + interval);
+                            changed_since_barrier = false;
+                        }
+                        // Try again with the next batch.
+                        Injection::InFlight => {}
+                        Injection::Closed => return Ok(RunOutcome::Stopped),
+                    },
                 }
             }
         }

@@ -172,6 +172,7 @@ impl Pipeline {
         from: &RestoreFrom,
         task: Option<KafkaAssignment>,
     ) -> Result<Self, PipelineError> {
+        let is_task = task.is_some();
         let Some(section) = &loaded.config.checkpoints else {
             let state = open_state_backend(loaded)?;
             return Self::build(loaded, runtime, state, resolve_plugin);
@@ -262,6 +263,9 @@ impl Pipeline {
             sinks,
             task,
         )?;
+        // A task of a scaled-out pipeline is one of many a process owns:
+        // while its input is quiet it takes no checkpoints.
+        built.executor.skip_quiet_barriers = is_task;
         if let Some(manifest) = &restored {
             built
                 .source
@@ -446,6 +450,7 @@ impl Pipeline {
             restored_watermarks: None,
             latency_marker_interval: (config.pipeline.latency_marker_interval_ms.get() > 0)
                 .then(|| Duration::from_millis(config.pipeline.latency_marker_interval_ms.get())),
+            skip_quiet_barriers: false,
         };
         let topology = if stages.is_empty() {
             Topology::Chain(OperatorChain::new(head, sinks, metrics.clone()))

@@ -23,9 +23,10 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientConfig, TopicPartitionList};
-use std::collections::BTreeSet;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -109,13 +110,110 @@ impl ConsumerContext for MemberContext {
     }
 }
 
-/// Commits a task's offsets through the process's group member of its
-/// stage; for a stage reading a repartition topic, then deletes what it
-/// committed (the offsets are those of a completed checkpoint, whose
-/// transaction committed: no restore reads before them again).
+/// Deletes consumed records of a repartition topic, in a thread of its
+/// own: every few seconds, those before the offsets the stage's group has
+/// committed.
+///
+/// The group's committed offsets, not the offsets a task asked to commit:
+/// a KIP-848 coordinator refuses a commit from a member whose epoch is
+/// stale (a process that lost its partitions and does not know yet), so
+/// what it holds comes from the partitions' owners, each the offsets of a
+/// completed checkpoint of its own, which the next owner restores (or a
+/// newer one). And the broker's answers stay off the tasks' record path.
+struct RecordDeleter {
+    /// Dropped with the deleter: the thread ends.
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+impl RecordDeleter {
+    /// Starts deleting from the repartition topic `kafka` reads.
+    fn start(kafka: &KafkaSourceConfig, admin: Arc<RepartitionAdmin>) -> Result<Self, String> {
+        let Some(topic) = kafka.topics.first().cloned() else {
+            return Err("a repartition input names no topic".into());
+        };
+        let partitions = admin.partitions(&topic)?;
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &kafka.bootstrap_servers)
+            .set("group.id", &kafka.group_id)
+            .set("group.protocol", "consumer")
+            .set("enable.auto.commit", "false");
+        let properties = kafka.granted_properties.over(&kafka.properties);
+        for (key, value) in crate::connectors::kafka::connection_properties(&properties) {
+            config.set(key, value);
+        }
+        // Never subscribes: it only reads the group's committed offsets.
+        let reader: BaseConsumer = config
+            .create()
+            .map_err(|e| format!("cannot create a reader of committed offsets: {e}"))?;
+        let mut all = TopicPartitionList::new();
+        for partition in 0..partitions {
+            all.add_partition(&topic, partition);
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("sluice-delete-records".into())
+            .spawn(move || {
+                // Per partition: the committed offset seen last, and the
+                // one seen before it changed to that.
+                let mut seen: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+                let mut deleted: BTreeMap<i32, i64> = BTreeMap::new();
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(DELETE_INTERVAL) {
+                    let committed = match reader.committed_offsets(all.clone(), DELETE_INTERVAL) {
+                        Ok(committed) => committed,
+                        Err(error) => {
+                            tracing::debug!(%error, "committed offsets not read; deleting later");
+                            continue;
+                        }
+                    };
+                    let mut due = TopicPartitionList::new();
+                    let mut advanced = Vec::new();
+                    for element in committed.elements() {
+                        let Offset::Offset(offset) = element.offset() else {
+                            continue;
+                        };
+                        let partition = element.partition();
+                        let (last, before) = seen.entry(partition).or_insert((offset, 0));
+                        if offset > *last {
+                            (*last, *before) = (offset, *last);
+                        }
+                        // Deleted up to the offsets seen *before* the newest:
+                        // a restore may fall back from the newest checkpoint
+                        // to its parent (its sink commit not found), whose
+                        // offsets were committed no later than that.
+                        let safe = *before;
+                        if deleted.get(&partition).copied().unwrap_or(0) < safe
+                            && due
+                                .add_partition_offset(&topic, partition, Offset::Offset(safe))
+                                .is_ok()
+                        {
+                            advanced.push((partition, safe));
+                        }
+                    }
+                    if advanced.is_empty() {
+                        continue;
+                    }
+                    match admin.delete_before(&due) {
+                        Ok(()) => deleted.extend(advanced),
+                        Err(error) => {
+                            tracing::warn!(%error, "repartition records not deleted (retried shortly)");
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the repartition record deleter: {e}"))?;
+        Ok(RecordDeleter { _stop: stop })
+    }
+}
+
+/// How often committed repartition records are deleted.
+const DELETE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Commits a task's offsets (those of a completed checkpoint) through the
+/// process's group member of its stage (for a stage reading a repartition
+/// topic, [`RecordDeleter`] then deletes what the group holds).
 struct MemberCommits {
     member: Mutex<Weak<BaseConsumer<MemberContext>>>,
-    repartition: Option<Arc<RepartitionAdmin>>,
 }
 
 impl OffsetCommits for MemberCommits {
@@ -125,11 +223,6 @@ impl OffsetCommits for MemberCommits {
         };
         if let Err(error) = member.commit(offsets, CommitMode::Async) {
             tracing::warn!(%error, "task offset commit refused");
-        }
-        if let Some(admin) = &self.repartition
-            && let Err(error) = admin.delete_before(offsets)
-        {
-            tracing::warn!(%error, "repartition records not deleted (they are deleted with the next commit)");
         }
     }
 }
@@ -145,6 +238,8 @@ struct StageMember {
     instance_id: Option<String>,
     tasks: Arc<TaskRegistry>,
     commits: Arc<MemberCommits>,
+    /// For a stage reading a repartition topic.
+    _deleter: Option<RecordDeleter>,
     member: Option<Arc<BaseConsumer<MemberContext>>>,
     /// When to make the member again after it was refused.
     rejoin_at: Option<Instant>,
@@ -166,8 +261,18 @@ impl StageMember {
         };
         let commits = Arc::new(MemberCommits {
             member: Mutex::new(Weak::new()),
-            repartition: kafka.repartition_input.then(|| admin.clone()),
         });
+        let deleter = match kafka.repartition_input {
+            true => Some(
+                RecordDeleter::start(&kafka, admin.clone()).map_err(|message| {
+                    ScaleOutError::Membership {
+                        group: kafka.group_id.clone(),
+                        message,
+                    }
+                })?,
+            ),
+            false => None,
+        };
         let pipeline = &stage.loaded.config.pipeline;
         let instance_id = instance.map(|instance| {
             format!(
@@ -187,6 +292,7 @@ impl StageMember {
             instance_id,
             tasks,
             commits,
+            _deleter: deleter,
             member: None,
             rejoin_at: None,
         })

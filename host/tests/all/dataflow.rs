@@ -530,3 +530,113 @@ fn a_failing_worker_in_the_last_stage_stops_every_thread_and_reports_why() {
     .expect_err("the failure is reported");
     assert!(error.to_string().contains("failed on purpose"), "{error}");
 }
+
+/// A source that reads a record every 2 ms for 100 ms, nothing for 400 ms
+/// (empty batches, as a poll that times out), records again for 100 ms,
+/// then ends; it notes when each checkpoint snapshots its position.
+struct QuietInTheMiddle {
+    started: std::time::Instant,
+    offset: i64,
+    snapshots: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl QuietInTheMiddle {
+    const QUIET: std::ops::Range<Duration> = Duration::from_millis(100)..Duration::from_millis(500);
+    const END: Duration = Duration::from_millis(600);
+}
+
+impl Source for QuietInTheMiddle {
+    fn name(&self) -> &str {
+        "quiet-in-the-middle"
+    }
+    fn next_batch(&mut self, _max_records: usize) -> Result<Option<SourceBatch>, DataflowError> {
+        let elapsed = self.started.elapsed();
+        if elapsed >= Self::END {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        let mut batch = SourceBatch::default();
+        if !Self::QUIET.contains(&elapsed) {
+            self.offset += 1;
+            batch.records.push(Record::from_value(
+                &b"{}"[..],
+                sluice_host::record::SourcePosition {
+                    topic: sluice_host::record::Topic::new("quiet"),
+                    partition: 0,
+                    offset: self.offset,
+                },
+            ));
+        }
+        Ok(Some(batch))
+    }
+    fn snapshot_position(
+        &mut self,
+        _checkpoint_id: u64,
+    ) -> Result<serde_json::Value, DataflowError> {
+        self.snapshots.lock().unwrap().push(self.started.elapsed());
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// When the checkpoints of a [`QuietInTheMiddle`] run snapshot, with
+/// barriers every 20 ms and `skip_quiet_barriers` as given.
+fn snapshots_of_a_quiet_middle(skip_quiet_barriers: bool) -> Vec<Duration> {
+    let sinks = SinkSet {
+        main: Box::new(CountingSink(Arc::default())),
+        dead_letter: Box::new(CountingSink(Arc::default())),
+        side: BTreeMap::new(),
+    };
+    let metrics = Arc::new(PipelineMetrics::default());
+    let chain = OperatorChain::new(Vec::new(), sinks, metrics.clone());
+    let snapshots = Arc::new(Mutex::new(Vec::new()));
+    let source = QuietInTheMiddle {
+        started: std::time::Instant::now(),
+        offset: 0,
+        snapshots: snapshots.clone(),
+    };
+    let config = ExecutorConfig {
+        barrier_interval: Some(Duration::from_millis(20)),
+        skip_quiet_barriers,
+        ..ExecutorConfig::default()
+    };
+    let outcome = run(
+        Box::new(source),
+        sluice_host::dataflow::Topology::Chain(chain),
+        config,
+        metrics,
+        Arc::new(AtomicBool::new(false)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+    snapshots.lock().unwrap().clone()
+}
+
+#[test]
+fn a_quiet_input_takes_no_checkpoints_when_asked_and_resumes_with_records() {
+    // Quiet from 100 ms; barriers go on for two intervals (40 ms) after the
+    // last record, then stop until records come back at 500 ms. The margins
+    // (60 ms each side) leave room for a slow machine.
+    let deep_quiet = Duration::from_millis(200)..Duration::from_millis(440);
+    let skipping = snapshots_of_a_quiet_middle(true);
+    assert!(
+        !skipping.iter().any(|at| deep_quiet.contains(at)),
+        "no checkpoint while quiet: {skipping:?}"
+    );
+    assert!(
+        skipping
+            .iter()
+            .any(|at| *at < QuietInTheMiddle::QUIET.start),
+        "checkpoints before the quiet: {skipping:?}"
+    );
+    assert!(
+        skipping.iter().any(|at| *at >= QuietInTheMiddle::QUIET.end),
+        "checkpoints once records come back: {skipping:?}"
+    );
+    // Without it, checkpoints go on through the quiet.
+    let every = snapshots_of_a_quiet_middle(false);
+    assert!(
+        every.iter().any(|at| deep_quiet.contains(at)),
+        "checkpoints while quiet: {every:?}"
+    );
+}
