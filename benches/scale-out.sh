@@ -24,9 +24,12 @@
 #
 # 5. Rebalance pause: latency of the tasks that stay with a process while
 #    another joins, against before, and of the tasks that move.
+# 6. Hop latency: 4,000 records/s (sent_ms in each) -> running-count ->
+#    exactly-once Kafka, checkpoints every second, one process, without
+#    and with `key_by` before the count: latency percentiles of each.
 #
 #   benches/scale-out.sh
-#   SKIP_IDLE=1 SKIP_SCALING=1 benches/scale-out.sh     # 3, 4 and 5
+#   SKIP_IDLE=1 SKIP_SCALING=1 benches/scale-out.sh     # 3, 4, 5 and 6
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
@@ -377,4 +380,71 @@ for label, values in rows:
     print(f"| {label} | {len(values):,} | {pct(values, 0.5):.0f} | {pct(values, 0.99):.0f} | {max(values) if values else float('nan'):.0f} |")
 EOF
 kill "$a"; wait "$a" 2>/dev/null || true
+fi
+
+if [ "${SKIP_HOP_LATENCY:-0}" != 1 ]; then
+# --- 6. the hop's latency -----------------------------------------------
+# The same input rate and reader as 5, one process throughout: running-
+# count keyed within the source partition, then the same with
+# `key_by = "key"` (100 keys over all partitions) so that every record
+# crosses a repartition topic, written and read exactly-once.
+echo
+echo "| exactly-once, checkpoints every 1 s, 4,000 records/s, 1 process | records | p50 ms | p99 ms | max ms |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+for hop in without with; do
+  lat_in="scale-lat-in-$hop-$run_id"; lat_out="scale-lat-out-$hop-$run_id"
+  topic "$lat_in" 8; topic "$lat_out" 8
+  name="lat-$hop-$run_id"
+  count="[[operators]]
+name = \"running-count\"
+plugin = \"$PWD/plugins/running-count\""
+  [ "$hop" = with ] && count="$count
+key_by = \"key\""
+  CHECKPOINT_INTERVAL_MS=1000 pipeline "$work/$name.toml" "$name" "$lat_in" "$name" "$count" exactly-once
+  sed -i "s|^\[sink.blackhole\]|[sink.kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"$lat_out\"|" "$work/$name.toml"
+  port=$((health_port + 40))
+  "$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$port" 2>"$work/$name.log" &
+  lat_pid=$!; pids+=("$lat_pid")
+  wait_ready "$port"
+  "$python" - "$lat_in" "$lat_out" "$hop" <<'EOF'
+import json, sys, threading, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+topic_in, topic_out, hop = sys.argv[1:4]
+stop = False
+def produce():
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})
+    i, start = 0, time.time()
+    while not stop:
+        for _ in range(40):
+            now_ms = int(time.time() * 1000)
+            value = json.dumps({"id": i, "key": f"k{i % 100}", "sent_ms": now_ms, "ts": now_ms})
+            producer.produce(topic_in, value.encode(), partition=i % 8)
+            i += 1
+        producer.poll(0)
+        time.sleep(max(0.0, start + i / 4000 - time.time()))
+    producer.flush()
+seen = []  # (received at, latency ms)
+def consume():
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": f"lat-reader-{time.time()}",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic_out, p, 0) for p in range(8)])
+    while not stop:
+        message = consumer.poll(0.1)
+        if message is None or message.error():
+            continue
+        now = time.time()
+        seen.append((now, now * 1000 - json.loads(message.value())["sent_ms"]))
+    consumer.close()
+threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+started = time.time()
+for t in threads: t.start()
+time.sleep(35)
+stop = True
+for t in threads: t.join()
+values = sorted(l for t, l in seen if t > started + 10)
+pct = lambda q: values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+print(f"| running-count, {hop} a key-by hop | {len(values):,} | {pct(0.5):.0f} | {pct(0.99):.0f} | {max(values) if values else float('nan'):.0f} |")
+EOF
+  kill "$lat_pid"; wait "$lat_pid" 2>/dev/null || true
+done
 fi

@@ -229,6 +229,8 @@ impl SourceReader<'_> {
         // whether it happened after the last barrier sent.
         let mut last_change = Instant::now();
         let mut changed_since_barrier = true;
+        // Whether the source was last told its input is quiet.
+        let mut was_quiet = false;
         let quiet_after = self
             .config
             .barrier_interval
@@ -311,6 +313,10 @@ impl SourceReader<'_> {
             let quiet = self.config.skip_quiet_barriers
                 && !changed_since_barrier
                 && quiet_after.is_some_and(|after| now.duration_since(last_change) > after);
+            if quiet != was_quiet {
+                was_quiet = quiet;
+                self.source.set_quiet(quiet);
+            }
             if let (Some(due), Some(interval)) = (next_barrier, self.config.barrier_interval)
                 && Instant::now() >= due
             {

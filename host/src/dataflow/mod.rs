@@ -379,6 +379,12 @@ pub trait Source: Send {
     /// after it ([`Operator::projects_fields`]). The default ignores it:
     /// the host then finds them while packing the plugin's batch.
     fn project_ahead(&mut self, _names: Arc<[String]>) {}
+
+    /// Tells the source whether its input has been quiet for a while (no
+    /// record, no watermark change, no checkpoint due): it may then wait
+    /// longer for records in [`next_batch`](Self::next_batch), as long as a
+    /// record still ends the wait at once. The default ignores it.
+    fn set_quiet(&mut self, _quiet: bool) {}
 }
 
 /// One read from a source.

@@ -582,8 +582,12 @@ pub(crate) fn new_store(
         scope.clone(),
         state.clone(),
         metrics.clone(),
-        CallLimits::new(limits.memory_bytes, component.runtime.epoch_tick())
-            .with_cpu_share(component.runtime.cpu_share(&scope.tenant)),
+        CallLimits::new(
+            limits.memory_bytes,
+            component.runtime.epoch_tick(),
+            component.runtime.epoch_ticker(),
+        )
+        .with_cpu_share(component.runtime.cpu_share(&scope.tenant)),
         limits.grant_clock,
     );
     let mut store = Store::new(component.runtime.engine(), data);

@@ -12,7 +12,9 @@
 //! interrupted. The check costs one `clock_gettime` per expiry, and a call
 //! that ends in time costs nothing at all.
 
+use super::EpochTicker;
 use super::cpu_share::CpuShare;
+use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::{ResourceLimiter, UpdateDeadline};
 
@@ -60,12 +62,20 @@ pub(crate) struct CallLimits {
     pub(crate) stopped: Option<Stopped>,
     /// The tenant's CPU share its calls are charged to.
     cpu_share: Option<std::sync::Arc<CpuShare>>,
+    /// Advances the epoch while a call runs.
+    ticker: Arc<EpochTicker>,
+    /// A call started and has not ended (counted by `ticker`). A call that
+    /// traps may never be ended: the next start or the drop ends it.
+    in_call: bool,
 }
 
 impl CallLimits {
-    /// Limits of a store whose memory may grow to `memory_bytes`.
-    pub(crate) fn new(memory_bytes: usize, tick: Duration) -> Self {
+    /// Limits of a store whose memory may grow to `memory_bytes`, whose
+    /// calls `ticker` times in ticks of `tick`.
+    pub(crate) fn new(memory_bytes: usize, tick: Duration, ticker: Arc<EpochTicker>) -> Self {
         CallLimits {
+            ticker,
+            in_call: false,
             memory_bytes,
             tick,
             budget: Duration::ZERO,
@@ -100,6 +110,9 @@ impl CallLimits {
     /// Answers how long the call took (wall time) and the memory the
     /// instance has grown to.
     pub(crate) fn end_call(&mut self) -> (Duration, usize) {
+        if std::mem::take(&mut self.in_call) {
+            self.ticker.call_ended();
+        }
         if let Some(share) = &self.cpu_share {
             share.charge(thread_cpu_time().saturating_sub(self.started));
         }
@@ -110,6 +123,9 @@ impl CallLimits {
     /// deadline to set, in ticks (wall time is never less than CPU time,
     /// so the first check cannot come too early).
     pub(crate) fn start_call(&mut self, budget: Duration) -> u64 {
+        if !std::mem::replace(&mut self.in_call, true) {
+            self.ticker.call_started();
+        }
         self.budget = budget;
         self.started = thread_cpu_time();
         self.wall_started = std::time::Instant::now();
@@ -133,6 +149,16 @@ impl CallLimits {
     fn ticks(&self, time: Duration) -> u64 {
         let ticks = time.as_nanos() / self.tick.as_nanos().max(1);
         u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+impl Drop for CallLimits {
+    /// A call that never ended (its store dropped after a trap) stops
+    /// counting.
+    fn drop(&mut self) {
+        if self.in_call {
+            self.ticker.call_ended();
+        }
     }
 }
 
@@ -180,8 +206,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_ticker_counts_a_call_once_until_it_ends_or_its_store_goes() {
+        let ticker = Arc::new(EpochTicker::default());
+        let calls = || ticker.calls.load(std::sync::atomic::Ordering::SeqCst);
+        let mut limits = CallLimits::new(1 << 20, Duration::from_millis(1), ticker.clone());
+        assert_eq!(calls(), 0);
+        limits.start_call(Duration::from_millis(10));
+        assert_eq!(calls(), 1);
+        // A call that trapped was never ended: the next start replaces it.
+        limits.start_call(Duration::from_millis(10));
+        assert_eq!(calls(), 1);
+        limits.end_call();
+        limits.end_call();
+        assert_eq!(calls(), 0);
+        let mut other = CallLimits::new(1 << 20, Duration::from_millis(1), ticker.clone());
+        other.start_call(Duration::from_millis(10));
+        limits.start_call(Duration::from_millis(10));
+        assert_eq!(calls(), 2);
+        drop(other);
+        drop(limits);
+        assert_eq!(calls(), 0);
+    }
+
+    #[test]
     fn the_budget_counts_cpu_time_not_waiting() {
-        let mut limits = CallLimits::new(1 << 20, Duration::from_millis(1));
+        let mut limits = CallLimits::new(
+            1 << 20,
+            Duration::from_millis(1),
+            Arc::new(EpochTicker::default()),
+        );
         assert_eq!(limits.start_call(Duration::from_millis(50)), 50);
         // Waiting uses no CPU time: the deadline is extended.
         std::thread::sleep(Duration::from_millis(60));
@@ -204,7 +257,11 @@ mod tests {
 
     #[test]
     fn growing_past_the_memory_limit_is_recorded() {
-        let mut limits = CallLimits::new(1 << 20, Duration::from_millis(1));
+        let mut limits = CallLimits::new(
+            1 << 20,
+            Duration::from_millis(1),
+            Arc::new(EpochTicker::default()),
+        );
         assert!(limits.memory_growing(0, 1 << 20, None).is_ok_and(|ok| ok));
         let error = limits
             .memory_growing(1 << 20, 2 << 20, None)

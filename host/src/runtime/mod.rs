@@ -38,7 +38,7 @@ use crate::sync::lock;
 use host_api::PluginState;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -180,19 +180,19 @@ struct RuntimeInner {
     linker: Linker<PluginState>,
     cache: ComponentCache,
     epoch_tick: Duration,
-    stop_ticker: Arc<AtomicBool>,
-    /// The epoch ticker thread, started with the first plugin loaded (so a
-    /// pipeline without plugins has no thread waking every tick), or why it
-    /// could not start: then no plugin loads, since none would have a CPU
-    /// deadline.
-    ticker: std::sync::OnceLock<Result<(), String>>,
+    /// Advances the epoch while plugin calls run.
+    ticker: Arc<EpochTicker>,
+    /// The epoch ticker thread, started with the first plugin loaded, or
+    /// why it could not start: then no plugin loads, since none would have
+    /// a CPU deadline.
+    ticker_started: std::sync::OnceLock<Result<(), String>>,
     /// CPU shares by tenant (tenants without one are not limited).
     cpu_shares: std::sync::Mutex<std::collections::HashMap<String, Arc<CpuShare>>>,
 }
 
 impl Drop for RuntimeInner {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.ticker.stop();
     }
 }
 
@@ -245,8 +245,8 @@ impl PluginRuntime {
                 linker,
                 cache: ComponentCache::new(config.cache_dir),
                 epoch_tick: config.epoch_tick,
-                stop_ticker: Arc::new(AtomicBool::new(false)),
-                ticker: std::sync::OnceLock::new(),
+                ticker: Arc::new(EpochTicker::default()),
+                ticker_started: std::sync::OnceLock::new(),
                 cpu_shares: Default::default(),
             }),
         })
@@ -293,14 +293,10 @@ impl PluginRuntime {
     fn start_epoch_ticker(&self) -> Result<(), RuntimeError> {
         let inner = &self.inner;
         inner
-            .ticker
+            .ticker_started
             .get_or_init(|| {
-                spawn_epoch_ticker(
-                    inner.engine.clone(),
-                    inner.epoch_tick,
-                    inner.stop_ticker.clone(),
-                )
-                .map_err(|error| format!("cannot start the epoch ticker thread: {error}"))
+                spawn_epoch_ticker(inner.engine.clone(), inner.epoch_tick, &inner.ticker)
+                    .map_err(|error| format!("cannot start the epoch ticker thread: {error}"))
             })
             .clone()
             .map_err(|message| RuntimeError::Engine(wasmtime::Error::msg(message)))
@@ -310,22 +306,75 @@ impl PluginRuntime {
     fn epoch_tick(&self) -> Duration {
         self.inner.epoch_tick
     }
+
+    /// The epoch ticker, told of every plugin call.
+    pub(crate) fn epoch_ticker(&self) -> Arc<EpochTicker> {
+        self.inner.ticker.clone()
+    }
 }
 
-/// Advances the engine's epoch every `tick` until `stop` is set: how often
-/// a running plugin checks its CPU time against its deadline.
+/// Advances the engine's epoch every tick while a plugin call runs: how
+/// often a running plugin checks its CPU time against its deadline.
+///
+/// Only while a call runs: a process owning many quiet tasks spent 1.9 %
+/// of a core on a thread waking every millisecond for nothing
+/// (`docs/benchmarks.md`). Every call into a plugin starts with
+/// [`CallLimits::start_call`](limits::CallLimits), which counts it here
+/// and wakes the thread; the deadline it sets counts ticks from then on.
+#[derive(Debug, Default)]
+pub(crate) struct EpochTicker {
+    /// Plugin calls running now.
+    calls: AtomicUsize,
+    /// The ticker thread, woken when a call starts.
+    thread: std::sync::OnceLock<std::thread::Thread>,
+    stop: AtomicBool,
+}
+
+impl EpochTicker {
+    /// A plugin call starts: the epoch must advance until it ends.
+    pub(crate) fn call_started(&self) {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(thread) = self.thread.get()
+        {
+            thread.unpark();
+        }
+    }
+
+    /// A call counted by [`call_started`](Self::call_started) ended.
+    pub(crate) fn call_ended(&self) {
+        self.calls.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+}
+
+/// Starts the thread of `ticker`: advances `engine`'s epoch every `tick`
+/// while a call runs, sleeps while none does.
 fn spawn_epoch_ticker(
     engine: Engine,
     tick: Duration,
-    stop: Arc<AtomicBool>,
+    ticker: &Arc<EpochTicker>,
 ) -> std::io::Result<()> {
-    std::thread::Builder::new()
+    let state = ticker.clone();
+    let handle = std::thread::Builder::new()
         .name("sluice-epoch".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+            while !state.stop.load(Ordering::SeqCst) {
+                if state.calls.load(Ordering::SeqCst) == 0 {
+                    // Woken by the next call (or spuriously: checked again).
+                    std::thread::park();
+                    continue;
+                }
                 std::thread::sleep(tick);
                 engine.increment_epoch();
             }
-        })
-        .map(drop)
+        })?;
+    // Set before any plugin is loaded, so before any call can start.
+    let _ = ticker.thread.set(handle.thread().clone());
+    Ok(())
 }

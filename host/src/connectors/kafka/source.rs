@@ -298,6 +298,8 @@ pub struct KafkaSource {
     upstream: UpstreamWatermarks,
     /// A task's splits, once its partitions are assigned.
     task_splits: Option<Vec<SplitId>>,
+    /// The input has been quiet for a while ([`Source::set_quiet`]).
+    quiet: bool,
 }
 
 impl KafkaSource {
@@ -378,6 +380,7 @@ impl KafkaSource {
             assign_pending,
             upstream: UpstreamWatermarks::default(),
             task_splits: None,
+            quiet: false,
         })
     }
 
@@ -511,6 +514,12 @@ impl Source for KafkaSource {
         self.options.upstream_watermarks
     }
 
+    /// A quiet task waits for records up to [`QUIET_TASK_WAIT`] at a time
+    /// (a record ends the wait at once; a stop is seen within it).
+    fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
+    }
+
     /// The partitions assigned to this member: a partition that has sent
     /// nothing yet still holds the watermark back (until it is idle).
     fn splits(&self) -> Option<Vec<SplitId>> {
@@ -533,7 +542,12 @@ impl Source for KafkaSource {
         self.assign_task_partitions()?;
         let mut batch = SourceBatch::default();
         let mut read_per_partition: BTreeMap<(Topic, i32), u64> = BTreeMap::new();
-        let deadline = Instant::now() + self.options.poll_timeout;
+        let wait = match (&self.options.assignment, self.quiet) {
+            // A record ends the wait at once.
+            (Some(_), true) => QUIET_TASK_WAIT,
+            _ => self.options.poll_timeout,
+        };
+        let deadline = Instant::now() + wait;
         while batch.records.len() + batch.dead_letters.len() < max_records {
             // Wait for the first record up to the deadline; then take only
             // what is already there.
@@ -727,6 +741,11 @@ impl Drop for KafkaSource {
         }
     }
 }
+
+/// How long a quiet task's source waits for records at a time (instead of
+/// the poll timeout): a process owning many quiet tasks spent much of its
+/// idle time waking them every 100 ms (`docs/benchmarks.md`).
+const QUIET_TASK_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a Kafka source waits for its last offset commits when it is
 /// dropped.
