@@ -323,51 +323,22 @@ SLUICE_LOG=info "$sluice" run "$work/$name.toml" --quiet --health "127.0.0.1:$((
 a=$!; pids+=("$a")
 wait_ready $((health_port + 30))
 "$python" - "$pause_in" "$pause_out" "$work/pause-a.log" "$sluice" "$work/$name.toml" "$work/pause-b.log" <<'EOF'
-import json, re, subprocess, sys, threading, time
-from confluent_kafka import Consumer, Producer, TopicPartition
+import os, re, subprocess, sys, time
+sys.path.insert(0, "benches")
+from latency_probe import Probe, percentile as pct
 topic_in, topic_out, log_a, sluice, pipeline, log_b = sys.argv[1:7]
-stop = False
-def produce():
-    producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})
-    i, start = 0, time.time()
-    while not stop:
-        for _ in range(40):
-            now_ms = int(time.time() * 1000)
-            value = json.dumps({"id": i, "p": i % 8, "sent_ms": now_ms, "ts": now_ms})
-            producer.produce(topic_in, value.encode(), partition=i % 8)
-            i += 1
-        producer.poll(0)
-        time.sleep(max(0.0, start + i / 4000 - time.time()))
-    producer.flush()
-seen = []  # (received at, input partition, latency ms)
-def consume():
-    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": f"pause-reader-{time.time()}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic_out, p, 0) for p in range(8)])
-    while not stop:
-        message = consumer.poll(0.1)
-        if message is None or message.error():
-            continue
-        now = time.time()
-        value = json.loads(message.value())
-        seen.append((now, value["p"], now * 1000 - value["sent_ms"]))
-    consumer.close()
-threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-for t in threads: t.start()
+probe = Probe(topic_in, topic_out, lambda i: {"id": i, "p": i % 8}).start()
 time.sleep(20)
 joined = time.time()
-b = subprocess.Popen([sluice, "run", pipeline, "--quiet"], stderr=open(log_b, "w"), env={**__import__("os").environ, "SLUICE_LOG": "info"})
+b = subprocess.Popen([sluice, "run", pipeline, "--quiet"], stderr=open(log_b, "w"), env={**os.environ, "SLUICE_LOG": "info"})
 time.sleep(25)
-stop = True
-for t in threads: t.join()
+probe.stop()
 b.terminate(); b.wait()
+seen = [(t, v["p"], l) for t, v, l in probe.seen]
 moved = set()
 for line in open(log_a):
     if "partitions revoked from this process" in line:
         moved |= {int(p) for p in re.findall(r'"[^"]+", (\d+)\)', line)}
-def pct(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 rows = [
     ("tasks that stayed, before B joined", [l for t, p, l in seen if t < joined and t > joined - 15 and p not in moved]),
     ("tasks that stayed, 15 s after B joined", [l for t, p, l in seen if joined <= t < joined + 15 and p not in moved]),
@@ -407,42 +378,16 @@ key_by = \"key\""
   lat_pid=$!; pids+=("$lat_pid")
   wait_ready "$port"
   "$python" - "$lat_in" "$lat_out" "$hop" <<'EOF'
-import json, sys, threading, time
-from confluent_kafka import Consumer, Producer, TopicPartition
+import sys, time
+sys.path.insert(0, "benches")
+from latency_probe import Probe, percentile
 topic_in, topic_out, hop = sys.argv[1:4]
-stop = False
-def produce():
-    producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})
-    i, start = 0, time.time()
-    while not stop:
-        for _ in range(40):
-            now_ms = int(time.time() * 1000)
-            value = json.dumps({"id": i, "key": f"k{i % 100}", "sent_ms": now_ms, "ts": now_ms})
-            producer.produce(topic_in, value.encode(), partition=i % 8)
-            i += 1
-        producer.poll(0)
-        time.sleep(max(0.0, start + i / 4000 - time.time()))
-    producer.flush()
-seen = []  # (received at, latency ms)
-def consume():
-    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": f"lat-reader-{time.time()}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic_out, p, 0) for p in range(8)])
-    while not stop:
-        message = consumer.poll(0.1)
-        if message is None or message.error():
-            continue
-        now = time.time()
-        seen.append((now, now * 1000 - json.loads(message.value())["sent_ms"]))
-    consumer.close()
-threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+probe = Probe(topic_in, topic_out, lambda i: {"id": i, "key": f"k{i % 100}"}).start()
 started = time.time()
-for t in threads: t.start()
 time.sleep(35)
-stop = True
-for t in threads: t.join()
-values = sorted(l for t, l in seen if t > started + 10)
-pct = lambda q: values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+probe.stop()
+values = sorted(l for t, v, l in probe.seen if t > started + 10)
+pct = lambda q: percentile(values, q)
 print(f"| running-count, {hop} a key-by hop | {len(values):,} | {pct(0.5):.0f} | {pct(0.99):.0f} | {max(values) if values else float('nan'):.0f} |")
 EOF
   kill "$lat_pid"; wait "$lat_pid" 2>/dev/null || true

@@ -514,7 +514,7 @@ impl Source for KafkaSource {
         self.options.upstream_watermarks
     }
 
-    /// A quiet task waits for records up to [`QUIET_TASK_WAIT`] at a time
+    /// A quiet task waits for records up to `QUIET_TASK_WAIT` at a time
     /// (a record ends the wait at once; a stop is seen within it).
     fn set_quiet(&mut self, quiet: bool) {
         self.quiet = quiet;
