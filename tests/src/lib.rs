@@ -200,13 +200,26 @@ pub fn run_pipeline_to_end(
 
 /// Polls `condition` every 20 ms until it holds; fails the test, naming
 /// `what`, after `timeout`.
-pub fn wait_until(what: &str, timeout: std::time::Duration, mut condition: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, timeout: std::time::Duration, condition: impl FnMut() -> bool) {
+    wait_until_else(what, timeout, condition, String::new);
+}
+
+/// [`wait_until`], failing with what `explain` says too (a process's log,
+/// say), so that a timeout in CI can be understood afterwards.
+pub fn wait_until_else(
+    what: &str,
+    timeout: std::time::Duration,
+    mut condition: impl FnMut() -> bool,
+    explain: impl FnOnce() -> String,
+) {
     let started = std::time::Instant::now();
     while !condition() {
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if started.elapsed() >= timeout {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                explain()
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

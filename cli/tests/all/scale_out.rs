@@ -364,11 +364,16 @@ transaction_timeout_ms = 15000
     /// Waits until run `run` has `tasks` tasks running; fails at once,
     /// with its log, when one of its tasks failed.
     fn wait_for_tasks(&self, run: usize, tasks: usize) {
-        wait_until(&format!("{tasks} tasks in run {run}"), WAIT, || {
-            let log = self.read_log(run);
-            assert!(!log.contains("outcome=Err"), "a task failed: {log}");
-            running_tasks(self, run) >= tasks
-        });
+        sluice_tests::wait_until_else(
+            &format!("{tasks} tasks in run {run}"),
+            WAIT,
+            || {
+                let log = self.read_log(run);
+                assert!(!log.contains("outcome=Err"), "a task failed: {log}");
+                running_tasks(self, run) >= tasks
+            },
+            || self.all_logs(),
+        );
     }
 }
 
