@@ -234,6 +234,12 @@ group.consumer.session.timeout.ms=6000
 group.consumer.min.heartbeat.interval.ms=500
 group.consumer.heartbeat.interval.ms=1000
 auto.create.topics.enable=true
+# Test and example records carry event times from the past as their Kafka
+# timestamps (window results carry their window's end): with time-based
+# retention the broker deletes a topic's segments at its next retention
+# check, so a test reading its output a few seconds later could find
+# nothing (a bronze_to_silver CI failure). Topics keep what they get.
+log.retention.ms=-1
 PROPS
   cat >"$DATA/log4j2.properties" <<'PROPS'
 rootLogger.level = WARN

@@ -533,6 +533,14 @@ fn exchange(
 
 /// The merger: writes every stage's output to the sinks, combines the last
 /// stage's watermarks and acknowledges barriers all its workers passed.
+///
+/// It writes what arrives at once, without aligning barriers over the
+/// instances that send it output: with checkpoints, every instance meets
+/// the others at the snapshot ([`CheckpointCoordinator::arrive`]) after
+/// passing a barrier, so nothing an instance sends after barrier N reaches
+/// the merger before every last-stage worker's `BarrierPassed(N)` (and the
+/// pre-commit of N). Snapshots that no longer stop every thread would need
+/// alignment here.
 fn merge(
     merger: Receiver<ToMerger>,
     worker_count: usize,

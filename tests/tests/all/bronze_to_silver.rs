@@ -119,11 +119,13 @@ fn the_bronze_to_silver_example_runs_to_the_end_and_its_tables_hold_what_they_mu
         // tells a transaction that was aborted from results never written.
         let (written, _) = read_to_end(&totals, 1, false);
         panic!(
-            "{} window results committed, {windows} expected; {} written (committed or not), last offsets {:?} / {:?}; run: {:?} in {:?}, {} records out, {} barriers, watermark {:?}, checkpoints {:?}; the broker on its transactions:\n{}",
+            "{} window results committed, {windows} expected; {} written (committed or not), last offsets {:?} / {:?}, the topic's first and end offsets {:?} / {:?} (records deleted when the first is above 0); run: {:?} in {:?}, {} records out, {} barriers, watermark {:?}, checkpoints {:?}; the broker on its transactions:\n{}",
             results.len(),
             written.len(),
             results.last().map(|r| r.offset),
             written.last().map(|r| r.offset),
+            sluice_tests::kafka_low_offsets(&totals, 1),
+            sluice_tests::kafka_end_offsets(&totals, 1),
             report.outcome,
             report.elapsed,
             report.snapshot.records_out,
