@@ -694,6 +694,12 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64, until_
                 // it would have nothing to be fenced from.
                 let candidate = slots[zombie_slot].0;
                 wait_until("the zombie-to-be to own a task", WAIT, || {
+                    if let Ok(Some(status)) = slots[zombie_slot].1.child().try_wait() {
+                        panic!(
+                            "run {candidate} ended ({status}): {}",
+                            cluster.read_log(candidate)
+                        );
+                    }
                     running_tasks(cluster, candidate) > 0
                 });
                 let (run, process) = &mut slots[zombie_slot];

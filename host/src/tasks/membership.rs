@@ -15,7 +15,7 @@ use super::stages::{self, Stage};
 use super::{TaskBoard, TaskId};
 use crate::config::{ConfigError, LoadedConfig, SourceConfig};
 use crate::connectors::kafka::KafkaSourceConfig;
-use crate::connectors::kafka::{OffsetCommits, RepartitionAdmin};
+use crate::connectors::kafka::{OffsetCommits, RepartitionAdmin, SharedReader};
 use crate::pipeline::PluginResolver;
 use crate::runtime::PluginRuntime;
 use crate::sync::lock;
@@ -238,6 +238,8 @@ struct StageMember {
     instance_id: Option<String>,
     tasks: Arc<TaskRegistry>,
     commits: Arc<MemberCommits>,
+    /// Reads the records of the stage's tasks in this process.
+    reader: Arc<SharedReader>,
     /// For a stage reading a repartition topic.
     _deleter: Option<RecordDeleter>,
     member: Option<Arc<BaseConsumer<MemberContext>>>,
@@ -281,10 +283,22 @@ impl StageMember {
             )
         });
         let index = stage.index;
+        let reader = Arc::new(
+            SharedReader::new(
+                &kafka.bootstrap_servers,
+                &kafka.group_id,
+                &kafka.granted_properties.over(&kafka.properties),
+            )
+            .map_err(|e| ScaleOutError::Membership {
+                group: kafka.group_id.clone(),
+                message: format!("cannot create the stage's reader: {e}"),
+            })?,
+        );
         let tasks = Arc::new(TaskRegistry::new(TaskPlan {
             loaded: stage.loaded,
             runtime: runtime.clone(),
             commits: commits.clone(),
+            reader: reader.clone(),
         }));
         Ok(StageMember {
             index,
@@ -292,6 +306,7 @@ impl StageMember {
             instance_id,
             tasks,
             commits,
+            reader,
             _deleter: deleter,
             member: None,
             rejoin_at: None,
@@ -346,6 +361,7 @@ impl StageMember {
     /// Serves the member's callbacks for up to `wait`; makes it again once
     /// a refused instance name may be free.
     fn poll(&mut self, wait: Duration) -> Result<(), ScaleOutError> {
+        self.reader.serve();
         let Some(member) = &self.member else {
             if self.rejoin_at.is_some_and(|at| Instant::now() >= at) {
                 self.rejoin_at = None;

@@ -4,7 +4,7 @@
 use super::TaskId;
 use crate::checkpoint::RestoreFrom;
 use crate::config::{LoadedConfig, SinkConfig};
-use crate::connectors::kafka::{KafkaAssignment, OffsetCommits};
+use crate::connectors::kafka::{KafkaAssignment, OffsetCommits, SharedReader, TaskWake};
 use crate::dataflow::RunOutcome;
 use crate::metrics::PipelineMetrics;
 use crate::pipeline::{Pipeline, wasm_files_only};
@@ -46,11 +46,15 @@ pub(super) struct TaskPlan {
     pub(super) runtime: PluginRuntime,
     /// Commits the tasks' offsets: the process's group member.
     pub(super) commits: Arc<dyn OffsetCommits>,
+    /// Reads the records of every task of the stage in this process.
+    pub(super) reader: Arc<SharedReader>,
 }
 
 /// A task's thread, how to stop it, and how far it got.
 struct RunningTask {
     stop: Arc<AtomicBool>,
+    /// Ends the task's wait for records, so that it sees `stop` at once.
+    wake: TaskWake,
     thread: JoinHandle<TaskReport>,
     phase: Arc<Mutex<TaskPhase>>,
 }
@@ -141,9 +145,12 @@ impl TaskRegistry {
                 target.task = task.index;
             }
             let runtime = self.plan.runtime.clone();
+            let wake = TaskWake::default();
             let assignment = KafkaAssignment {
                 partitions: vec![task.index],
                 commits: self.plan.commits.clone(),
+                reader: self.plan.reader.clone(),
+                wake: wake.clone(),
             };
             let failure = self.failure.clone();
             let task_stop = stop.clone();
@@ -176,6 +183,7 @@ impl TaskRegistry {
                         task,
                         RunningTask {
                             stop,
+                            wake,
                             thread,
                             phase,
                         },
@@ -203,6 +211,7 @@ impl TaskRegistry {
         };
         for (_, task) in &stopping {
             task.stop.store(true, Ordering::Relaxed);
+            task.wake.wake();
         }
         for (id, task) in stopping {
             let report = task.thread.join().unwrap_or_else(|_| TaskReport {

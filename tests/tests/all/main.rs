@@ -21,4 +21,5 @@ mod plugin_loading;
 mod plugin_round_trip;
 mod quickstart;
 mod schema_registry;
+mod shared_reader;
 mod windows;

@@ -18,6 +18,7 @@ mod format;
 mod message;
 mod partitioner;
 mod repartition;
+mod shared_reader;
 mod sink;
 mod source;
 mod transactions;
@@ -35,6 +36,7 @@ pub use repartition::{
     CONTROL_HEADER, RepartitionAdmin, RepartitionSink, RepartitionTarget, UpstreamMark,
     UpstreamWatermarks, partition_for_key,
 };
+pub use shared_reader::{ReaderContext, SharedReader, TaskReader, TaskWake};
 pub use sink::{KafkaSink, KafkaSinkOptions};
 pub use source::{KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits, StartPosition};
 pub use transactions::TransactionalProducer;

@@ -290,20 +290,50 @@ impl RepartitionAdmin {
 
     /// How many partitions `topic` has.
     pub fn partitions(&self, topic: &str) -> Result<i32, String> {
+        self.known_partitions(topic)?
+            .ok_or_else(|| format!("topic `{topic}`: no such topic"))
+    }
+
+    /// The partition count of `topic`; `None` while the broker does not
+    /// know it.
+    fn known_partitions(&self, topic: &str) -> Result<Option<i32>, String> {
         let metadata = self
             .admin
             .inner()
             .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
             .map_err(|e| format!("cannot read the partitions of `{topic}`: {e}"))?;
-        let found = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .ok_or_else(|| format!("no topic `{topic}`"))?;
-        if let Some(error) = found.error() {
-            return Err(format!("topic `{topic}`: {error:?}"));
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
+        match found.error() {
+            Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {
+                Ok(None)
+            }
+            Some(error) => Err(format!("topic `{topic}`: {error:?}")),
+            None => i32::try_from(found.partitions().len())
+                .map(Some)
+                .map_err(|e| e.to_string()),
         }
-        i32::try_from(found.partitions().len()).map_err(|e| e.to_string())
+    }
+
+    /// The partition count of `topic`, which another process has just
+    /// created: the broker may answer "unknown topic" for a moment after
+    /// the creation (its metadata follows the controller's), so this asks
+    /// again for up to `ADMIN_TIMEOUT`. (Three processes starting at once
+    /// saw it: one failed at start-up with `UNKNOWN_TOPIC_OR_PART`.)
+    fn created_partitions(&self, topic: &str) -> Result<i32, String> {
+        let deadline = Instant::now() + ADMIN_TIMEOUT;
+        loop {
+            if let Some(partitions) = self.known_partitions(topic)? {
+                return Ok(partitions);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "topic `{topic}`: created, yet unknown to the broker after {ADMIN_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Creates `topic` with `partitions` partitions (the broker's default
@@ -317,7 +347,7 @@ impl RepartitionAdmin {
             match result {
                 Ok(_) => tracing::info!(topic, partitions, "repartition topic created"),
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
-                    let existing = self.partitions(topic)?;
+                    let existing = self.created_partitions(topic)?;
                     if existing != partitions {
                         return Err(format!(
                             "the repartition topic {topic} has {existing} partitions, the stage before it {partitions}: a pipeline's partition count cannot change (delete the topic and the pipeline's checkpoints to start over)"

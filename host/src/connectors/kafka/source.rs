@@ -2,6 +2,7 @@
 
 use super::message::{intern, to_record};
 use super::repartition::UpstreamWatermarks;
+use super::shared_reader::{READER_SETTINGS, SharedReader, TaskReader, TaskWake};
 use super::{ValueFormat, client_config};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
@@ -31,6 +32,20 @@ pub enum StartPosition {
     Latest,
     /// The first offset whose timestamp is at or after this (ms since epoch).
     Timestamp(i64),
+}
+
+impl StartPosition {
+    /// The offset a partition starts at before any lookup (`Offset::Stored`:
+    /// the group's committed offset, else the earliest; a time is looked
+    /// up by the caller).
+    fn first_offset(self) -> Offset {
+        match self {
+            StartPosition::Committed => Offset::Stored,
+            StartPosition::Earliest => Offset::Beginning,
+            StartPosition::Latest => Offset::End,
+            StartPosition::Timestamp(millis) => Offset::Offset(millis),
+        }
+    }
 }
 
 /// Settings of a [`KafkaSource`].
@@ -71,16 +86,20 @@ pub struct KafkaSourceOptions {
     pub upstream_watermarks: bool,
 }
 
-/// The partitions a task reads ([`KafkaSourceOptions::assignment`]), and
-/// who commits their offsets for it.
+/// The partitions a task reads ([`KafkaSourceOptions::assignment`]), where
+/// it reads them from, and who commits their offsets for it.
 #[derive(Clone)]
 pub struct KafkaAssignment {
     /// Partition indexes, the same of every topic (co-partitioned input).
     pub partitions: Vec<i32>,
     /// Commits offsets to the group on the task's behalf: only a member
-    /// may commit to a KIP-848 group that has members, and the task's own
-    /// consumer is not one.
+    /// may commit to a KIP-848 group that has members, and the reader is
+    /// not one.
     pub commits: Arc<dyn OffsetCommits>,
+    /// The process's reader of the stage's topics.
+    pub reader: Arc<SharedReader>,
+    /// Ends the task's wait for records when it must stop.
+    pub wake: TaskWake,
 }
 
 impl std::fmt::Debug for KafkaAssignment {
@@ -148,9 +167,7 @@ impl SourceContext {
         }
         let target = match self.start {
             StartPosition::Committed => return,
-            StartPosition::Earliest => Offset::Beginning,
-            StartPosition::Latest => Offset::End,
-            StartPosition::Timestamp(millis) => Offset::Offset(millis),
+            start => start.first_offset(),
         };
         let mut started = lock(&self.started);
         let mut first_time = TopicPartitionList::new();
@@ -267,6 +284,16 @@ impl ConsumerContext for SourceContext {
     }
 }
 
+/// Where a [`KafkaSource`] reads.
+enum Reader {
+    /// A consumer of its own, a member of the group (one-process
+    /// pipelines).
+    Group(BaseConsumer<SourceContext>),
+    /// A task's partitions, read through its process's shared reader
+    /// (scaled-out pipelines, ADR 0020).
+    Task(TaskReader),
+}
+
 /// Reads records from Kafka topics as a member of a consumer group.
 ///
 /// Offsets are Sluice's: `enable.auto.commit` is off, and the offsets reached
@@ -276,7 +303,7 @@ impl ConsumerContext for SourceContext {
 /// checkpoint (at-least-once), never loses one.
 pub struct KafkaSource {
     name: String,
-    consumer: BaseConsumer<SourceContext>,
+    reader: Reader,
     rebalances: Arc<Mutex<RebalanceLog>>,
     options: KafkaSourceOptions,
     topics: HashMap<String, Topic>,
@@ -315,51 +342,65 @@ impl KafkaSource {
             name: name.clone(),
             message,
         };
-        let config = client_config(
-            &options.bootstrap_servers,
-            &[
-                ("group.id", options.group_id.as_str()),
-                ("enable.auto.commit", "false"),
-                ("enable.auto.offset.store", "false"),
-                ("isolation.level", "read_committed"),
-                ("partition.assignment.strategy", "cooperative-sticky"),
-                ("auto.offset.reset", "earliest"),
-                ("session.timeout.ms", "10000"),
-                ("statistics.interval.ms", "1000"),
-                // librdkafka's 500 ms default let a fetch sit on the broker
-                // long enough to dominate the p99 latency (docs/benchmarks.md).
-                ("fetch.wait.max.ms", "100"),
-            ],
-            &options.properties,
-        );
-        let mut config = config;
-        if let Some(instance) = &options.group_instance_id
-            && !options.properties.contains_key("group.instance.id")
-        {
-            config.set("group.instance.id", instance);
-        }
         let rebalances = Arc::new(Mutex::new(RebalanceLog::default()));
-        let consumer: BaseConsumer<SourceContext> = config
-            .create_with_context(SourceContext {
-                log: rebalances.clone(),
-                partitions: partitions.clone(),
-                start: options.start,
-                started: Mutex::new(HashSet::new()),
-                restored: Mutex::new(HashMap::new()),
-                commits_in_flight: AtomicUsize::new(0),
-            })
-            .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
-        let end_offsets = if options.bounded {
-            let mut ends = end_offsets(&consumer, &topics).map_err(error)?;
-            if let Some(assignment) = &options.assignment {
-                ends.retain(|(_, partition), _| assignment.partitions.contains(partition));
+        let reader = match &options.assignment {
+            Some(assignment) => Reader::Task(
+                assignment
+                    .reader
+                    .reader(
+                        &options.topics,
+                        &assignment.partitions,
+                        partitions.clone(),
+                        assignment.wake.clone(),
+                    )
+                    .map_err(error)?,
+            ),
+            None => {
+                let mut settings = READER_SETTINGS.to_vec();
+                settings.extend([
+                    ("group.id", options.group_id.as_str()),
+                    ("partition.assignment.strategy", "cooperative-sticky"),
+                    ("session.timeout.ms", "10000"),
+                ]);
+                let mut config =
+                    client_config(&options.bootstrap_servers, &settings, &options.properties);
+                if let Some(instance) = &options.group_instance_id
+                    && !options.properties.contains_key("group.instance.id")
+                {
+                    config.set("group.instance.id", instance);
+                }
+                let consumer: BaseConsumer<SourceContext> = config
+                    .create_with_context(SourceContext {
+                        log: rebalances.clone(),
+                        partitions: partitions.clone(),
+                        start: options.start,
+                        started: Mutex::new(HashSet::new()),
+                        restored: Mutex::new(HashMap::new()),
+                        commits_in_flight: AtomicUsize::new(0),
+                    })
+                    .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
+                Reader::Group(consumer)
             }
-            Some(ends)
+        };
+        let end_offsets = if options.bounded {
+            let ends = match &reader {
+                Reader::Group(consumer) => end_offsets(consumer, &topics),
+                Reader::Task(task) => end_offsets(task.consumer(), &topics).map(|mut ends| {
+                    ends.retain(|(_, partition), _| {
+                        task.partitions()
+                            .elements()
+                            .iter()
+                            .any(|e| e.partition() == *partition)
+                    });
+                    ends
+                }),
+            };
+            Some(ends.map_err(error)?)
         } else {
             None
         };
-        if options.assignment.is_none() {
+        if let Reader::Group(consumer) = &reader {
             consumer
                 .subscribe(&topics)
                 .map_err(|e| error(format!("cannot subscribe to {topics:?}: {e}")))?;
@@ -370,7 +411,7 @@ impl KafkaSource {
             timestamp_path,
             end_offsets,
             name,
-            consumer,
+            reader,
             rebalances,
             options,
             topics: HashMap::new(),
@@ -384,38 +425,62 @@ impl KafkaSource {
         })
     }
 
-    /// With an [`KafkaSourceOptions::assignment`]: assigns its partitions,
-    /// each at the restored checkpoint's offset, else where `start` says.
-    /// Done at the first read, after [`Source::restore_position`].
+    /// With an [`KafkaSourceOptions::assignment`]: assigns its partitions
+    /// to the shared reader, each at the restored checkpoint's offset, else
+    /// where `start` says. Done at the first read, after
+    /// [`Source::restore_position`].
     fn assign_task_partitions(&mut self) -> Result<(), DataflowError> {
         if !std::mem::take(&mut self.assign_pending) {
             return Ok(());
         }
-        let Some(assignment) = &self.options.assignment else {
+        let Reader::Task(reader) = &self.reader else {
             return Ok(());
         };
-        let mut partitions = TopicPartitionList::new();
-        for topic in &self.options.topics {
-            for partition in &assignment.partitions {
-                partitions
-                    .add_partition_offset(topic, *partition, Offset::Stored)
-                    .map_err(|e| self.error(format!("cannot assign {topic}/{partition}: {e}")))?;
-            }
+        let mut offsets = TopicPartitionList::new();
+        let mut unstarted = TopicPartitionList::new();
+        for element in reader.partitions().elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            let result = match self.positions.get(&(Topic::new(topic), partition)) {
+                Some(offset) => {
+                    offsets.add_partition_offset(topic, partition, Offset::Offset(*offset))
+                }
+                None => unstarted.add_partition_offset(
+                    topic,
+                    partition,
+                    self.options.start.first_offset(),
+                ),
+            };
+            result.map_err(|e| self.error(format!("cannot read {topic}/{partition}: {e}")))?;
         }
-        self.consumer
-            .context()
-            .apply_start_position(&self.consumer, &mut partitions);
-        tracing::info!(source = %self.name, assigned = ?partitions.to_topic_map(), "task partitions assigned");
+        if let StartPosition::Timestamp(_) = self.options.start
+            && unstarted.count() > 0
+        {
+            unstarted = reader
+                .consumer()
+                .offsets_for_times(unstarted, Duration::from_secs(10))
+                .map_err(|e| self.error(format!("cannot look up start offsets by time: {e}")))?;
+        }
+        for element in unstarted.elements() {
+            offsets
+                .add_partition_offset(element.topic(), element.partition(), element.offset())
+                .map_err(|e| self.error(format!("cannot read {}: {e}", element.topic())))?;
+        }
+        tracing::info!(source = %self.name, start = ?offsets.to_topic_map(), "task partitions assigned");
         self.task_splits = Some(
-            partitions
+            offsets
                 .elements()
                 .iter()
                 .map(|e| (Topic::new(e.topic()), e.partition()))
                 .collect(),
         );
-        self.consumer
-            .assign(&partitions)
-            .map_err(|e| self.error(format!("cannot assign the task's partitions: {e}")))
+        let name = self.name.clone();
+        match &mut self.reader {
+            Reader::Task(reader) => reader.start(&offsets).map_err(|e| DataflowError::Source {
+                name,
+                message: format!("cannot assign the task's partitions: {e}"),
+            }),
+            Reader::Group(_) => Ok(()),
+        }
     }
 
     fn error(&self, message: String) -> DataflowError {
@@ -492,7 +557,11 @@ impl KafkaSource {
         let Some(ends) = &self.end_offsets else {
             return false;
         };
-        let Ok(positions) = self.consumer.position() else {
+        let positions = match &self.reader {
+            Reader::Group(consumer) => consumer.position(),
+            Reader::Task(task) => task.consumer().position(),
+        };
+        let Ok(positions) = positions else {
             return false;
         };
         ends.iter().all(|((topic, partition), (low, high))| {
@@ -523,12 +592,13 @@ impl Source for KafkaSource {
     /// The partitions assigned to this member: a partition that has sent
     /// nothing yet still holds the watermark back (until it is idle).
     fn splits(&self) -> Option<Vec<SplitId>> {
-        if self.options.assignment.is_some() {
+        let consumer = match &self.reader {
+            Reader::Group(consumer) => consumer,
             // A task's partitions never change: no round trip through
             // librdkafka's main thread at every read.
-            return self.task_splits.clone();
-        }
-        let assignment = self.consumer.assignment().ok()?;
+            Reader::Task(_) => return self.task_splits.clone(),
+        };
+        let assignment = consumer.assignment().ok()?;
         Some(
             assignment
                 .elements()
@@ -542,9 +612,9 @@ impl Source for KafkaSource {
         self.assign_task_partitions()?;
         let mut batch = SourceBatch::default();
         let mut read_per_partition: BTreeMap<(Topic, i32), u64> = BTreeMap::new();
-        let wait = match (&self.options.assignment, self.quiet) {
-            // A record ends the wait at once.
-            (Some(_), true) => QUIET_TASK_WAIT,
+        let wait = match (&self.reader, self.quiet) {
+            // Woken at once by a record or a stop.
+            (Reader::Task(_), true) => QUIET_TASK_WAIT,
             _ => self.options.poll_timeout,
         };
         let deadline = Instant::now() + wait;
@@ -559,7 +629,10 @@ impl Source for KafkaSource {
             // Rebalances reported by the previous poll are applied before the
             // next one (seeking needs no message borrowed from the consumer).
             self.apply_rebalances();
-            let polled = self.consumer.poll(wait);
+            let polled = match &self.reader {
+                Reader::Group(consumer) => consumer.poll(wait),
+                Reader::Task(task) => task.poll(wait),
+            };
             let message = match polled {
                 None => break,
                 Some(Ok(message)) => message,
@@ -578,6 +651,17 @@ impl Source for KafkaSource {
             );
             if self.beyond_bound(&key, message.offset()) {
                 // Written after a bounded read started: not this run's.
+                continue;
+            }
+            if matches!(self.reader, Reader::Task(_))
+                && self
+                    .positions
+                    .get(&key)
+                    .is_some_and(|next| message.offset() < *next)
+            {
+                // A task never seeks back: a record below its position
+                // was fetched for an earlier assignment of the partition.
+                tracing::warn!(source = %self.name, partition = message.partition(), offset = message.offset(), "a record below the task's position skipped");
                 continue;
             }
             self.positions.insert(key, message.offset() + 1);
@@ -667,7 +751,9 @@ impl Source for KafkaSource {
                 _ => return Err(self.error(format!("unreadable Kafka offset {entry}"))),
             }
         }
-        *lock(&self.consumer.context().restored) = restored;
+        if let Reader::Group(consumer) = &self.reader {
+            *lock(&consumer.context().restored) = restored;
+        }
         if let Some(upstream) = position.get("upstream") {
             self.upstream = serde_json::from_value(upstream.clone())
                 .map_err(|e| self.error(format!("unreadable upstream watermarks: {e}")))?;
@@ -690,10 +776,14 @@ impl Source for KafkaSource {
                 .add_partition_offset(topic, *partition, Offset::Offset(*offset))
                 .map_err(|e| self.error(format!("cannot commit {topic}/{partition}: {e}")))?;
         }
-        if let Some(assignment) = &self.options.assignment {
-            assignment.commits.commit(&commit);
-            return Ok(());
-        }
+        let consumer = match (&self.reader, &self.options.assignment) {
+            (Reader::Group(consumer), _) => consumer,
+            (Reader::Task(_), Some(assignment)) => {
+                assignment.commits.commit(&commit);
+                return Ok(());
+            }
+            (Reader::Task(_), None) => return Ok(()),
+        };
         // Asynchronous: a synchronous commit blocks the source thread (and
         // with it every barrier) until the group coordinator answers, and
         // librdkafka can leave such a request waiting when the coordinator's
@@ -702,9 +792,9 @@ impl Source for KafkaSource {
         // (`commit_callback`); the offsets are only informational for a
         // restore from a checkpoint, and a lost commit replays records
         // (at-least-once), never skips them.
-        match self.consumer.commit(&commit, CommitMode::Async) {
+        match consumer.commit(&commit, CommitMode::Async) {
             Ok(()) => {
-                self.consumer
+                consumer
                     .context()
                     .commits_in_flight
                     .fetch_add(1, Ordering::Relaxed);
@@ -723,21 +813,18 @@ impl Drop for KafkaSource {
     /// commits still in flight, so that a run that ends or stops cleanly
     /// leaves its last completed checkpoint's offsets committed.
     fn drop(&mut self) {
+        let Reader::Group(consumer) = &self.reader else {
+            return;
+        };
         let deadline = Instant::now() + FINAL_COMMIT_WAIT;
-        while self
-            .consumer
-            .context()
-            .commits_in_flight
-            .load(Ordering::Relaxed)
-            > 0
-        {
+        while consumer.context().commits_in_flight.load(Ordering::Relaxed) > 0 {
             if Instant::now() >= deadline {
                 tracing::warn!(source = %self.name, "offset commits not answered in time; a restart without a checkpoint reads their records again");
                 return;
             }
             // Serves the commit answers; a record polled now is not this
             // run's any more (its offset is not committed).
-            let _ = self.consumer.poll(Duration::from_millis(50));
+            let _ = consumer.poll(Duration::from_millis(50));
         }
     }
 }
