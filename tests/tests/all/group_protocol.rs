@@ -169,3 +169,48 @@ fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
         .commit_transaction(timeout)
         .expect("the owner commits");
 }
+
+/// What lets a task that keeps its partition through a rebalance go on
+/// committing its offsets in its transactions (ADR 0020): the group
+/// metadata its member had before another member joined (an older member
+/// epoch) is still accepted for a partition the member kept, while it is
+/// refused for one that moved (the test above). So transactions in flight
+/// in the processes that keep their tasks do not abort at a rebalance.
+#[test]
+fn offsets_of_a_partition_that_stayed_commit_with_the_epoch_before_a_rebalance() {
+    let input = unique_topic("eos-stay-in");
+    create_topic(&input, 2);
+    let group = unique_topic("eos-stay-group");
+    let first = member(&group, &[input.as_str()]);
+    poll_until(&[&first], |owned| owned[0].len() == 2);
+    let before = first.group_metadata().expect("group metadata");
+
+    let second = member(&group, &[input.as_str()]);
+    let split = poll_until(&[&first, &second], |owned| {
+        owned.iter().all(|o| o.len() == 1)
+    });
+    let stayed = split[0]
+        .iter()
+        .next()
+        .cloned()
+        .expect("a partition that stayed");
+
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique_topic("eos-stayer"))
+        .create()
+        .expect("a transactional producer");
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).expect("init");
+    producer.begin_transaction().expect("begin");
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&stayed.0, stayed.1, Offset::Offset(0))
+        .expect("offsets");
+    producer
+        .send_offsets_to_transaction(&offsets, &before, timeout)
+        .expect("offsets of a partition that stayed, with the epoch before the rebalance");
+    producer
+        .commit_transaction(timeout)
+        .expect("the transaction commits");
+}
