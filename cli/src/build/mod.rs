@@ -272,7 +272,9 @@ fn write_component(
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    std::fs::write(output, component).with_context(|| format!("writing {}", output.display()))?;
+    // A process may be loading the file while another builds it again.
+    sluice_host::runtime::store_file(output, component)
+        .with_context(|| format!("writing {}", output.display()))?;
     Ok(BuiltPlugin {
         path: output.to_path_buf(),
         size_bytes: component.len() as u64,

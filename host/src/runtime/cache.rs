@@ -88,12 +88,25 @@ pub fn store_bounded(
     max_bytes: u64,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut staged = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut staged, bytes)?;
-    staged.persist(path).map_err(|error| error.error)?;
+    store_file(path, bytes)?;
     if let Err(error) = prune_least_recently_used(dir, extension, max_bytes) {
         tracing::warn!(dir = %dir.display(), %error, "could not prune the cache");
     }
+    Ok(())
+}
+
+/// Stores `bytes` at `path` through a temporary file in its directory
+/// renamed over it: a reader never sees a partial file, and concurrent
+/// writers do not clash (two processes building the same plugin at once
+/// left a reader an empty component).
+pub fn store_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut staged = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut staged, bytes)?;
+    staged.persist(path).map_err(|error| error.error)?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ pub use crate::metrics::FaultKind;
 pub use aggregate::{AggregateError, GroupAdd, PluginAggregator};
 pub use cache::{
     CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, mark_used, prune_least_recently_used,
-    store_bounded,
+    store_bounded, store_file,
 };
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;

@@ -1,19 +1,23 @@
 //! The Kafka source.
 
+mod assignment;
+mod group_context;
+
+pub use assignment::{KafkaAssignment, OffsetCommits};
+use group_context::{RebalanceLog, SourceContext};
+
 use super::message::{intern, to_record};
 use super::repartition::UpstreamWatermarks;
-use super::shared_reader::{READER_SETTINGS, SharedReader, TaskReader, TaskWake};
+use super::shared_reader::{READER_SETTINGS, TaskReader};
 use super::{ValueFormat, client_config};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::metrics::PartitionMetrics;
 use crate::record::{Topic, into_dead_letter};
 use crate::sync::lock;
 use crate::time::SplitId;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaResult;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use sluice_json::fields::FieldPath;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,204 +88,6 @@ pub struct KafkaSourceOptions {
     /// records from the upstream tasks make the source's watermark
     /// ([`UpstreamWatermarks`]) instead of the records' event times.
     pub upstream_watermarks: bool,
-}
-
-/// The partitions a task reads ([`KafkaSourceOptions::assignment`]), where
-/// it reads them from, and who commits their offsets for it.
-#[derive(Clone)]
-pub struct KafkaAssignment {
-    /// Partition indexes, the same of every topic (co-partitioned input).
-    pub partitions: Vec<i32>,
-    /// Commits offsets to the group on the task's behalf: only a member
-    /// may commit to a KIP-848 group that has members, and the reader is
-    /// not one.
-    pub commits: Arc<dyn OffsetCommits>,
-    /// The process's reader of the stage's topics.
-    pub reader: Arc<SharedReader>,
-    /// Ends the task's wait for records when it must stop.
-    pub wake: TaskWake,
-}
-
-impl std::fmt::Debug for KafkaAssignment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaAssignment")
-            .field("partitions", &self.partitions)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Something that commits consumed offsets to a consumer group: the group
-/// member that owns the partitions.
-pub trait OffsetCommits: Send + Sync {
-    /// Commits `offsets` (next offset to read, per partition)
-    /// asynchronously; a refusal is reported, never fatal (the offsets are
-    /// informational for a source restored from checkpoints).
-    fn commit(&self, offsets: &TopicPartitionList);
-}
-
-/// Partitions revoked during a poll, reported by the rebalance callback
-/// (which runs inside `poll` on the source thread).
-#[derive(Default)]
-struct RebalanceLog {
-    revoked: Vec<(String, i32)>,
-}
-
-struct SourceContext {
-    log: Arc<Mutex<RebalanceLog>>,
-    partitions: Arc<PartitionMetrics>,
-    start: StartPosition,
-    /// Partitions whose start position has been applied in this run.
-    started: Mutex<HashSet<(String, i32)>>,
-    /// Offsets of the checkpoint restored: they win over `start`.
-    restored: Mutex<HashMap<(String, i32), i64>>,
-    /// Offset commits sent and not yet answered (see
-    /// [`KafkaSource::on_checkpoint_complete`]).
-    commits_in_flight: AtomicUsize,
-}
-
-impl SourceContext {
-    /// Sets the start offset of partitions assigned for the first time in
-    /// this run (unless starting from committed offsets).
-    fn apply_start_position(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        assignment: &mut TopicPartitionList,
-    ) {
-        {
-            let restored = lock(&self.restored);
-            let mut started = lock(&self.started);
-            for mut element in assignment.elements() {
-                let key = (element.topic().to_string(), element.partition());
-                if let Some(offset) = restored.get(&key)
-                    && started.insert(key)
-                {
-                    tracing::info!(
-                        topic = element.topic(),
-                        partition = element.partition(),
-                        offset,
-                        "partition starts at the restored checkpoint's offset"
-                    );
-                    let _ = element.set_offset(Offset::Offset(*offset));
-                }
-            }
-        }
-        let target = match self.start {
-            StartPosition::Committed => return,
-            start => start.first_offset(),
-        };
-        let mut started = lock(&self.started);
-        let mut first_time = TopicPartitionList::new();
-        for element in assignment.elements() {
-            if started.insert((element.topic().to_string(), element.partition())) {
-                // Offsets below are set on this list; errors are impossible
-                // for partitions taken from a valid assignment.
-                let _ =
-                    first_time.add_partition_offset(element.topic(), element.partition(), target);
-            }
-        }
-        if first_time.count() == 0 {
-            return;
-        }
-        if let StartPosition::Timestamp(_) = self.start {
-            match consumer.offsets_for_times(first_time, Duration::from_secs(10)) {
-                Ok(resolved) => first_time = resolved,
-                Err(error) => {
-                    tracing::error!(%error, "cannot look up start offsets by time; starting from committed offsets");
-                    return;
-                }
-            }
-        }
-        for element in first_time.elements() {
-            if let Some(mut assigned) =
-                assignment.find_partition(element.topic(), element.partition())
-            {
-                let _ = assigned.set_offset(element.offset());
-            }
-        }
-    }
-}
-
-impl ClientContext for SourceContext {
-    /// librdkafka's periodic statistics carry each partition's consumer lag.
-    fn stats(&self, statistics: Statistics) {
-        for (topic, stats) in &statistics.topics {
-            for (partition, p) in &stats.partitions {
-                // -1 marks partitions this consumer does not fetch (or the
-                // internal "unassigned" partition).
-                if *partition >= 0 && p.consumer_lag >= 0 {
-                    self.partitions.set_lag(topic, *partition, p.consumer_lag);
-                }
-            }
-        }
-    }
-}
-
-impl ConsumerContext for SourceContext {
-    /// The answer to an asynchronous offset commit: a refusal (e.g. during
-    /// a rebalance) is reported and otherwise harmless, as the records are
-    /// read again by whoever owns the partitions next (at-least-once).
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        // Saturating: librdkafka also answers commits it makes itself.
-        let _ = self
-            .commits_in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if let Err(error) = result {
-            tracing::warn!(%error, offsets = ?offsets.to_topic_map(), "offset commit refused");
-        }
-    }
-
-    /// Assigns and revokes like librdkafka's default (incrementally, as the
-    /// group uses the cooperative protocol), setting start offsets in the
-    /// assignment itself so that fetching begins exactly there.
-    fn rebalance(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        error: RDKafkaRespErr,
-        partitions: &mut TopicPartitionList,
-    ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
-        let result = match error {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.apply_start_position(consumer, partitions);
-                tracing::info!(assigned = ?partitions.to_topic_map(), "Kafka partitions assigned");
-                if cooperative {
-                    consumer.incremental_assign(partitions)
-                } else {
-                    consumer.assign(partitions)
-                }
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                tracing::info!(revoked = ?partitions.to_topic_map(), "Kafka partitions revoked");
-                let mut log = lock(&self.log);
-                log.revoked.extend(
-                    partitions
-                        .elements()
-                        .iter()
-                        .map(|e| (e.topic().to_string(), e.partition())),
-                );
-                drop(log);
-                if cooperative {
-                    consumer.incremental_unassign(partitions)
-                } else {
-                    consumer.unassign()
-                }
-            }
-            other => {
-                tracing::warn!(error = ?other, "Kafka rebalance error");
-                if cooperative {
-                    Ok(())
-                } else {
-                    consumer.unassign()
-                }
-            }
-        };
-        if let Err(error) = result {
-            tracing::error!(%error, "Kafka rebalance could not be applied");
-        }
-    }
 }
 
 /// Where a [`KafkaSource`] reads.
@@ -481,6 +287,20 @@ impl KafkaSource {
             }),
             Reader::Group(_) => Ok(()),
         }
+    }
+
+    /// `offsets` (next offset to read, per partition) as librdkafka takes
+    /// them.
+    fn offset_list(
+        &self,
+        offsets: &BTreeMap<(Topic, i32), i64>,
+    ) -> Result<TopicPartitionList, DataflowError> {
+        let mut list = TopicPartitionList::new();
+        for ((topic, partition), offset) in offsets {
+            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| self.error(format!("offset of {topic}/{partition}: {e}")))?;
+        }
+        Ok(list)
     }
 
     fn error(&self, message: String) -> DataflowError {
@@ -770,12 +590,7 @@ impl Source for KafkaSource {
         if offsets.is_empty() {
             return Ok(());
         }
-        let mut commit = TopicPartitionList::new();
-        for ((topic, partition), offset) in &offsets {
-            commit
-                .add_partition_offset(topic, *partition, Offset::Offset(*offset))
-                .map_err(|e| self.error(format!("cannot commit {topic}/{partition}: {e}")))?;
-        }
+        let commit = self.offset_list(&offsets)?;
         let consumer = match (&self.reader, &self.options.assignment) {
             (Reader::Group(consumer), _) => consumer,
             (Reader::Task(_), Some(assignment)) => {
