@@ -104,33 +104,54 @@ fn the_range_assignor_keeps_same_index_partitions_together_as_members_join() {
     }
 }
 
-#[test]
-fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
-    let input = unique_topic("eos-in");
-    let output = unique_topic("eos-out");
+/// A group of one member on a new two-partition topic, then of two: the
+/// first member's group metadata from before the second joined, both
+/// members (still in the group), and each one's partitions after.
+fn metadata_before_a_split(
+    name: &str,
+) -> (
+    rdkafka::consumer::ConsumerGroupMetadata,
+    [BaseConsumer; 2],
+    Vec<BTreeSet<(String, i32)>>,
+) {
+    let input = unique_topic(&format!("{name}-in"));
     create_topic(&input, 2);
-    create_topic(&output, 1);
-    let group = unique_topic("eos-group");
+    let group = unique_topic(&format!("{name}-group"));
     let first = member(&group, &[input.as_str()]);
     poll_until(&[&first], |owned| owned[0].len() == 2);
-    // What a zombie holds: the group metadata of its epoch before the
-    // partitions moved.
-    let stale = first.group_metadata().expect("group metadata");
-
+    let before = first.group_metadata().expect("group metadata");
     let second = member(&group, &[input.as_str()]);
     let split = poll_until(&[&first, &second], |owned| {
         owned.iter().all(|o| o.len() == 1)
     });
-    let moved = split[1].iter().next().cloned().expect("a moved partition");
+    (before, [first, second], split)
+}
 
+/// A transactional producer with a transaction begun.
+fn in_a_transaction(name: &str) -> BaseProducer {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
-        .set("transactional.id", unique_topic("eos-zombie"))
+        .set("transactional.id", unique_topic(name))
         .create()
         .expect("a transactional producer");
-    let timeout = Duration::from_secs(30);
-    producer.init_transactions(timeout).expect("init");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init");
     producer.begin_transaction().expect("begin");
+    producer
+}
+
+#[test]
+fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
+    let output = unique_topic("eos-out");
+    create_topic(&output, 1);
+    // What a zombie holds: the group metadata of its epoch before the
+    // partitions moved.
+    let (stale, [_first, second], split) = metadata_before_a_split("eos");
+    let moved = split[1].iter().next().cloned().expect("a moved partition");
+
+    let producer = in_a_transaction("eos-zombie");
+    let timeout = Duration::from_secs(30);
     producer
         .send(BaseRecord::<(), str>::to(&output).payload("from the zombie"))
         .map_err(|(error, _)| error)
@@ -155,13 +176,7 @@ fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
     );
     // A member with its current metadata commits the same offsets.
     let current = second.group_metadata().expect("group metadata");
-    let honest: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("transactional.id", unique_topic("eos-owner"))
-        .create()
-        .expect("a transactional producer");
-    honest.init_transactions(timeout).expect("init");
-    honest.begin_transaction().expect("begin");
+    let honest = in_a_transaction("eos-owner");
     honest
         .send_offsets_to_transaction(&offsets, &current, timeout)
         .expect("the owner's offsets");
@@ -178,31 +193,14 @@ fn offsets_committed_with_a_stale_member_epoch_abort_the_transaction() {
 /// in the processes that keep their tasks do not abort at a rebalance.
 #[test]
 fn offsets_of_a_partition_that_stayed_commit_with_the_epoch_before_a_rebalance() {
-    let input = unique_topic("eos-stay-in");
-    create_topic(&input, 2);
-    let group = unique_topic("eos-stay-group");
-    let first = member(&group, &[input.as_str()]);
-    poll_until(&[&first], |owned| owned[0].len() == 2);
-    let before = first.group_metadata().expect("group metadata");
-
-    let second = member(&group, &[input.as_str()]);
-    let split = poll_until(&[&first, &second], |owned| {
-        owned.iter().all(|o| o.len() == 1)
-    });
+    let (before, _members, split) = metadata_before_a_split("eos-stay");
     let stayed = split[0]
         .iter()
         .next()
         .cloned()
         .expect("a partition that stayed");
-
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("transactional.id", unique_topic("eos-stayer"))
-        .create()
-        .expect("a transactional producer");
+    let producer = in_a_transaction("eos-stayer");
     let timeout = Duration::from_secs(30);
-    producer.init_transactions(timeout).expect("init");
-    producer.begin_transaction().expect("begin");
     let mut offsets = TopicPartitionList::new();
     offsets
         .add_partition_offset(&stayed.0, stayed.1, Offset::Offset(0))
