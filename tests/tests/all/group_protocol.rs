@@ -104,16 +104,16 @@ fn the_range_assignor_keeps_same_index_partitions_together_as_members_join() {
     }
 }
 
-/// A group of one member on a new two-partition topic, then of two: the
-/// first member's group metadata from before the second joined, both
-/// members (still in the group), and each one's partitions after.
-fn metadata_before_a_split(
-    name: &str,
-) -> (
+/// The first member's group metadata from before a second member joined,
+/// both members (still in the group), and each one's partitions after.
+type Split = (
     rdkafka::consumer::ConsumerGroupMetadata,
     [BaseConsumer; 2],
     Vec<BTreeSet<(String, i32)>>,
-) {
+);
+
+/// A group of one member on a new two-partition topic, then of two.
+fn metadata_before_a_split(name: &str) -> Split {
     let input = unique_topic(&format!("{name}-in"));
     create_topic(&input, 2);
     let group = unique_topic(&format!("{name}-group"));
