@@ -1,4 +1,5 @@
-//! Locks that survive a panicking holder.
+//! Locks that survive a panicking holder, and threads that keep their
+//! starter's log context.
 //!
 //! A lock whose holder panicked is "poisoned": `lock()` returns an error
 //! carrying the guard. Sluice's critical sections leave their data
@@ -8,6 +9,7 @@
 //! guard either way, in one place instead of at every lock.
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
 
 /// Locks `mutex`, poisoned or not.
 pub fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -32,6 +34,21 @@ pub fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a
     condvar
         .wait(guard)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Starts a thread called `name` that runs `work` inside the tracing span
+/// current where it is started: a process runs many tasks, and a line
+/// logged by one of a task's threads (its source, exchange or checkpoint
+/// thread) says which task it belongs to.
+pub fn spawn_named<T, F>(name: String, work: F) -> std::io::Result<JoinHandle<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let span = tracing::Span::current();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || span.in_scope(work))
 }
 
 #[cfg(test)]

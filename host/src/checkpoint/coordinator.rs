@@ -153,10 +153,10 @@ impl CheckpointCoordinator {
         let (sender, receiver) = unbounded::<InFlight>();
         *lock(&self.jobs) = Some(sender);
         let coordinator = self.clone();
-        let handle = std::thread::Builder::new()
-            .name("sluice-checkpoints".into())
-            .spawn(move || coordinator.run_worker(receiver, acks))
-            .map_err(|e| CheckpointError::Thread(e.to_string()))?;
+        let handle = crate::sync::spawn_named("sluice-checkpoints".into(), move || {
+            coordinator.run_worker(receiver, acks)
+        })
+        .map_err(|e| CheckpointError::Thread(e.to_string()))?;
         *lock(&self.worker) = Some(handle);
         Ok(())
     }

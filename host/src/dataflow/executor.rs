@@ -109,9 +109,8 @@ pub fn run(
     let source_metrics = metrics.clone();
     let source_stop = stop.clone();
     let source_name = source.name().to_string();
-    let source_thread = std::thread::Builder::new()
-        .name(format!("sluice-source-{source_name}"))
-        .spawn(move || {
+    let source_thread =
+        crate::sync::spawn_named(format!("sluice-source-{source_name}"), move || {
             let mut reader = SourceReader {
                 source: source.as_mut(),
                 sender: &sender,

@@ -337,12 +337,9 @@ impl Instance {
 
     fn spawn(self) -> Result<std::thread::JoinHandle<()>, DataflowError> {
         let name = self.name.clone();
-        std::thread::Builder::new()
-            .name(format!("sluice-{name}"))
-            .spawn(move || self.run())
-            .map_err(|error| {
-                DataflowError::operator("exchange", format!("cannot start thread {name}: {error}"))
-            })
+        crate::sync::spawn_named(format!("sluice-{name}"), move || self.run()).map_err(|error| {
+            DataflowError::operator("exchange", format!("cannot start thread {name}: {error}"))
+        })
     }
 }
 

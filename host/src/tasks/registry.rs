@@ -156,9 +156,10 @@ impl TaskRegistry {
             let task_stop = stop.clone();
             let phase = Arc::new(Mutex::new(TaskPhase::Starting));
             let task_phase = phase.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("task-{}", task.name()))
-                .spawn(move || {
+            // Everything the task logs, from any of its threads, names it.
+            let span = tracing::info_span!("task", task = %task.name());
+            let thread = span.in_scope(|| {
+                crate::sync::spawn_named(format!("task-{}", task.name()), move || {
                     let report = run_task(
                         task,
                         &loaded,
@@ -175,7 +176,8 @@ impl TaskRegistry {
                             .get_or_insert_with(|| format!("task {}: {error}", task.name()));
                     }
                     report
-                });
+                })
+            });
             match thread {
                 Ok(thread) => {
                     tracing::info!(task = %task.name(), "task starting");

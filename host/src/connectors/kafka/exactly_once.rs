@@ -164,6 +164,7 @@ impl KafkaTransactions {
             .create_with_context(SinkContext {
                 failure: failure.clone(),
                 partitions: partitions.clone(),
+                span: tracing::Span::current(),
             })
             .map_err(|e| format!("cannot create the transactional producer {id}: {e}"))?;
             producer
@@ -312,7 +313,7 @@ impl KafkaTransactions {
     fn progress_committed(&self, checkpoint: u64, open_id: &str) -> Result<bool, String> {
         let topic = self.options.progress_topic.as_str();
         let reader_group = format!("{}progress-reader", self.options.transactional_id_prefix);
-        let reader = |isolation: &str| -> Result<BaseConsumer, String> {
+        let reader = |isolation: &str| -> Result<BaseConsumer<ProgressReaderContext>, String> {
             client_config(
                 &self.options.bootstrap_servers,
                 &[
@@ -323,7 +324,7 @@ impl KafkaTransactions {
                 ],
                 &connection_properties(&self.options.properties),
             )
-            .create()
+            .create_with_context(ProgressReaderContext)
             .map_err(|e| format!("cannot create the progress reader: {e}"))
         };
         // The end of the partition, committed or not (a `read_committed`
@@ -382,6 +383,23 @@ impl KafkaTransactions {
         }
     }
 }
+
+/// The progress reader's client context. rust-rdkafka hands every consumer
+/// error event to the context before returning it from `poll`, and the
+/// default context logs it as an error: the end of the progress partition,
+/// which the read waits for, filled the logs of every restore with
+/// "Global error: PartitionEOF". Other errors are still logged.
+struct ProgressReaderContext;
+
+impl rdkafka::ClientContext for ProgressReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ProgressReaderContext {}
 
 fn progress_key(options: &KafkaTransactionOptions) -> String {
     format!("{}/{}", options.tenant, options.pipeline)

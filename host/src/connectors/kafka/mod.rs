@@ -42,6 +42,7 @@ pub use source::{KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits
 pub use transactions::TransactionalProducer;
 
 use rdkafka::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use std::collections::BTreeMap;
 
 /// A librdkafka client configuration from the bootstrap servers and extra
@@ -79,4 +80,27 @@ pub(crate) fn connection_properties(
         })
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect()
+}
+
+/// Logs a librdkafka log line as rust-rdkafka's default client context
+/// does (target `librdkafka`), for contexts that log it in a span of their
+/// own.
+pub(crate) fn log_client_message(level: RDKafkaLogLevel, facility: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => {
+            tracing::error!(target: "librdkafka", "librdkafka: {facility} {message}")
+        }
+        RDKafkaLogLevel::Warning => {
+            tracing::warn!(target: "librdkafka", "librdkafka: {facility} {message}")
+        }
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", "librdkafka: {facility} {message}")
+        }
+        RDKafkaLogLevel::Debug => {
+            tracing::debug!(target: "librdkafka", "librdkafka: {facility} {message}")
+        }
+    }
 }

@@ -6,6 +6,7 @@ use crate::metrics::PartitionMetrics;
 use crate::record::Record;
 use crate::sync::lock;
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -34,6 +35,9 @@ pub struct KafkaSinkOptions {
 pub(super) struct SinkContext {
     pub(super) failure: Arc<Mutex<Option<String>>>,
     pub(super) partitions: Arc<PartitionMetrics>,
+    /// The span the producer was made in (a scaled-out task's): what
+    /// librdkafka logs for it, from its own threads, names the task.
+    pub(super) span: tracing::Span,
 }
 
 /// Waits until nothing is in flight (`in_flight` returns 0), calling
@@ -93,7 +97,17 @@ pub(super) fn message<'a>(
     message
 }
 
-impl ClientContext for SinkContext {}
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        self.span
+            .in_scope(|| super::log_client_message(level, facility, message));
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.span
+            .in_scope(|| tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}"));
+    }
+}
 
 impl ProducerContext for SinkContext {
     type DeliveryOpaque = ();
@@ -158,6 +172,7 @@ impl KafkaSink {
             .create_with_context(SinkContext {
                 failure: failure.clone(),
                 partitions,
+                span: tracing::Span::current(),
             })
             .map_err(|e| DataflowError::Sink {
                 name: name.clone(),
