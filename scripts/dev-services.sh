@@ -8,12 +8,16 @@
 # 127.0.0.1:8081 (API base http://127.0.0.1:8081/apis/ccompat/v7), and
 # Apache Iceberg's REST catalog server (the reference implementation behind
 # the iceberg-rest-fixture image, from Maven Central, Java 17)
-# on 127.0.0.1:8181 with its warehouse in /tmp/sluice-rest-catalog.
+# on 127.0.0.1:8181 with its warehouse in /tmp/sluice-rest-catalog, and
+# PostgreSQL (Debian's package, a throwaway cluster in /tmp/sluice-postgres)
+# on 127.0.0.1:55432 (postgres://postgres@127.0.0.1:55432/postgres).
 #
 #   scripts/dev-services.sh up       install if missing, start, wait until they answer
 #   scripts/dev-services.sh down     stop what this script started
 #   scripts/dev-services.sh status   say whether it runs
 #   scripts/dev-services.sh restart  stop and start again, keeping the data
+#   scripts/dev-services.sh stop-postgres / start-postgres   PostgreSQL alone,
+#                                    keeping its data (a database that goes away)
 #
 # Every `up` of a stopped broker starts from empty storage.
 set -euo pipefail
@@ -43,6 +47,8 @@ REST_JAR="$CACHE/iceberg-rest-$REST_VERSION/iceberg-open-api-$REST_VERSION.jar"
 REST_PORT=${SLUICE_REST_CATALOG_PORT:-8181}
 REST_DATA=${SLUICE_REST_CATALOG_DATA:-/tmp/sluice-rest-catalog}
 REST_PIDFILE="$REST_DATA/rest.pid"
+POSTGRES_PORT=${SLUICE_POSTGRES_PORT:-55432}
+POSTGRES_DATA=${SLUICE_POSTGRES_DATA:-/tmp/sluice-postgres}
 
 java_cmd() {
   java -Xms256m -Xmx768m -XX:+UseG1GC \
@@ -199,7 +205,66 @@ rest_down() {
   stop_pid "REST catalog" "$REST_PIDFILE"
 }
 
+# PostgreSQL's programs (Debian's postgresql package, any version).
+postgres_bin() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$dir" ]; then
+    echo "dev-services: installing Debian's postgresql package" >&2
+    apt-get install -y -q postgresql >/dev/null
+    dir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  fi
+  echo "$dir"
+}
+
+# Runs `$@` as the user that owns the cluster (PostgreSQL refuses root).
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then
+    su postgres -s /bin/bash -c "$(printf '%q ' "$@")"
+  else
+    "$@"
+  fi
+}
+
+postgres_running() {
+  [ -f "$POSTGRES_DATA/data/postmaster.pid" ] && as_postgres "$(postgres_bin)/pg_ctl" -D "$POSTGRES_DATA/data" status >/dev/null 2>&1
+}
+
+# Starts the cluster in $POSTGRES_DATA (made afresh by `up`), waiting until
+# it accepts connections.
+postgres_start() {
+  as_postgres "$(postgres_bin)/pg_ctl" -D "$POSTGRES_DATA/data" \
+    -o "-p $POSTGRES_PORT -k $POSTGRES_DATA -c listen_addresses=127.0.0.1 -c fsync=off" \
+    -l "$POSTGRES_DATA/postgres.log" -w -t 60 start >/dev/null
+  echo "dev-services: PostgreSQL up on 127.0.0.1:$POSTGRES_PORT (log $POSTGRES_DATA/postgres.log)"
+}
+
+# A throwaway cluster: every `up` of a stopped one starts empty.
+postgres_up() {
+  if postgres_running; then
+    echo "dev-services: PostgreSQL already running on 127.0.0.1:$POSTGRES_PORT"
+    return
+  fi
+  local bin
+  bin=$(postgres_bin)
+  rm -rf "$POSTGRES_DATA"
+  mkdir -p "$POSTGRES_DATA"
+  [ "$(id -u)" = 0 ] && chown postgres "$POSTGRES_DATA"
+  as_postgres "$bin/initdb" -D "$POSTGRES_DATA/data" -A trust -U postgres >"$POSTGRES_DATA/initdb.log" 2>&1 \
+    || { cat "$POSTGRES_DATA/initdb.log"; exit 1; }
+  postgres_start
+}
+
+postgres_down() {
+  if postgres_running; then
+    as_postgres "$(postgres_bin)/pg_ctl" -D "$POSTGRES_DATA/data" -m fast -w stop >/dev/null
+    echo "dev-services: PostgreSQL stopped"
+  fi
+}
+
+
 up() {
+  postgres_up
   s3_up
   registry_up
   rest_up
@@ -283,6 +348,7 @@ restart() {
 }
 
 down() {
+  postgres_down
   s3_down
   registry_down
   rest_down
@@ -307,6 +373,11 @@ kafka_down() {
 }
 
 status() {
+  if postgres_running; then
+    echo "dev-services: PostgreSQL up on 127.0.0.1:$POSTGRES_PORT"
+  else
+    echo "dev-services: PostgreSQL down"
+  fi
   if pid_running "$S3_PIDFILE" && s3_answers; then
     echo "dev-services: S3 up on 127.0.0.1:$S3_PORT (pid $(cat "$S3_PIDFILE"))"
   else
@@ -336,5 +407,8 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   restart) restart ;;
-  *) echo "usage: $0 up|down|status|restart"; exit 2 ;;
+  # Fast: its sessions are cut, as when a database goes away.
+  stop-postgres) postgres_down ;;
+  start-postgres) postgres_running || postgres_start ;;
+  *) echo "usage: $0 up|down|status|restart|stop-postgres|start-postgres"; exit 2 ;;
 esac

@@ -1271,3 +1271,69 @@ pub mod outputs {
         assert!(&results == model, "window sums differ from the model");
     }
 }
+
+/// Helpers for tests against the PostgreSQL server that
+/// `scripts/dev-services.sh up` starts (or `$SLUICE_POSTGRES_URL`), through
+/// `psql`, an independent client.
+pub mod postgres {
+    use std::process::Command;
+
+    /// The server's URL.
+    pub fn url() -> String {
+        std::env::var("SLUICE_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/postgres".to_string())
+    }
+
+    /// A table name no other test uses (`prefix_<pid>_<n>`).
+    pub fn unique_table(prefix: &str) -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "{prefix}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Runs `sql` (one or more statements) and returns what it printed:
+    /// one line per row, columns separated by `|`.
+    pub fn psql(sql: &str) -> String {
+        let output = Command::new("psql")
+            .args([
+                url().as_str(),
+                "-X",
+                "-q",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("psql: {e} (scripts/dev-services.sh up installs it)"));
+        assert!(
+            output.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Stops the server (cutting its sessions), keeping its data.
+    pub fn stop() {
+        services("stop-postgres");
+    }
+
+    /// Starts the server [`stop`] stopped.
+    pub fn start() {
+        services("start-postgres");
+    }
+
+    fn services(command: &str) {
+        let status = Command::new(super::repo_root().join("scripts/dev-services.sh"))
+            .arg(command)
+            .status()
+            .unwrap_or_else(|e| panic!("dev-services.sh: {e}"));
+        assert!(status.success(), "dev-services.sh {command} failed");
+    }
+}

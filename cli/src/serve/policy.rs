@@ -283,6 +283,12 @@ impl<'a> Grants<'a> {
             ),
             SinkConfig::File { .. } | SinkConfig::Blackhole {} => Ok(()),
             SinkConfig::Iceberg(iceberg) => self.iceberg(&format!("{field}.iceberg"), iceberg),
+            // Its URL names a server and carries credentials: until an
+            // admin can grant databases, a tenant may name none.
+            SinkConfig::Postgres(_) => refuse(
+                format!("{field}.postgres"),
+                "no PostgreSQL database is granted to tenants on this server",
+            ),
             SinkConfig::Kafka(kafka) => {
                 let sluice_host::connectors::kafka::KafkaSinkConfig {
                     bootstrap_servers,

@@ -1,7 +1,7 @@
 //! Tests of the `sluice` binary as a user runs it, in one test binary:
 //! commands and errors, processes against Kafka killed mid-stream, and
 //! checkpoints with restore and exactly-once output under SIGKILL, zombies
-//! and failpoints.
+//! and failpoints, and the PostgreSQL upsert sink against a real server.
 
 mod api_abuse;
 mod checkpoints;
@@ -10,6 +10,7 @@ mod dashboard;
 mod kafka_exactly_once;
 mod kafka_processes;
 mod observability;
+mod postgres;
 mod scale_out;
 mod serve;
 mod tenant_reach;

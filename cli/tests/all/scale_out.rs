@@ -18,6 +18,7 @@
 //! 1..n (state moved with its task), and the window sums of a model
 //! computed from the input, none of them late.
 
+use crate::serve::free_port;
 use sluice_tests::kafka::{Tail, create_topic, unique_topic};
 use sluice_tests::outputs::{Verdict, assert_windows_match, commit_progress, window_model};
 use sluice_tests::{
@@ -128,7 +129,11 @@ plugin = {plugin:?}
 [sink.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{counts}"
-transaction_timeout_ms = 15000
+# An epoch's transaction stays open while the checkpoint before it
+# uploads: under CI load uploads took up to 9 s, and 15 s was outlived.
+# And a killed process's open transaction holds back every read of the
+# shared progress topic until it times out: within a restore's 60 s wait.
+transaction_timeout_ms = 30000
 
 [side_outputs.counts]
 blackhole = {{}}
@@ -174,12 +179,12 @@ aggregate = {{ function = "sum", field = "amount" }}
 [sink.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{windows}"
-transaction_timeout_ms = 15000
+transaction_timeout_ms = 30000
 
 [side_outputs.counts.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{counts}"
-transaction_timeout_ms = 15000
+transaction_timeout_ms = 30000
 "#,
                 counts = cluster.counts,
                 windows = cluster.windows,
@@ -210,7 +215,7 @@ scale_out = true
 [dead_letter.kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{dead_letters}"
-transaction_timeout_ms = 15000
+transaction_timeout_ms = 30000
 "#,
             endpoint = s3::endpoint(),
             input = cluster.input,
@@ -585,13 +590,6 @@ fn wait_for_every_output(cluster: &mut Cluster, runs: &mut [(usize, KillOnDrop)]
 }
 
 /// A port free now on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
-
 /// Tasks running in run `run` now (its log's starts minus stops).
 fn running_tasks(cluster: &Cluster, run: usize) -> usize {
     let log = cluster.read_log(run);

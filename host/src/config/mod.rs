@@ -545,6 +545,8 @@ pub enum SinkConfig {
     Iceberg(Box<crate::connectors::iceberg::IcebergSinkConfig>),
     /// A Kafka topic (idempotent producer).
     Kafka(Box<crate::connectors::kafka::KafkaSinkConfig>),
+    /// Rows upserted into a PostgreSQL table (exactly-once by versions).
+    Postgres(Box<crate::connectors::postgres::PostgresSinkConfig>),
 }
 
 fn default_dead_letter() -> SinkConfig {

@@ -5,6 +5,7 @@
 //! * [`file`](mod@file): JSON-lines and Avro object container files in, JSON lines out.
 //! * [`blackhole`]: a sink that only counts (benchmarks).
 //! * [`kafka`], [`iceberg`]: topics in and out, tables out.
+//! * [`postgres`]: rows upserted into a PostgreSQL table.
 //! * [`schema_registry`]: Avro in the Confluent wire format, with a registry.
 
 pub mod blackhole;
@@ -12,6 +13,7 @@ pub mod file;
 pub mod generator;
 pub mod iceberg;
 pub mod kafka;
+pub mod postgres;
 pub mod schema_registry;
 mod secret;
 

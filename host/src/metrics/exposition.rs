@@ -468,6 +468,22 @@ pub fn pipeline(out: &mut Exposition, view: &PipelineView, now_ms: i64) {
             count as f64,
         );
     }
+    out.counter(
+        "sluice_sink_retries_total",
+        "Sink writes and commits tried again because their system (a database) did not answer.",
+        &refs(&with(&[])),
+        s.sink_retries as f64,
+    );
+    out.gauge(
+        "sluice_sink_unavailable",
+        "1 while a sink's system (a database) does not answer and is being retried.",
+        &refs(&with(&[])),
+        if s.sink_unavailable_since_ms.is_some() {
+            1.0
+        } else {
+            0.0
+        },
+    );
     for (topic, partition, stats) in &s.sink_partitions {
         out.counter(
             "sluice_sink_partition_records_total",

@@ -168,6 +168,9 @@ pub struct PipelineMetrics {
     pub source_partitions: Arc<PartitionMetrics>,
     /// Records delivered per sink topic-partition (Kafka sinks).
     pub sink_partitions: Arc<PartitionMetrics>,
+    /// Whether the sinks' external systems answer (a database that went
+    /// away and is being retried).
+    pub sink_health: Arc<SinkHealth>,
     /// Checkpoints taken (when the pipeline checkpoints).
     pub checkpoints: Arc<CheckpointMetrics>,
     /// The latest records written to the dead-letter output.
@@ -202,6 +205,7 @@ impl Default for PipelineMetrics {
             operators: Mutex::new(Vec::new()),
             source_partitions: Arc::default(),
             sink_partitions: Arc::default(),
+            sink_health: Arc::default(),
             checkpoints: Arc::default(),
             dead_letter_samples: Recent::default(),
         }
@@ -286,8 +290,46 @@ impl PipelineMetrics {
                 .collect(),
             source_partitions: self.source_partitions.snapshot(),
             sink_partitions: self.sink_partitions.snapshot(),
+            sink_retries: load(&self.sink_health.retries),
+            sink_unavailable_since_ms: self.sink_health.unavailable_since(),
             checkpoints: self.checkpoints.snapshot(),
         }
+    }
+}
+
+/// Whether the external systems the sinks write to answer: a sink that
+/// retries (a database that went away) counts each try here and marks
+/// since when it has not been answered, for `/metrics` and the dashboard.
+#[derive(Debug, Default)]
+pub struct SinkHealth {
+    /// Writes and commits tried again.
+    pub retries: AtomicU64,
+    /// Since when (ms since the epoch) a sink has not been answered; 0
+    /// while every one is.
+    unavailable_since_ms: AtomicI64,
+}
+
+impl SinkHealth {
+    /// A try that failed because the system did not answer.
+    pub fn not_answered(&self) {
+        add(&self.retries, 1);
+        let _ = self.unavailable_since_ms.compare_exchange(
+            0,
+            crate::time::now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A try that the system answered.
+    pub fn answered(&self) {
+        self.unavailable_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Since when a sink has not been answered.
+    pub fn unavailable_since(&self) -> Option<i64> {
+        let since = self.unavailable_since_ms.load(Ordering::Relaxed);
+        (since != 0).then_some(since)
     }
 }
 
@@ -356,6 +398,12 @@ pub struct PipelineSnapshot {
     pub source_partitions: Vec<(String, i32, PartitionStats)>,
     /// Sink topic-partitions: records delivered.
     pub sink_partitions: Vec<(String, i32, PartitionStats)>,
+    /// Sink writes and commits tried again because their system did not
+    /// answer.
+    pub sink_retries: u64,
+    /// Since when (ms since the epoch) a sink's system has not answered;
+    /// `None` while every one answers.
+    pub sink_unavailable_since_ms: Option<i64>,
     /// Checkpoints.
     pub checkpoints: CheckpointSnapshot,
 }

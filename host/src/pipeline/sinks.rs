@@ -14,6 +14,7 @@ use crate::connectors::kafka::{
     KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions, RepartitionSink,
 };
 use crate::connectors::kafka::{Delivery, KafkaSinkConfig, SinkValueFormat};
+use crate::connectors::postgres::PostgresSink;
 use crate::connectors::schema_registry::{ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry};
 use crate::dataflow::{Sink, SinkSet};
 use crate::metrics::PipelineMetrics;
@@ -156,6 +157,31 @@ impl SinkFactory<'_> {
                         commits,
                     )
                     .map_err(|error| loaded.error_at(&format!("{field}.iceberg"), error.0))?,
+                )
+            }
+            SinkConfig::Postgres(postgres) => {
+                let pipeline = &loaded.config.pipeline;
+                let (open_id, exactly_once) = match self.mode {
+                    SinkMode::ExactlyOnce { open_id } => (open_id.clone(), true),
+                    SinkMode::AtLeastOnce { .. } | SinkMode::Plain => (new_open_id(), false),
+                };
+                let owner = format!("{}/{}/{field}", pipeline.tenant, pipeline.name);
+                Box::new(
+                    PostgresSink::open(
+                        field,
+                        postgres,
+                        &owner,
+                        &open_id,
+                        exactly_once,
+                        self.metrics.sink_health.clone(),
+                    )
+                    .map_err(|error| {
+                        let at = match error.field.as_str() {
+                            "" => format!("{field}.postgres"),
+                            name => format!("{field}.postgres.{name}"),
+                        };
+                        loaded.error_at(&at, error.message)
+                    })?,
                 )
             }
             SinkConfig::Kafka(kafka) => {

@@ -193,6 +193,10 @@ fn every_dangerous_value_a_tenant_can_write_is_refused_naming_its_field() {
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\", properties = {{ \"header.X-Iceberg-Access-Delegation\" = \"vended-credentials\" }} }}\nnamespace = \"team-b\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.rest.properties"),
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\" }}\nnamespace = \"team-a\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.namespace"),
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\" }}\nwarehouse = \"team-a-warehouse\"\nnamespace = \"team-b\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.warehouse"),
+        // PostgreSQL: no database is granted yet (a URL names a server and
+        // carries credentials; `url_env` would read the server's).
+        (format!("{FILE_SOURCE}[sink.postgres]\nurl = \"postgres://postgres@127.0.0.1:55432/postgres\"\ntable = \"t\"\nkey = [\"id\"]\ncolumns = [\"id\"]\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.postgres"),
+        (format!("{FILE_SOURCE}{FILE_SINK}[side_outputs.rows.postgres]\nurl_env = \"DATABASE_URL\"\ntable = \"t\"\nkey = [\"id\"]\ncolumns = [\"id\"]\n"), "side_outputs.rows.postgres"),
         // The server's own streams.
         (format!("{FILE_SOURCE}[sink.stdout]\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink"),
         (format!("{FILE_SOURCE}[sink.file]\npath = \"o\"\n[dead_letter.stderr]\n"), "dead_letter"),

@@ -1,0 +1,385 @@
+//! The PostgreSQL upsert sink against the real server `scripts/dev-services.sh
+//! up` starts, read back with `psql`: window results upserted exactly once
+//! through SIGKILLs (no row ever moves backwards, as a trigger records),
+//! refused rows dead-lettered with the database's reason while the rest of
+//! their batch is written, a database that goes away mid-run (retried,
+//! shown in the metrics, nothing lost), and start-up errors that name the
+//! column.
+
+use crate::serve::free_port;
+use sluice_tests::postgres::{psql, unique_table, url};
+use sluice_tests::{Chaos, wait_until};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// One test at a time against the server: one of them stops it.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERVER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The window results' columns, as the sink declares them.
+const COLUMNS: &str = r#"{ key = "bigint", window_start = "bigint", window_end = "bigint", result = "bigint", seq = "bigint" }"#;
+
+/// A pipeline directory: Nexmark events counted per auction in tumbling
+/// windows, the results upserted into `table` (or written to a file, for
+/// the reference).
+struct Job {
+    dir: tempfile::TempDir,
+    table: String,
+}
+
+impl Job {
+    fn new(records: u64, rate: u64, table: &str, sink: &str) -> Job {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let text = format!(
+            r#"[pipeline]
+name = "postgres-{table}"
+state_dir = "state"
+batch_size = 256
+max_out_of_orderness_ms = 100
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 200
+mode = "exactly-once"
+
+[source.generator]
+profile = "nexmark"
+count = {records}
+rate = {rate}
+max_disorder_ms = 50
+
+[[operators]]
+name = "per-auction"
+window = {{ tumbling_ms = 1000 }}
+key_field = "auction"
+aggregate = {{ function = "count" }}
+
+{sink}
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
+        Job {
+            dir,
+            table: table.to_string(),
+        }
+    }
+
+    /// Into the table `table` (created by the test, with its trigger).
+    fn into_table(records: u64, rate: u64, table: &str) -> Job {
+        let sink = format!(
+            "[sink.postgres]\nurl = \"{}\"\ntable = \"{table}\"\nkey = [\"key\", \"window_start\"]\ncolumns = {COLUMNS}\n",
+            url()
+        );
+        Job::new(records, rate, table, &sink)
+    }
+
+    fn pipeline(&self) -> PathBuf {
+        self.dir.path().join("pipeline.toml")
+    }
+
+    fn spawn(&self) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("run")
+            .arg(self.pipeline())
+            .arg("--quiet")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice")
+    }
+
+    fn run_to_end(&self) -> String {
+        let output = self.spawn().wait_with_output().expect("wait for sluice");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "sluice run failed:\n{stderr}");
+        stderr
+    }
+
+    /// Rows in the table now.
+    fn rows(&self) -> usize {
+        psql(&format!("SELECT count(*) FROM \"{}\"", self.table))
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// The table: (key, window_start) → (window_end, result, seq).
+    fn table(&self) -> BTreeMap<(i64, i64), (i64, i64, i64)> {
+        let text = psql(&format!(
+            "SELECT key, window_start, window_end, result, seq FROM \"{}\"",
+            self.table
+        ));
+        text.lines()
+            .map(|line| {
+                let n: Vec<i64> = line
+                    .split('|')
+                    .map(|v| v.parse().unwrap_or_else(|e| panic!("{line}: {e}")))
+                    .collect();
+                ((n[0], n[1]), (n[2], n[3], n[4]))
+            })
+            .collect()
+    }
+}
+
+/// What an uninterrupted run's window results leave in an upserted table:
+/// per (key, window_start) the result of the highest `seq`.
+fn model(records: u64) -> BTreeMap<(i64, i64), (i64, i64, i64)> {
+    let job = Job::new(
+        records,
+        1_000_000,
+        "reference",
+        "[sink.file]\npath = \"out/windows.jsonl\"\n",
+    );
+    job.run_to_end();
+    let text = std::fs::read_to_string(job.dir.path().join("out/windows.jsonl")).expect("results");
+    let mut model = BTreeMap::new();
+    for line in text.lines() {
+        let value: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        let field = |name: &str| {
+            value[name]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{name}: {line}"))
+        };
+        let entry = (field("window_end"), field("result"), field("seq"));
+        let slot = model
+            .entry((field("key"), field("window_start")))
+            .or_insert(entry);
+        if entry.2 >= slot.2 {
+            *slot = entry;
+        }
+    }
+    model
+}
+
+/// Creates the window results table and a history of every update to it
+/// (version and seq before and after), filled by a trigger.
+fn create_table_with_history(table: &str) {
+    psql(&format!(
+        r#"CREATE TABLE "{table}" (key bigint, window_start bigint, window_end bigint,
+             result bigint, seq bigint, sluice_version bigint NOT NULL, PRIMARY KEY (key, window_start));
+           CREATE TABLE "{table}_history" (key bigint, window_start bigint, old_version bigint,
+             new_version bigint, old_seq bigint, new_seq bigint);
+           CREATE FUNCTION "{table}_record"() RETURNS trigger AS $$ BEGIN
+             INSERT INTO "{table}_history" VALUES (NEW.key, NEW.window_start, OLD.sluice_version,
+               NEW.sluice_version, OLD.seq, NEW.seq);
+             RETURN NEW; END $$ LANGUAGE plpgsql;
+           CREATE TRIGGER "{table}_history" AFTER UPDATE ON "{table}"
+             FOR EACH ROW EXECUTE FUNCTION "{table}_record"();"#
+    ));
+}
+
+#[test]
+fn window_results_are_upserted_exactly_once_through_20_sigkills_and_never_move_backwards() {
+    let _alone = alone();
+    const RECORDS: u64 = 60_000;
+    let expected = model(RECORDS);
+    let table = unique_table("windows");
+    create_table_with_history(&table);
+    let job = Job::into_table(RECORDS, 15_000, &table);
+    let mut chaos = Chaos::new();
+    let mut mid_stream = 0;
+    for _ in 0..20 {
+        let before = job.rows();
+        let mut child = job.spawn();
+        if chaos.below(4) > 0 {
+            wait_until("rows to be committed", WAIT, || {
+                job.rows() > before || child.try_wait().ok().flatten().is_some()
+            });
+        }
+        std::thread::sleep(Duration::from_millis(chaos.below(300)));
+        if child.try_wait().expect("try_wait").is_none() {
+            mid_stream += 1;
+        }
+        let _ = child.kill();
+        child.wait().expect("wait for the killed run");
+    }
+    assert!(
+        mid_stream >= 10,
+        "only {mid_stream} of 20 kills landed mid-stream"
+    );
+    let last = job.run_to_end();
+    assert!(last.contains("restored checkpoint"), "{last}");
+    let table_now = job.table();
+    assert_eq!(table_now.len(), expected.len(), "rows in the table");
+    assert!(
+        table_now == expected,
+        "the table differs from an uninterrupted run's results"
+    );
+    let backwards = psql(&format!(
+        "SELECT count(*) FROM \"{table}_history\" WHERE new_version < old_version OR new_seq < old_seq"
+    ));
+    assert_eq!(backwards.trim(), "0", "updates that moved a row backwards");
+    let staged = psql(&format!("SELECT count(*) FROM \"{table}_sluice_staging\""));
+    assert_eq!(staged.trim(), "0", "rows left in staging");
+}
+
+#[test]
+fn a_database_that_goes_away_is_retried_shows_in_the_metrics_and_loses_nothing() {
+    let _alone = alone();
+    const RECORDS: u64 = 60_000;
+    let expected = model(RECORDS);
+    let table = unique_table("away");
+    create_table_with_history(&table);
+    let job = Job::into_table(RECORDS, 10_000, &table);
+    let port = free_port();
+    let log = job.dir.path().join("run.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--quiet", "--http", &format!("127.0.0.1:{port}")])
+        .arg(job.pipeline())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn sluice");
+    wait_until("rows to be committed", WAIT, || job.rows() > 0);
+    sluice_tests::postgres::stop();
+    let url = format!("http://127.0.0.1:{port}");
+    let get = |path: &str| {
+        reqwest::blocking::get(format!("{url}{path}"))
+            .and_then(|response| response.text())
+            .unwrap_or_default()
+    };
+    wait_until(
+        "the metrics to show the database not answering",
+        WAIT,
+        || {
+            get("/metrics")
+                .lines()
+                .any(|line| line.starts_with("sluice_sink_unavailable{") && line.ends_with(" 1"))
+        },
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&get("/api/v1/status")).expect("status JSON");
+    let pipeline = &status["pipelines"][0];
+    assert!(
+        pipeline["sink_unavailable_ms"].as_i64().is_some()
+            && pipeline["sink_retries"].as_u64().unwrap_or(0) > 0,
+        "the status the dashboard shows: {pipeline}"
+    );
+    sluice_tests::postgres::start();
+    let status = child.wait().expect("wait for sluice");
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "the run failed: {stderr}");
+    assert!(stderr.contains("PostgreSQL did not answer"), "{stderr}");
+    assert!(job.table() == expected, "the table differs: {stderr}");
+}
+
+/// Orders with an amount that must not be negative: one is refused.
+fn refused_row_job(mode: &str, table: &str) -> Job {
+    psql(&format!(
+        "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, amount bigint CHECK (amount >= 0), \
+         note text, sluice_version bigint NOT NULL)"
+    ));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let lines: Vec<String> = (0..100)
+        .map(|id| {
+            let amount = if id == 42 { -5 } else { id * 10 };
+            format!(r#"{{"id": {id}, "amount": {amount}, "note": "order {id}"}}"#)
+        })
+        .collect();
+    std::fs::write(dir.path().join("in.jsonl"), lines.join("\n")).expect("input");
+    let text = format!(
+        r#"[pipeline]
+name = "refused-{table}"
+state_dir = "state"
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 200
+mode = "exactly-once"
+
+[source.file]
+path = "in.jsonl"
+
+[sink.postgres]
+url = "{}"
+table = "{table}"
+key = ["id"]
+columns = ["id", "amount", "note"]
+mode = "{mode}"
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+        url()
+    );
+    std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
+    Job {
+        dir,
+        table: table.to_string(),
+    }
+}
+
+#[test]
+fn a_row_the_database_refuses_is_dead_lettered_and_the_rest_of_its_batch_written() {
+    let _alone = alone();
+    for mode in ["on-checkpoint", "at-least-once"] {
+        let table = unique_table("refused");
+        let job = refused_row_job(mode, &table);
+        job.run_to_end();
+        let ids = psql(&format!("SELECT id FROM \"{table}\" ORDER BY id"));
+        let ids: Vec<i64> = ids.lines().map(|l| l.parse().expect("id")).collect();
+        let expected: Vec<i64> = (0..100).filter(|id| *id != 42).collect();
+        assert_eq!(ids, expected, "{mode}: every row but the refused one");
+        let dead = std::fs::read_to_string(job.dir.path().join("out/dead-letters.jsonl"))
+            .expect("dead letters");
+        let dead: Vec<&str> = dead.lines().collect();
+        assert_eq!(dead.len(), 1, "{mode}: {dead:?}");
+        assert!(
+            dead[0].contains("\"id\": 42") || dead[0].contains("\\\"id\\\": 42"),
+            "{mode}: the refused record: {}",
+            dead[0]
+        );
+        assert!(
+            dead[0].contains("violates check constraint"),
+            "{mode}: the database's reason: {}",
+            dead[0]
+        );
+    }
+}
+
+#[test]
+fn a_column_whose_type_differs_from_the_table_stops_the_run_at_start_up_naming_it() {
+    let _alone = alone();
+    let table = unique_table("typed");
+    psql(&format!(
+        "CREATE TABLE \"{table}\" (key bigint, window_start bigint, window_end bigint, \
+         result integer, seq bigint, sluice_version bigint NOT NULL, PRIMARY KEY (key, window_start))"
+    ));
+    let job = Job::into_table(100, 1_000_000, &table);
+    let output = job.spawn().wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("sink.postgres.columns.result")
+            && stderr.contains("is integer, not bigint")
+            && stderr.contains("pipeline.toml"),
+        "{stderr}"
+    );
+    // A type outside the list is refused before anything reaches the
+    // database.
+    let text = std::fs::read_to_string(job.pipeline()).expect("read");
+    std::fs::write(
+        job.pipeline(),
+        text.replace(
+            "result = \"bigint\"",
+            "result = \"bigint); DROP TABLE x; --\"",
+        ),
+    )
+    .expect("write");
+    let output = job.spawn().wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("is not a type a Postgres sink writes"),
+        "{stderr}"
+    );
+}
