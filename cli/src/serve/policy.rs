@@ -18,6 +18,8 @@
 //! * Iceberg REST catalogs and schema registries: granted URLs only; no
 //!   free-form catalog property; no `*_env` field (those read the server's
 //!   environment).
+//! * PostgreSQL: a granted database by name (never a URL), tables in the
+//!   grant's schemas (default: the one named after the tenant).
 //! * The server's standard output and error are not a tenant's sink.
 //!
 //! The same check runs when a pipeline is created, when a plugin is
@@ -28,6 +30,7 @@ use super::reach::{TenantReach, secret_map};
 use sluice_host::checkpoint::{S3Credentials, S3Options};
 use sluice_host::config::{ConfigError, LoadedConfig, PipelineConfig, SinkConfig, SourceConfig};
 use sluice_host::connectors::iceberg::IcebergSinkConfig;
+use sluice_host::connectors::postgres::PostgresSinkConfig;
 use sluice_host::connectors::schema_registry::SchemaRegistryConfig;
 use std::collections::BTreeMap;
 
@@ -283,12 +286,7 @@ impl<'a> Grants<'a> {
             ),
             SinkConfig::File { .. } | SinkConfig::Blackhole {} => Ok(()),
             SinkConfig::Iceberg(iceberg) => self.iceberg(&format!("{field}.iceberg"), iceberg),
-            // Its URL names a server and carries credentials: until an
-            // admin can grant databases, a tenant may name none.
-            SinkConfig::Postgres(_) => refuse(
-                format!("{field}.postgres"),
-                "no PostgreSQL database is granted to tenants on this server",
-            ),
+            SinkConfig::Postgres(postgres) => self.postgres(&format!("{field}.postgres"), postgres),
             SinkConfig::Kafka(kafka) => {
                 let sluice_host::connectors::kafka::KafkaSinkConfig {
                     bootstrap_servers,
@@ -334,6 +332,58 @@ impl<'a> Grants<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// A Postgres sink names a granted database (never a URL: it names a
+    /// server and carries credentials) and writes tables of the grant's
+    /// schemas (default: the one named after the tenant); the grant's URL
+    /// is given to it in memory.
+    fn postgres(&self, field: &str, postgres: &mut PostgresSinkConfig) -> Result<(), Refusal> {
+        for (name, set) in [
+            ("url", postgres.url.is_some()),
+            ("url_env", postgres.url_env.is_some()),
+        ] {
+            if set {
+                return refuse(
+                    format!("{field}.{name}"),
+                    "a tenant names a database the admin granted (`database = \"...\"`), not a URL",
+                );
+            }
+        }
+        let Some(name) = &postgres.database else {
+            return refuse(
+                format!("{field}.database"),
+                "name a database the admin granted this tenant",
+            );
+        };
+        let Some(grant) = self
+            .reach
+            .postgres_databases
+            .iter()
+            .find(|grant| &grant.name == name)
+        else {
+            return refuse(
+                format!("{field}.database"),
+                format!("`{name}` is not a database this tenant may use"),
+            );
+        };
+        let schemas = match grant.schemas.is_empty() {
+            true => vec![self.tenant.to_string()],
+            false => grant.schemas.clone(),
+        };
+        let schema = postgres.table.split_once('.').map(|(schema, _)| schema);
+        if !schema.is_some_and(|schema| schemas.iter().any(|s| s == schema)) {
+            return refuse(
+                format!("{field}.table"),
+                format!(
+                    "`{}` is outside this tenant's schemas in `{name}` (write `<schema>.<table>` with one of: {})",
+                    postgres.table,
+                    schemas.join(", ")
+                ),
+            );
+        }
+        postgres.granted_url = Some(grant.url.secret().clone());
+        Ok(())
     }
 
     fn iceberg(&self, field: &str, iceberg: &mut IcebergSinkConfig) -> Result<(), Refusal> {

@@ -39,6 +39,9 @@ pub struct TenantReach {
     /// Confluent-compatible schema registries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schema_registries: Vec<RegistryGrant>,
+    /// PostgreSQL databases (upsert sinks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub postgres_databases: Vec<DatabaseGrant>,
 }
 
 /// S3 a tenant may use.
@@ -135,6 +138,20 @@ pub struct RegistryGrant {
     pub token: Option<Sealed>,
 }
 
+/// A PostgreSQL database a tenant's sinks may write.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseGrant {
+    /// The name pipelines give it (`[sink.postgres] database = "..."`).
+    pub name: String,
+    /// The URL the server connects with, credentials included.
+    pub url: Sealed,
+    /// Schemas whose tables a pipeline may write (default: the schema
+    /// named after the tenant): `table = "<schema>.<name>"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schemas: Vec<String>,
+}
+
 impl TenantReach {
     /// What an API answer may show: every location, every property's
     /// name, no credential.
@@ -182,6 +199,12 @@ impl TenantReach {
             .map(|r| json!({ "url": r.url, "token": r.token.is_some() }))
             .collect();
         shown.insert("schema_registries".into(), Value::Array(registries));
+        let databases: Vec<Value> = self
+            .postgres_databases
+            .iter()
+            .map(|d| json!({ "name": d.name, "schemas": d.schemas }))
+            .collect();
+        shown.insert("postgres_databases".into(), Value::Array(databases));
         Value::Object(shown)
     }
 
@@ -197,6 +220,7 @@ impl TenantReach {
                 .iter()
                 .any(|c| !c.properties.is_empty())
             || self.schema_registries.iter().any(|r| r.token.is_some())
+            || !self.postgres_databases.is_empty()
     }
 }
 

@@ -12,6 +12,7 @@ fn reach() -> TenantReach {
         },
         "iceberg_catalogs": [{ "uri": "http://127.0.0.1:8181" }],
         "schema_registries": [{ "url": "http://127.0.0.1:8081/apis/ccompat/v7" }],
+        "postgres_databases": [{ "name": "orders", "url": "postgres://team_b:pw@127.0.0.1:55432/orders" }],
     }))
     .unwrap()
 }
@@ -108,6 +109,30 @@ fn granted_cluster_properties_and_credentials_are_filled_in_memory() {
 
 /// Every free-form or reaching field a tenant controls, with a dangerous
 /// value: each is refused, naming the field.
+/// A file source into a Postgres sink with `connection` (its `url`,
+/// `url_env` or `database` line) writing `table`.
+fn postgres_sink(connection: &str, table: &str) -> String {
+    format!(
+        "{FILE_SOURCE}[sink.postgres]\n{connection}table = \"{table}\"\nkey = [\"id\"]\ncolumns = [\"id\"]\n[dead_letter.file]\npath = \"dl.jsonl\"\n"
+    )
+}
+
+#[test]
+fn a_granted_database_is_admitted_by_name_and_given_its_url_in_memory() {
+    let loaded = admit(&postgres_sink("database = \"orders\"\n", "team-b.totals")).unwrap();
+    let SinkConfig::Postgres(postgres) = &loaded.config.sink else {
+        panic!("a Postgres sink");
+    };
+    assert_eq!(
+        postgres.granted_url.as_ref().map(|url| url.expose()),
+        Some("postgres://team_b:pw@127.0.0.1:55432/orders")
+    );
+    assert!(
+        !format!("{postgres:?}").contains("pw@"),
+        "the granted URL is a secret"
+    );
+}
+
 #[test]
 fn every_dangerous_value_a_tenant_can_write_is_refused_naming_its_field() {
     let with_property = |name: &str, value: &str| {
@@ -193,10 +218,16 @@ fn every_dangerous_value_a_tenant_can_write_is_refused_naming_its_field() {
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\", properties = {{ \"header.X-Iceberg-Access-Delegation\" = \"vended-credentials\" }} }}\nnamespace = \"team-b\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.rest.properties"),
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\" }}\nnamespace = \"team-a\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.namespace"),
         (format!("{FILE_SOURCE}[sink.iceberg]\nrest = {{ uri = \"http://127.0.0.1:8181\" }}\nwarehouse = \"team-a-warehouse\"\nnamespace = \"team-b\"\ntable = \"t\"\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.iceberg.warehouse"),
-        // PostgreSQL: no database is granted yet (a URL names a server and
-        // carries credentials; `url_env` would read the server's).
-        (format!("{FILE_SOURCE}[sink.postgres]\nurl = \"postgres://postgres@127.0.0.1:55432/postgres\"\ntable = \"t\"\nkey = [\"id\"]\ncolumns = [\"id\"]\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink.postgres"),
-        (format!("{FILE_SOURCE}{FILE_SINK}[side_outputs.rows.postgres]\nurl_env = \"DATABASE_URL\"\ntable = \"t\"\nkey = [\"id\"]\ncolumns = [\"id\"]\n"), "side_outputs.rows.postgres"),
+        // PostgreSQL: a granted database by name, never a URL (it names a
+        // server and carries credentials; `url_env` reads the server's),
+        // tables of the tenant's schema only.
+        (postgres_sink("url = \"postgres://postgres@127.0.0.1:55432/postgres\"\n", "team-b.t"), "sink.postgres.url"),
+        (postgres_sink("url_env = \"DATABASE_URL\"\n", "team-b.t"), "sink.postgres.url_env"),
+        (postgres_sink("", "team-b.t"), "sink.postgres.database"),
+        (postgres_sink("database = \"payroll\"\n", "team-b.t"), "sink.postgres.database"),
+        (postgres_sink("database = \"orders\"\n", "team-a.t"), "sink.postgres.table"),
+        (postgres_sink("database = \"orders\"\n", "t"), "sink.postgres.table"),
+        (postgres_sink("database = \"orders\"\n", "public.t"), "sink.postgres.table"),
         // The server's own streams.
         (format!("{FILE_SOURCE}[sink.stdout]\n[dead_letter.file]\npath = \"dl.jsonl\"\n"), "sink"),
         (format!("{FILE_SOURCE}[sink.file]\npath = \"o\"\n[dead_letter.stderr]\n"), "dead_letter"),

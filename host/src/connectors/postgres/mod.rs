@@ -45,6 +45,9 @@ pub struct PostgresSinkConfig {
     pub url: Option<String>,
     /// An environment variable holding the URL.
     pub url_env: Option<String>,
+    /// Under `sluice serve`: a database the admin granted the tenant, by
+    /// name (instead of `url`; the server connects with the grant's URL).
+    pub database: Option<String>,
     /// The table: `name` or `schema.name`.
     pub table: String,
     /// The upsert key: the columns whose values name a row (a unique index

@@ -69,6 +69,12 @@ impl PostgresSink {
             (None, None, Some(variable)) => std::env::var(variable).map_err(|_| {
                 PostgresSetupError::new("url_env", format!("`{variable}` is not set"))
             })?,
+            (None, None, None) if config.database.is_some() => {
+                return Err(PostgresSetupError::new(
+                    "database",
+                    "a granted database is named under `sluice serve` only; give `url` or `url_env`",
+                ));
+            }
             _ => {
                 return Err(PostgresSetupError::new(
                     "url",
