@@ -249,13 +249,16 @@ transaction_timeout_ms = 30000
         let run = self.runs;
         self.runs += 1;
         let log = std::fs::File::create(self.log(run)).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        let mut command = Command::new(sluice_binary());
         command
             .arg("run")
             .arg(self.pipeline())
             .arg("--quiet")
             .args(args)
-            .env("SLUICE_LOG", "info")
+            .env(
+                "SLUICE_LOG",
+                std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log);
         for (name, value) in s3::environment().into_iter().chain(env.iter().copied()) {
@@ -472,7 +475,7 @@ fn processes_share_a_pipelines_tasks_and_hand_them_over_exactly_once() {
 
     assert_exactly_once(&cluster);
     // The checkpoints list shows each task with its latest checkpoint.
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    let mut command = Command::new(sluice_binary());
     command
         .args(["checkpoints", "list"])
         .arg(cluster.pipeline())
@@ -973,4 +976,11 @@ fn tasks_of_two_processes_write_one_iceberg_table_exactly_once() {
         let expected: Vec<u64> = (1..=values.len() as u64).collect();
         assert_eq!(values, expected, "running counts of key {key}");
     }
+}
+
+/// The `sluice` binary the processes run: `$SLUICE_TEST_BIN` if set (a
+/// copy, so that a long loop of these tests keeps its binary while the
+/// tree is rebuilt), else the one cargo built with this test.
+fn sluice_binary() -> String {
+    std::env::var("SLUICE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_string())
 }

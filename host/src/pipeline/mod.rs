@@ -194,6 +194,7 @@ impl Pipeline {
         // what is chosen below stays the latest.
         let open_id = new_open_id();
         let fence = store.fence(&pipeline.tenant, &pipeline.name, &open_id)?;
+        tracing::debug!(fence, %open_id, "earlier runs fenced off");
         let metrics = Arc::new(PipelineMetrics::default());
         let mode = match section.mode {
             CheckpointMode::ExactlyOnce => SinkMode::ExactlyOnce {
@@ -203,7 +204,12 @@ impl Pipeline {
                 append: *from != RestoreFrom::Fresh && !store.completed()?.is_empty(),
             },
         };
-        let sinks = build_sinks(loaded, &metrics, &mode)?;
+        let sinks = build_sinks(
+            loaded,
+            &metrics,
+            &mode,
+            task.as_ref().map(|task| task.offsets.clone()),
+        )?;
         let committers = sinks.committers();
         let restored = store.choose(from, &committers)?;
         if let Some(manifest) = &restored
@@ -290,6 +296,8 @@ impl Pipeline {
         if let Some(manifest) = &restored {
             tracing::info!(
                 checkpoint = manifest.id,
+                written_by = %manifest.open_id,
+                fence,
                 storage = %storage.describe(),
                 restored_bytes = manifest.state.iter().map(|file| file.bytes).sum::<u64>(),
                 download_ms,
@@ -336,7 +344,7 @@ impl Pipeline {
         resolve_plugin: PluginResolver<'_>,
     ) -> Result<Self, PipelineError> {
         let metrics = Arc::new(PipelineMetrics::default());
-        let sinks = build_sinks(loaded, &metrics, &SinkMode::Plain)?;
+        let sinks = build_sinks(loaded, &metrics, &SinkMode::Plain, None)?;
         Self::assemble(loaded, runtime, state, resolve_plugin, metrics, sinks, None)
     }
 

@@ -13,7 +13,7 @@ use crate::connectors::kafka::{
     DEFAULT_PROGRESS_TOPIC, DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaSink,
     KafkaSinkOptions, KafkaTransactionOptions, KafkaTransactions, RepartitionSink,
 };
-use crate::connectors::kafka::{Delivery, KafkaSinkConfig, SinkValueFormat};
+use crate::connectors::kafka::{Delivery, KafkaSinkConfig, SinkValueFormat, TaskOffsets};
 use crate::connectors::postgres::PostgresSink;
 use crate::connectors::schema_registry::{ConfluentAvroEncoder, ConfluentAvroSink, SchemaRegistry};
 use crate::dataflow::{Sink, SinkSet};
@@ -40,11 +40,14 @@ pub(super) enum SinkMode {
     },
 }
 
-/// The main, dead-letter and side-output sinks of `loaded`.
+/// The main, dead-letter and side-output sinks of `loaded`. A scaled-out
+/// task passes its `task_offsets`: exactly-once Kafka sinks commit them in
+/// their transactions.
 pub(super) fn build_sinks(
     loaded: &LoadedConfig,
     metrics: &PipelineMetrics,
     mode: &SinkMode,
+    task_offsets: Option<Arc<TaskOffsets>>,
 ) -> Result<SinkSet, PipelineError> {
     let config = &loaded.config;
     let mut factory = SinkFactory {
@@ -52,6 +55,7 @@ pub(super) fn build_sinks(
         metrics,
         mode,
         kafka_transactions: None,
+        task_offsets,
     };
     let mut side = BTreeMap::new();
     for (name, sink) in &config.side_outputs {
@@ -90,6 +94,8 @@ pub(super) struct SinkFactory<'a> {
     mode: &'a SinkMode,
     /// The pipeline's Kafka transactions, and the sink that set them up.
     kafka_transactions: Option<(String, Arc<KafkaTransactions>)>,
+    /// A scaled-out task's consumed offsets.
+    task_offsets: Option<Arc<TaskOffsets>>,
 }
 
 impl SinkFactory<'_> {
@@ -350,6 +356,9 @@ impl SinkFactory<'_> {
         }
         let transactions = KafkaTransactions::new(options, self.metrics.sink_partitions.clone())
             .map_err(|message| loaded.error_at(&format!("{field}.kafka"), message))?;
+        if let Some(offsets) = &self.task_offsets {
+            transactions.commit_task_offsets(offsets.clone());
+        }
         self.kafka_transactions = Some((field.to_string(), transactions.clone()));
         Ok(transactions)
     }

@@ -137,7 +137,13 @@ impl RecordDeleter {
             .set("bootstrap.servers", &kafka.bootstrap_servers)
             .set("group.id", &kafka.group_id)
             .set("group.protocol", "consumer")
-            .set("enable.auto.commit", "false");
+            .set("enable.auto.commit", "false")
+            // The tasks commit their offsets in their transactions, one
+            // open most of the time: a `read_committed` lookup asks for
+            // stable offsets and is refused (UNSTABLE_OFFSET_COMMIT) while
+            // one is pending, which left half the records undeleted. The
+            // offsets of committed transactions are what may be deleted.
+            .set("isolation.level", "read_uncommitted");
         let properties = kafka.granted_properties.over(&kafka.properties);
         for (key, value) in crate::connectors::kafka::connection_properties(&properties) {
             config.set(key, value);
@@ -194,7 +200,10 @@ impl RecordDeleter {
                         continue;
                     }
                     match admin.delete_before(&due) {
-                        Ok(()) => deleted.extend(advanced),
+                        Ok(()) => {
+                            tracing::debug!(topic, before = ?advanced, "consumed repartition records deleted");
+                            deleted.extend(advanced);
+                        }
                         Err(error) => {
                             tracing::warn!(%error, "repartition records not deleted (retried shortly)");
                         }
@@ -224,6 +233,10 @@ impl OffsetCommits for MemberCommits {
         if let Err(error) = member.commit(offsets, CommitMode::Async) {
             tracing::warn!(%error, "task offset commit refused");
         }
+    }
+
+    fn group_metadata(&self) -> Option<rdkafka::consumer::ConsumerGroupMetadata> {
+        lock(&self.member).upgrade()?.group_metadata()
     }
 }
 

@@ -4,7 +4,9 @@
 use super::TaskId;
 use crate::checkpoint::RestoreFrom;
 use crate::config::{LoadedConfig, SinkConfig};
-use crate::connectors::kafka::{KafkaAssignment, OffsetCommits, SharedReader, TaskWake};
+use crate::connectors::kafka::{
+    KafkaAssignment, OffsetCommits, SharedReader, TaskOffsets, TaskWake,
+};
 use crate::dataflow::RunOutcome;
 use crate::metrics::PipelineMetrics;
 use crate::pipeline::{Pipeline, wasm_files_only};
@@ -148,7 +150,7 @@ impl TaskRegistry {
             let wake = TaskWake::default();
             let assignment = KafkaAssignment {
                 partitions: vec![task.index],
-                commits: self.plan.commits.clone(),
+                offsets: Arc::new(TaskOffsets::new(self.plan.commits.clone())),
                 reader: self.plan.reader.clone(),
                 wake: wake.clone(),
             };

@@ -212,3 +212,92 @@ fn offsets_of_a_partition_that_stayed_commit_with_the_epoch_before_a_rebalance()
         .commit_transaction(timeout)
         .expect("the transaction commits");
 }
+
+/// The process's member as a scaled-out task's offsets see it.
+struct Member(std::sync::Arc<BaseConsumer>);
+
+impl sluice_host::connectors::kafka::OffsetCommits for Member {
+    fn commit(&self, _offsets: &TopicPartitionList) {
+        panic!("the task's transaction commits its offsets; the member must not");
+    }
+
+    fn group_metadata(&self) -> Option<rdkafka::consumer::ConsumerGroupMetadata> {
+        self.0.group_metadata()
+    }
+}
+
+/// A scaled-out task's exactly-once Kafka sink commits the task's consumed
+/// offsets in the checkpoint's transaction (EOS v2): after the commit the
+/// group holds them, with nothing from the member itself; offsets that did
+/// not move open no transaction.
+#[test]
+fn a_tasks_transaction_commits_its_consumed_offsets_with_its_members_metadata() {
+    use sluice_host::connectors::kafka::{
+        DEFAULT_TRANSACTIONAL_ID_PREFIX, ExactlyOnceKafkaSink, KafkaTransactionOptions,
+        KafkaTransactions, TaskOffsets,
+    };
+    use sluice_host::dataflow::Sink;
+    let input = unique_topic("eos2-in");
+    let output = unique_topic("eos2-out");
+    create_topic(&input, 2);
+    create_topic(&output, 1);
+    let group = unique_topic("eos2-group");
+    let member = std::sync::Arc::new(member(&group, &[input.as_str()]));
+    poll_until(&[&member], |owned| owned[0].len() == 2);
+
+    let offsets = std::sync::Arc::new(TaskOffsets::new(std::sync::Arc::new(Member(
+        member.clone(),
+    ))));
+    let transactions = KafkaTransactions::new(
+        KafkaTransactionOptions {
+            bootstrap_servers: bootstrap(),
+            properties: Default::default(),
+            transactional_id_prefix: DEFAULT_TRANSACTIONAL_ID_PREFIX.into(),
+            tenant: "default".into(),
+            pipeline: unique_topic("eos2-task"),
+            progress_topic: unique_topic("eos2-progress"),
+            transaction_timeout: Duration::from_secs(60),
+            operation_timeout: Duration::from_secs(30),
+            open_id: "eos2".into(),
+        },
+        Default::default(),
+    )
+    .expect("transactions");
+    transactions.commit_task_offsets(offsets.clone());
+    let mut sink = ExactlyOnceKafkaSink::new("out", &output, None, transactions);
+    let committer = sink.committer().expect("a committer");
+
+    let at = |first: i64, second: i64| {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&input, 0, Offset::Offset(first))
+            .expect("offset");
+        list.add_partition_offset(&input, 1, Offset::Offset(second))
+            .expect("offset");
+        list
+    };
+    // Checkpoint 1: offsets moved, no record written: a transaction holds
+    // just the offsets.
+    offsets.record(1, at(7, 3));
+    let committable = sink
+        .pre_commit(1)
+        .expect("pre-commit")
+        .expect("a committable");
+    committer.commit(1, &committable).expect("commit");
+    let committed = member
+        .committed_offsets(at(0, 0), Duration::from_secs(10))
+        .expect("committed offsets");
+    assert_eq!(
+        committed.to_topic_map(),
+        at(7, 3).to_topic_map(),
+        "the group holds the task's offsets"
+    );
+    // Checkpoint 2: the same offsets: nothing to commit.
+    offsets.record(2, at(7, 3));
+    let committable = sink
+        .pre_commit(2)
+        .expect("pre-commit")
+        .expect("a committable");
+    assert_eq!(committable["offsets"], false, "{committable}");
+    assert_eq!(committable["records"], 0, "{committable}");
+    committer.commit(2, &committable).expect("commit");
+}

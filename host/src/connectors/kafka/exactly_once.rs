@@ -19,6 +19,7 @@
 //! Epochs without records open no transaction and write no progress record.
 
 use super::sink::{SinkContext, await_deliveries, message};
+use super::source::TaskOffsets;
 use super::{client_config, connection_properties};
 use crate::checkpoint::{CommitError, CommitKind, Committable, Committer, parse_committable};
 use crate::dataflow::{DataflowError, Sink};
@@ -33,8 +34,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The committer's name in manifests.
@@ -91,8 +92,11 @@ struct TransactionPreCommit {
     slot: usize,
     /// Its transactional id (for people reading manifests).
     transactional_id: String,
-    /// Records in it (0: no transaction was opened).
+    /// Records in it (0 and no offsets: no transaction was opened).
     records: u64,
+    /// Whether it holds the task's consumed offsets (EOS v2).
+    #[serde(default)]
+    offsets: bool,
     /// The process that wrote it (and its progress record).
     open_id: String,
 }
@@ -110,6 +114,13 @@ struct Epoch {
     pre_committed: Option<u64>,
 }
 
+impl TransactionPreCommit {
+    /// Whether a transaction was opened (records or offsets in it).
+    fn opened(&self) -> bool {
+        self.records > 0 || self.offsets
+    }
+}
+
 /// The transactions of one pipeline, shared by its Kafka sinks and the
 /// committer.
 pub struct KafkaTransactions {
@@ -118,6 +129,10 @@ pub struct KafkaTransactions {
     ids: [String; 2],
     epoch: Mutex<Epoch>,
     failure: Arc<Mutex<Option<String>>>,
+    /// A scaled-out task's consumed offsets, committed in its transactions
+    /// (EOS v2), and the last ones committed.
+    task_offsets: OnceLock<Arc<TaskOffsets>>,
+    sent_offsets: Mutex<Option<HashMap<(String, i32), Offset>>>,
 }
 
 fn transaction_error(error: impl std::fmt::Display) -> CommitError {
@@ -180,6 +195,8 @@ impl KafkaTransactions {
             ids: [id0, id1],
             epoch: Mutex::new(Epoch::default()),
             failure,
+            task_offsets: OnceLock::new(),
+            sent_offsets: Mutex::new(None),
         }))
     }
 
@@ -189,6 +206,16 @@ impl KafkaTransactions {
         Arc::new(TransactionCommitter {
             transactions: self.clone(),
         })
+    }
+
+    /// Commits the consumed offsets of a scaled-out task in its
+    /// transactions from now on, with its member's group metadata (EOS v2):
+    /// a process whose member epoch is older than the partitions' move (a
+    /// zombie) cannot commit, beside being fenced by the task's
+    /// transactional ids.
+    pub fn commit_task_offsets(&self, offsets: Arc<TaskOffsets>) {
+        offsets.set_transactional();
+        let _ = self.task_offsets.set(offsets);
     }
 
     /// The settings.
@@ -246,6 +273,7 @@ impl KafkaTransactions {
         }
         let slot = epoch.slot;
         let records = epoch.records;
+        let offsets = self.send_offsets(checkpoint, &mut epoch)?;
         if epoch.open {
             let progress = serde_json::to_vec(&Progress {
                 tenant: self.options.tenant.clone(),
@@ -290,10 +318,48 @@ impl KafkaTransactions {
             slot,
             transactional_id: self.ids[slot].clone(),
             records,
+            offsets,
             open_id: self.options.open_id.clone(),
         })
         .map(Some)
         .map_err(|e| e.to_string())
+    }
+
+    /// Puts the task's offsets of `checkpoint`, if they moved since the
+    /// last ones, into the epoch's transaction (opened for them if need
+    /// be); whether it did.
+    fn send_offsets(&self, checkpoint: u64, epoch: &mut Epoch) -> Result<bool, String> {
+        let Some(task_offsets) = self.task_offsets.get() else {
+            return Ok(false);
+        };
+        let Some(offsets) = task_offsets.take(checkpoint) else {
+            return Ok(false);
+        };
+        let map = offsets.to_topic_map();
+        let mut sent = lock(&self.sent_offsets);
+        if map.is_empty() || sent.as_ref() == Some(&map) {
+            return Ok(false);
+        }
+        let metadata = task_offsets.member().group_metadata().ok_or_else(|| {
+            "the task's offsets cannot be committed: the process is not in the group".to_string()
+        })?;
+        let producer = &self.producers[epoch.slot];
+        if !epoch.open {
+            producer
+                .begin_transaction()
+                .map_err(|e| format!("cannot begin a transaction: {e}"))?;
+            epoch.open = true;
+        }
+        let started = Instant::now();
+        producer
+            .send_offsets_to_transaction(&offsets, &metadata, self.options.operation_timeout)
+            .map_err(|e| format!("the group refused the task's offsets {map:?}: {e}"))?;
+        if started.elapsed() > Duration::from_secs(1) {
+            tracing::warn!(checkpoint, elapsed = ?started.elapsed(), "the task's offsets took long to reach the transaction");
+        }
+        tracing::debug!(checkpoint, offsets = ?map, "consumed offsets in the checkpoint's transaction");
+        *sent = Some(map);
+        Ok(true)
     }
 
     /// Whether the transaction of `checkpoint`, written by `open_id`,
@@ -491,7 +557,7 @@ impl Committer for TransactionCommitter {
     /// the progress topic whether the commit happened.
     fn commit(&self, checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
         let pre_commit: TransactionPreCommit = parse_committable(KAFKA_TRANSACTIONS, committable)?;
-        if pre_commit.records == 0 {
+        if !pre_commit.opened() {
             return Ok(());
         }
         let producer = self
@@ -530,7 +596,7 @@ impl Committer for TransactionCommitter {
         committable: &Committable,
     ) -> Result<bool, CommitError> {
         let pre_commit: TransactionPreCommit = parse_committable(KAFKA_TRANSACTIONS, committable)?;
-        if pre_commit.records == 0 {
+        if !pre_commit.opened() {
             return Ok(true);
         }
         self.transactions

@@ -38,7 +38,9 @@ pub use repartition::{
 };
 pub use shared_reader::{ReaderContext, SharedReader, TaskReader, TaskWake};
 pub use sink::{KafkaSink, KafkaSinkOptions};
-pub use source::{KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits, StartPosition};
+pub use source::{
+    KafkaAssignment, KafkaSource, KafkaSourceOptions, OffsetCommits, StartPosition, TaskOffsets,
+};
 pub use transactions::TransactionalProducer;
 
 use rdkafka::ClientConfig;

@@ -3,7 +3,7 @@
 mod assignment;
 mod group_context;
 
-pub use assignment::{KafkaAssignment, OffsetCommits};
+pub use assignment::{KafkaAssignment, OffsetCommits, TaskOffsets};
 use group_context::{RebalanceLog, SourceContext};
 
 use super::message::{intern, to_record};
@@ -535,6 +535,13 @@ impl Source for KafkaSource {
     ) -> Result<serde_json::Value, DataflowError> {
         self.apply_rebalances();
         self.pending.insert(checkpoint_id, self.positions.clone());
+        if let Some(assignment) = &self.options.assignment
+            && assignment.offsets.transactional()
+        {
+            // For the checkpoint's transaction (EOS v2).
+            let offsets = self.offset_list(&self.positions)?;
+            assignment.offsets.record(checkpoint_id, offsets);
+        }
         let offsets: Vec<serde_json::Value> = self
             .positions
             .iter()
@@ -593,8 +600,12 @@ impl Source for KafkaSource {
         let commit = self.offset_list(&offsets)?;
         let consumer = match (&self.reader, &self.options.assignment) {
             (Reader::Group(consumer), _) => consumer,
+            // The checkpoint's transaction has committed them.
+            (Reader::Task(_), Some(assignment)) if assignment.offsets.transactional() => {
+                return Ok(());
+            }
             (Reader::Task(_), Some(assignment)) => {
-                assignment.commits.commit(&commit);
+                assignment.offsets.member().commit(&commit);
                 return Ok(());
             }
             (Reader::Task(_), None) => return Ok(()),
