@@ -194,9 +194,9 @@ producer = Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})
 start = time.time()
 i = 0
 while time.time() - start < seconds:
-    due = start + i / rate
-    if due > time.time():
-        time.sleep(due - time.time())
+    delay = start + i / rate - time.time()
+    if delay > 0:
+        time.sleep(delay)
     producer.produce(topic, json.dumps({"id": i, "sent_ms": int(time.time() * 1000)}).encode())
     producer.poll(0)
     i += 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, starts a real Kafka broker and
-# an S3-compatible server, then checks formatting, lints and runs every test
+# The test command: installs what is missing, starts a real Kafka broker,
+# an S3-compatible server and PostgreSQL, then checks formatting, lints and runs every test
 # (unit, integration against real plugin components, the broker and S3,
 # CLI processes killed mid-stream).
 set -euo pipefail

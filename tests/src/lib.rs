@@ -300,6 +300,39 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Starts a run with `spawn` and kills it with SIGKILL, `kills` times, each
+/// at a random moment: most often once `progress` (committed output) grew
+/// past its value at the run's start, sometimes while the run is still
+/// restoring. Returns how many kills landed before the run ended by
+/// itself (a kill after the end proves nothing).
+pub fn sigkill_at_random_moments(
+    kills: usize,
+    mut spawn: impl FnMut() -> std::process::Child,
+    progress: impl Fn() -> u64,
+    timeout: std::time::Duration,
+) -> usize {
+    let mut chaos = Chaos::new();
+    let mut landed_mid_stream = 0;
+    for _ in 0..kills {
+        let before = progress();
+        let mut child = spawn();
+        let started = std::time::Instant::now();
+        if chaos.below(4) > 0 {
+            wait_until("the output to grow", timeout, || {
+                progress() > before || child.try_wait().ok().flatten().is_some()
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(chaos.below(300)));
+        if child.try_wait().ok().flatten().is_none() {
+            landed_mid_stream += 1;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started.elapsed() < timeout, "a run outlived {timeout:?}");
+    }
+    landed_mid_stream
+}
+
 /// Sends SIGTERM to `child` (a `sluice run`), waits for it, asserts a clean
 /// exit and returns what it printed on stderr.
 pub fn sigterm_and_wait(child: std::process::Child) -> String {

@@ -5,11 +5,11 @@
 //! sinks, checkpoints in a local directory). The output after the last
 //! restart must equal, as a multiset, that of an uninterrupted run.
 
-use sluice_tests::{Chaos, wait_until};
+use sluice_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -357,27 +357,12 @@ const KILL_LOOP_RATE: u64 = 20_000;
 /// depend on the pace, so the outputs stay comparable).
 fn kill_loop(job: &Job, kills: usize) -> String {
     job.set_rate(KILL_LOOP_RATE);
-    let mut chaos = Chaos::new();
-    let mut landed_mid_stream = 0;
-    for _ in 0..kills {
-        let before = job.output_len();
-        let mut child = job.spawn(&[], &[]);
-        let started = Instant::now();
-        // Let it make some progress most of the time; sometimes kill it
-        // while it is still restoring.
-        if chaos.below(4) > 0 {
-            wait_until("the output to grow", WAIT, || {
-                job.output_len() > before || child.try_wait().ok().flatten().is_some()
-            });
-        }
-        std::thread::sleep(Duration::from_millis(chaos.below(300)));
-        if child.try_wait().expect("try_wait").is_none() {
-            landed_mid_stream += 1;
-        }
-        let _ = child.kill();
-        child.wait().expect("wait for the killed run");
-        assert!(started.elapsed() < WAIT);
-    }
+    let landed_mid_stream = sluice_tests::sigkill_at_random_moments(
+        kills,
+        || job.spawn(&[], &[]),
+        || job.output_len(),
+        WAIT,
+    );
     eprintln!("{landed_mid_stream} of {kills} kills landed mid-stream");
     assert!(
         landed_mid_stream * 2 >= kills,

@@ -8,7 +8,7 @@
 
 use crate::serve::free_port;
 use sluice_tests::postgres::{psql, unique_table, url};
-use sluice_tests::{Chaos, wait_until};
+use sluice_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -186,23 +186,12 @@ fn window_results_are_upserted_exactly_once_through_20_sigkills_and_never_move_b
     let table = unique_table("windows");
     create_table_with_history(&table);
     let job = Job::into_table(RECORDS, 15_000, &table);
-    let mut chaos = Chaos::new();
-    let mut mid_stream = 0;
-    for _ in 0..20 {
-        let before = job.rows();
-        let mut child = job.spawn();
-        if chaos.below(4) > 0 {
-            wait_until("rows to be committed", WAIT, || {
-                job.rows() > before || child.try_wait().ok().flatten().is_some()
-            });
-        }
-        std::thread::sleep(Duration::from_millis(chaos.below(300)));
-        if child.try_wait().expect("try_wait").is_none() {
-            mid_stream += 1;
-        }
-        let _ = child.kill();
-        child.wait().expect("wait for the killed run");
-    }
+    let mid_stream = sluice_tests::sigkill_at_random_moments(
+        20,
+        || job.spawn(),
+        || job.rows() as u64,
+        WAIT,
+    );
     assert!(
         mid_stream >= 10,
         "only {mid_stream} of 20 kills landed mid-stream"
