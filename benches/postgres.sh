@@ -81,7 +81,7 @@ mode = "$mode"
 batch_rows = $batch
 TOML
       before=$(postgres_ticks)
-      /usr/bin/time -f "%e %U %S" -o "$work/time" "$sluice" run --quiet "$work/pipeline.toml"
+      /usr/bin/time -f "%e %U %S" -o "$work/time" "$sluice" run --quiet "$work/pipeline.toml" 2>"$work/run.log"
       sleep 1   # its backends end and are collected by the postmaster
       after=$(postgres_ticks)
       read -r wall user sys <"$work/time"
