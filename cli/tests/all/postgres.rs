@@ -186,12 +186,8 @@ fn window_results_are_upserted_exactly_once_through_20_sigkills_and_never_move_b
     let table = unique_table("windows");
     create_table_with_history(&table);
     let job = Job::into_table(RECORDS, 15_000, &table);
-    let mid_stream = sluice_tests::sigkill_at_random_moments(
-        20,
-        || job.spawn(),
-        || job.rows() as u64,
-        WAIT,
-    );
+    let mid_stream =
+        sluice_tests::sigkill_at_random_moments(20, || job.spawn(), || job.rows() as u64, WAIT);
     assert!(
         mid_stream >= 10,
         "only {mid_stream} of 20 kills landed mid-stream"

@@ -231,10 +231,9 @@ impl KafkaTransactions {
         lock(&self.failure).clone()
     }
 
-    /// Sends `message` in the current epoch's transaction (begun on the
-    /// first record of the epoch).
-    pub(super) fn send(&self, mut message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
-        let mut epoch = self.epoch();
+    /// The producer of `epoch`, its transaction begun (on the epoch's first
+    /// record or offsets).
+    fn begin(&self, epoch: &mut Epoch) -> Result<&ThreadedProducer<SinkContext>, String> {
         let producer = &self.producers[epoch.slot];
         if !epoch.open {
             producer
@@ -242,6 +241,14 @@ impl KafkaTransactions {
                 .map_err(|e| format!("cannot begin a transaction: {e}"))?;
             epoch.open = true;
         }
+        Ok(producer)
+    }
+
+    /// Sends `message` in the current epoch's transaction (begun on the
+    /// first record of the epoch).
+    pub(super) fn send(&self, mut message: BaseRecord<'_, [u8], [u8]>) -> Result<(), String> {
+        let mut epoch = self.epoch();
+        let producer = self.begin(&mut epoch)?;
         let started = Instant::now();
         loop {
             match producer.send(message) {
@@ -343,13 +350,7 @@ impl KafkaTransactions {
         let metadata = task_offsets.member().group_metadata().ok_or_else(|| {
             "the task's offsets cannot be committed: the process is not in the group".to_string()
         })?;
-        let producer = &self.producers[epoch.slot];
-        if !epoch.open {
-            producer
-                .begin_transaction()
-                .map_err(|e| format!("cannot begin a transaction: {e}"))?;
-            epoch.open = true;
-        }
+        let producer = self.begin(epoch)?;
         let started = Instant::now();
         producer
             .send_offsets_to_transaction(&offsets, &metadata, self.options.operation_timeout)
