@@ -368,3 +368,74 @@ fn a_column_whose_type_differs_from_the_table_stops_the_run_at_start_up_naming_i
         "{stderr}"
     );
 }
+
+#[test]
+fn a_record_marked_deleted_removes_its_keys_row_unless_the_row_is_newer() {
+    let _alone = alone();
+    let lines = [
+        r#"{"id": 1, "amount": 10, "v": 1}"#,
+        r#"{"id": 2, "amount": 20, "v": 1}"#,
+        r#"{"id": 1, "deleted": true, "v": 2}"#,
+        r#"{"id": 3, "amount": 30, "v": 5}"#,
+        r#"{"id": 3, "deleted": true, "v": 4}"#,
+        r#"{"id": 4, "amount": 40, "v": 2}"#,
+        r#"{"id": 4, "amount": 41, "v": 1}"#,
+    ];
+    // One statement for all of them, and one per two records (each
+    // decision then made by the table's versions).
+    for (mode, batch) in [
+        ("on-checkpoint", 1000),
+        ("on-checkpoint", 2),
+        ("at-least-once", 1000),
+        ("at-least-once", 2),
+    ] {
+        let table = unique_table("deletes");
+        psql(&format!(
+            "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, amount bigint, v bigint, sluice_version bigint NOT NULL)"
+        ));
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::write(dir.path().join("in.jsonl"), lines.join("\n")).expect("input");
+        let text = format!(
+            r#"[pipeline]
+name = "deletes-{table}"
+state_dir = "state"
+batch_size = {batch}
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 200
+mode = "exactly-once"
+
+[source.file]
+path = "in.jsonl"
+
+[sink.postgres]
+url = "{}"
+table = "{table}"
+key = ["id"]
+columns = ["id", "amount", "v"]
+version_field = "v"
+delete_field = "deleted"
+mode = "{mode}"
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+            url()
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
+        let job = Job {
+            dir,
+            table: table.clone(),
+        };
+        job.run_to_end();
+        let rows = psql(&format!(
+            "SELECT id, amount, v FROM \"{table}\" ORDER BY id"
+        ));
+        assert_eq!(
+            rows.lines().collect::<Vec<_>>(),
+            ["2|20|1", "3|30|5", "4|40|2"],
+            "{mode}, batches of {batch}"
+        );
+    }
+}

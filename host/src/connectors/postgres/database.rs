@@ -322,21 +322,66 @@ impl Shared {
     }
 }
 
-/// The last row of each key in `rows` (their order is the records'): one
-/// statement must not touch a row twice.
+/// The newest row of each key in `rows`: the highest version, and of
+/// equal versions the last (their order is the records'). One statement
+/// must not touch a row twice, and a record older than one after it in
+/// the batch would not win in the table either.
 pub(super) fn newest_per_key(rows: Vec<Row>, key_positions: &[usize]) -> Vec<Row> {
-    let mut last: HashMap<Vec<Option<String>>, usize> = HashMap::with_capacity(rows.len());
+    let mut newest: HashMap<Vec<Option<String>>, usize> = HashMap::with_capacity(rows.len());
     for (place, row) in rows.iter().enumerate() {
         let key = key_positions
             .iter()
             .map(|&p| row.values[p].clone())
             .collect();
-        last.insert(key, place);
+        match newest.get(&key) {
+            Some(&kept) if rows[kept].version > row.version => {}
+            _ => {
+                newest.insert(key, place);
+            }
+        }
     }
-    let mut keep: Vec<usize> = last.into_values().collect();
+    let mut keep: Vec<usize> = newest.into_values().collect();
     keep.sort_unstable();
     let mut rows: Vec<Option<Row>> = rows.into_iter().map(Some).collect();
     keep.into_iter()
         .filter_map(|place| rows.get_mut(place).and_then(Option::take))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(index: usize, key: &str, version: i64, value: &str) -> Row {
+        Row {
+            index,
+            op: Op::Upsert,
+            version,
+            values: vec![Some(key.into()), Some(value.into())],
+        }
+    }
+
+    #[test]
+    fn the_newest_row_of_a_key_is_its_highest_version_then_its_last() {
+        let rows = vec![
+            row(0, "a", 1, "a1"),
+            row(1, "b", 2, "b2"),
+            row(2, "a", 3, "a3"),
+            row(3, "b", 1, "b1 older, later"),
+            row(4, "c", 1, "c first"),
+            row(5, "c", 1, "c last"),
+        ];
+        let kept: Vec<(usize, Option<String>)> = newest_per_key(rows, &[0])
+            .into_iter()
+            .map(|row| (row.index, row.values[1].clone()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (1, Some("b2".to_string())),
+                (2, Some("a3".to_string())),
+                (5, Some("c last".to_string()))
+            ]
+        );
+    }
 }

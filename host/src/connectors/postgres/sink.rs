@@ -160,6 +160,10 @@ impl PostgresSink {
                 .get(field)
                 .and_then(serde_json::Value::as_i64)
                 .ok_or_else(|| format!("the version field `{field}` is not an integer"))?,
+            // Staged rows take their checkpoint's id when the epoch is
+            // sealed; until then the highest version, so that the trial
+            // against the table always updates (and checks) the row.
+            None if self.mode == PostgresMode::OnCheckpoint => i64::MAX,
             None => write_ms,
         };
         let mut values = Vec::with_capacity(self.shared.columns.len());
@@ -265,11 +269,14 @@ impl Sink for PostgresSink {
             shared
                 .retry("sealing an epoch", || {
                     shared.runtime.block_on(
-                        sqlx::query(&shared.statements.seal)
-                            .bind(&shared.owner)
-                            .bind(&shared.open_id)
-                            .bind(id)
-                            .execute(&shared.pool),
+                        sqlx::query(match self.version_field {
+                            Some(_) => &shared.statements.seal,
+                            None => &shared.statements.seal_with_version,
+                        })
+                        .bind(&shared.owner)
+                        .bind(&shared.open_id)
+                        .bind(id)
+                        .execute(&shared.pool),
                     )
                 })
                 .map_err(|e| self.error(format!("PostgreSQL: {}", database_message(&e))))?;

@@ -185,6 +185,9 @@ pub(super) struct Statements {
     /// Marks the open epoch's staged rows (`checkpoint IS NULL`) of `$1`
     /// owner, `$2` open id as checkpoint `$3`'s.
     pub(super) seal: String,
+    /// [`Statements::seal`], the rows' version becoming the checkpoint's
+    /// id too (a sink without a version field).
+    pub(super) seal_with_version: String,
     /// Applies the staged rows of `$1` owner, `$2` open id, `$3`
     /// checkpoint (the newest row per key), deletes them, and returns how
     /// many were staged.
@@ -273,6 +276,9 @@ impl Statements {
         let seal = format!(
             "UPDATE {staging} SET checkpoint = $3 WHERE owner = $1 AND open_id = $2 AND checkpoint IS NULL"
         );
+        let seal_with_version = format!(
+            "UPDATE {staging} SET checkpoint = $3, version = $3 WHERE owner = $1 AND open_id = $2 AND checkpoint IS NULL"
+        );
         // The newest staged row per key; deletes and upserts apply in one
         // statement each, on the rows the CTE took out of staging.
         let staged_key: Vec<String> = key_positions
@@ -292,7 +298,7 @@ impl Statements {
         let apply_staged = format!(
             "WITH staged AS (DELETE FROM {staging} WHERE owner = $1 AND open_id = $2 AND checkpoint = $3 \
              RETURNING seq, op, version, vals), \
-             newest AS (SELECT DISTINCT ON ({keys}) op, version, vals FROM staged ORDER BY {keys}, seq DESC), \
+             newest AS (SELECT DISTINCT ON ({keys}) op, version, vals FROM staged ORDER BY {keys}, version DESC, seq DESC), \
              deleted AS (DELETE FROM {table} AS t USING newest WHERE newest.op = 'd' AND {key_match} \
              AND t.{version_q} <= newest.version RETURNING 1), \
              upserted AS (INSERT INTO {table} ({names}, {version_q}) SELECT {casts}, version FROM newest \
@@ -319,6 +325,7 @@ impl Statements {
             create_staging,
             stage,
             seal,
+            seal_with_version,
             apply_staged,
             abandon_staged,
             take_staged,
