@@ -4,7 +4,8 @@
 // SLUICE_DASHBOARD (JSON):
 //   url, token?, pipeline, operators[], slow_operator?, upstream_of_slow?,
 //   stalled_partition?, forbidden_pipeline?, min_rows?, max_list_ms?,
-//   rollback?, screenshots (directory)
+//   rollback?, sink_unavailable? (only: the pipeline page shows its sink's
+//   database not answering), screenshots (directory)
 // Exits non-zero with the reason when a check fails; screenshots are kept.
 // playwright-core lives in ~/.cache/sluice/browser-test (SLUICE_NODE_MODULES),
 // installed by scripts/setup-toolchain.sh; ES modules ignore NODE_PATH.
@@ -68,6 +69,15 @@ try {
   await page.waitForSelector("[data-testid=job-graph]", { timeout: WAIT });
   for (const operator of scenario.operators) {
     await page.waitForSelector(`[data-testid=graph-node][data-node="${operator}"]`, { timeout: WAIT });
+  }
+  if (scenario.sink_unavailable) {
+    // A sink's database is down: records do not move, the page says why.
+    await page.waitForSelector("[data-testid=sink-unavailable]", { timeout: WAIT });
+    console.log(`sink: its database not answering for ${await page.textContent("[data-testid=sink-unavailable]")}`);
+    await shot(page, "sink-unavailable");
+    console.log("dashboard: every check passed");
+    await browser.close();
+    process.exit(0);
   }
   // Rates move: the input rate takes two different values, records grow.
   const read = async (id) => (await page.textContent(`[data-testid=${id}]`)).replace(/,/g, "");

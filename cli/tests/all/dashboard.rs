@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where the screenshots of `scenario` go.
-fn screenshots(scenario: &str) -> PathBuf {
+pub(crate) fn screenshots(scenario: &str) -> PathBuf {
     let dir = sluice_tests::repo_root()
         .join("target/test-artifacts/dashboard")
         .join(scenario);
@@ -25,7 +25,7 @@ fn screenshots(scenario: &str) -> PathBuf {
 
 /// Runs the browser script on `scenario`; fails the test with its output
 /// if a check fails.
-fn run_browser(scenario: serde_json::Value) {
+pub(crate) fn run_browser(scenario: serde_json::Value) {
     let modules = std::env::var("HOME")
         .map(|home| PathBuf::from(home).join(".cache/sluice/browser-test/node_modules"))
         .expect("HOME");

@@ -3,8 +3,9 @@
 //! through SIGKILLs (no row ever moves backwards, as a trigger records),
 //! refused rows dead-lettered with the database's reason while the rest of
 //! their batch is written, a database that goes away mid-run (retried,
-//! shown in the metrics, nothing lost), and start-up errors that name the
-//! column.
+//! shown in the metrics and on the dashboard in a browser, nothing lost),
+//! deletes and expiry, dead-letter tables, and start-up errors that name
+//! the column.
 
 use crate::serve::free_port;
 use sluice_tests::postgres::{psql, unique_table, url};
@@ -66,6 +67,35 @@ aggregate = {{ function = "count" }}
 [dead_letter.file]
 path = "out/dead-letters.jsonl"
 "#
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
+        Job {
+            dir,
+            table: table.to_string(),
+        }
+    }
+
+    /// A pipeline reading `lines` from a file into `sinks` (TOML: the
+    /// main sink and the dead-letter output), with exactly-once
+    /// checkpoints unless `checkpoints` is false; `batch` records a batch.
+    fn from_lines(
+        table: &str,
+        lines: &[String],
+        checkpoints: bool,
+        batch: usize,
+        sinks: &str,
+    ) -> Job {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::write(dir.path().join("in.jsonl"), lines.join("\n")).expect("input");
+        let checkpoints = match checkpoints {
+            true => {
+                "[checkpoints]\nstorage = \"checkpoints\"\ninterval_ms = 200\nmode = \"exactly-once\"\n"
+            }
+            false => "",
+        };
+        let text = format!(
+            "[pipeline]\nname = \"lines-{table}\"\nstate_dir = \"state\"\nbatch_size = {batch}\n\n\
+             {checkpoints}\n[source.file]\npath = \"in.jsonl\"\n\n{sinks}"
         );
         std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
         Job {
@@ -250,6 +280,13 @@ fn a_database_that_goes_away_is_retried_shows_in_the_metrics_and_loses_nothing()
             && pipeline["sink_retries"].as_u64().unwrap_or(0) > 0,
         "the status the dashboard shows: {pipeline}"
     );
+    crate::dashboard::run_browser(serde_json::json!({
+        "url": url,
+        "pipeline": format!("postgres-{table}"),
+        "operators": ["source", "per-auction", "sinks"],
+        "sink_unavailable": true,
+        "screenshots": crate::dashboard::screenshots("postgres-away"),
+    }));
     sluice_tests::postgres::start();
     let status = child.wait().expect("wait for sluice");
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
@@ -264,28 +301,14 @@ fn refused_row_job(mode: &str, table: &str) -> Job {
         "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, amount bigint CHECK (amount >= 0), \
          note text, sluice_version bigint NOT NULL)"
     ));
-    let dir = tempfile::tempdir().expect("temporary directory");
     let lines: Vec<String> = (0..100)
         .map(|id| {
             let amount = if id == 42 { -5 } else { id * 10 };
             format!(r#"{{"id": {id}, "amount": {amount}, "note": "order {id}"}}"#)
         })
         .collect();
-    std::fs::write(dir.path().join("in.jsonl"), lines.join("\n")).expect("input");
-    let text = format!(
-        r#"[pipeline]
-name = "refused-{table}"
-state_dir = "state"
-
-[checkpoints]
-storage = "checkpoints"
-interval_ms = 200
-mode = "exactly-once"
-
-[source.file]
-path = "in.jsonl"
-
-[sink.postgres]
+    let sinks = format!(
+        r#"[sink.postgres]
 url = "{}"
 table = "{table}"
 key = ["id"]
@@ -297,11 +320,7 @@ path = "out/dead-letters.jsonl"
 "#,
         url()
     );
-    std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
-    Job {
-        dir,
-        table: table.to_string(),
-    }
+    Job::from_lines(table, &lines, true, 256, &sinks)
 }
 
 #[test]
@@ -380,7 +399,8 @@ fn a_record_marked_deleted_removes_its_keys_row_unless_the_row_is_newer() {
         r#"{"id": 3, "deleted": true, "v": 4}"#,
         r#"{"id": 4, "amount": 40, "v": 2}"#,
         r#"{"id": 4, "amount": 41, "v": 1}"#,
-    ];
+    ]
+    .map(String::from);
     // One statement for all of them, and one per two records (each
     // decision then made by the table's versions).
     for (mode, batch) in [
@@ -393,23 +413,8 @@ fn a_record_marked_deleted_removes_its_keys_row_unless_the_row_is_newer() {
         psql(&format!(
             "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, amount bigint, v bigint, sluice_version bigint NOT NULL)"
         ));
-        let dir = tempfile::tempdir().expect("temporary directory");
-        std::fs::write(dir.path().join("in.jsonl"), lines.join("\n")).expect("input");
-        let text = format!(
-            r#"[pipeline]
-name = "deletes-{table}"
-state_dir = "state"
-batch_size = {batch}
-
-[checkpoints]
-storage = "checkpoints"
-interval_ms = 200
-mode = "exactly-once"
-
-[source.file]
-path = "in.jsonl"
-
-[sink.postgres]
+        let sinks = format!(
+            r#"[sink.postgres]
 url = "{}"
 table = "{table}"
 key = ["id"]
@@ -423,11 +428,7 @@ path = "out/dead-letters.jsonl"
 "#,
             url()
         );
-        std::fs::write(dir.path().join("pipeline.toml"), text).expect("write pipeline");
-        let job = Job {
-            dir,
-            table: table.clone(),
-        };
+        let job = Job::from_lines(&table, &lines, true, batch, &sinks);
         job.run_to_end();
         let rows = psql(&format!(
             "SELECT id, amount, v FROM \"{table}\" ORDER BY id"
@@ -438,4 +439,149 @@ path = "out/dead-letters.jsonl"
             "{mode}, batches of {batch}"
         );
     }
+}
+
+#[test]
+fn dead_letters_become_rows_of_a_table_once_each_however_often_they_are_replayed() {
+    let _alone = alone();
+    let table = unique_table("orders");
+    let dead_letters = format!("{table}_dlq");
+    psql(&format!(
+        "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, amount bigint, sluice_version bigint NOT NULL)"
+    ));
+    let lines = [
+        r#"{"id": 1, "amount": 10}"#,
+        "not json at all",
+        r#"{"id": 2, "amount": "twenty"}"#,
+        r#"{"id": 3, "amount": 30}"#,
+    ]
+    .map(String::from);
+    // Without checkpoints every run reads the file again: the dead
+    // letters come again, and must not be rows twice.
+    let sinks = format!(
+        r#"[sink.postgres]
+url = "{url}"
+table = "{table}"
+key = ["id"]
+columns = ["id", "amount"]
+
+[dead_letter.postgres]
+url = "{url}"
+table = "{dead_letters}"
+rows = "dead-letter"
+create = true
+"#,
+        url = url()
+    );
+    let job = Job::from_lines(&table, &lines, false, 256, &sinks);
+    job.run_to_end();
+    job.run_to_end();
+    assert_eq!(
+        psql(&format!("SELECT id, amount FROM \"{table}\" ORDER BY id"))
+            .lines()
+            .collect::<Vec<_>>(),
+        ["1|10", "3|30"]
+    );
+    let rows = psql(&format!(
+        "SELECT payload, payload_encoding, source_offset, operator, reason, late_arrival \
+         FROM \"{dead_letters}\" ORDER BY source_offset"
+    ));
+    let rows: Vec<Vec<&str>> = rows.lines().map(|line| line.split('|').collect()).collect();
+    assert_eq!(rows.len(), 2, "one row per dead letter: {rows:?}");
+    assert_eq!(rows[0][..3], ["not json at all", "utf8", "1"], "{rows:?}");
+    assert_eq!(rows[1][..3], [lines[2].as_str(), "utf8", "2"], "{rows:?}");
+    assert!(
+        rows[0][4].to_lowercase().contains("json"),
+        "the reason: {rows:?}"
+    );
+    assert!(
+        rows[1][4].contains("invalid input syntax for type bigint"),
+        "the database's reason: {rows:?}"
+    );
+    assert!(!rows[0][3].is_empty(), "who dead-lettered it: {rows:?}");
+    assert_eq!(rows[1][3], "sink", "the sink refused it: {rows:?}");
+    assert!(rows.iter().all(|row| row[5] == "f"), "not late: {rows:?}");
+}
+
+#[test]
+fn rows_whose_time_is_older_than_expire_are_deleted_by_the_databases_clock() {
+    let _alone = alone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    const DAY: i64 = 86_400_000;
+    let lines: Vec<String> = [
+        (1, now - 3 * DAY),
+        (2, now - DAY / 2),
+        (3, now - 2 * DAY),
+        (4, now),
+    ]
+    .iter()
+    .map(|(id, ends)| format!(r#"{{"id": {id}, "ends": {ends}, "ends_ms": {ends}}}"#))
+    .collect();
+    for (mode, column) in [
+        ("on-checkpoint", "ends"),
+        ("at-least-once", "ends"),
+        ("at-least-once", "ends_ms"),
+    ] {
+        let table = unique_table("expire");
+        psql(&format!(
+            "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, ends timestamptz, ends_ms bigint, sluice_version bigint NOT NULL); \
+             INSERT INTO \"{table}\" VALUES (9, now() - interval '5 days', 0, 0), (10, now(), {now}, 0)"
+        ));
+        let sinks = format!(
+            r#"[sink.postgres]
+url = "{}"
+table = "{table}"
+key = ["id"]
+columns = ["id", "ends", "ends_ms"]
+mode = "{mode}"
+expire = {{ column = "{column}", after_ms = {DAY}, check_every_ms = 0 }}
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+            url()
+        );
+        let job = Job::from_lines(&table, &lines, true, 256, &sinks);
+        job.run_to_end();
+        assert_eq!(
+            psql(&format!("SELECT id FROM \"{table}\" ORDER BY id"))
+                .lines()
+                .collect::<Vec<_>>(),
+            ["2", "4", "10"],
+            "{mode}, by {column}: rows more than a day old are gone, written or found"
+        );
+    }
+}
+
+#[test]
+fn expire_names_a_column_that_holds_no_time_at_start_up() {
+    let _alone = alone();
+    let table = unique_table("expire_text");
+    psql(&format!(
+        "CREATE TABLE \"{table}\" (id bigint PRIMARY KEY, note text, sluice_version bigint NOT NULL)"
+    ));
+    let sinks = format!(
+        r#"[sink.postgres]
+url = "{}"
+table = "{table}"
+key = ["id"]
+columns = ["id", "note"]
+expire = {{ column = "note", after_ms = 1000 }}
+
+[dead_letter.file]
+path = "out/dead-letters.jsonl"
+"#,
+        url()
+    );
+    let job = Job::from_lines(&table, &[r#"{"id": 1}"#.to_string()], false, 256, &sinks);
+    let output = job.spawn().wait_with_output().expect("wait for sluice");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("sink.postgres.expire.column") && stderr.contains("column `note` is text"),
+        "{stderr}"
+    );
 }

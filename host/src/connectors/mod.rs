@@ -7,6 +7,8 @@
 //! * [`kafka`], [`iceberg`]: topics in and out, tables out.
 //! * [`postgres`]: rows upserted into a PostgreSQL table.
 //! * [`schema_registry`]: Avro in the Confluent wire format, with a registry.
+//! * [`table_rows`]: what a table sink's row is (the value's fields, or a
+//!   dead-letter row), shared by the Iceberg and Postgres sinks.
 
 pub mod blackhole;
 pub mod file;
@@ -16,5 +18,6 @@ pub mod kafka;
 pub mod postgres;
 pub mod schema_registry;
 mod secret;
+pub mod table_rows;
 
 pub use secret::{Secret, SecretMap};

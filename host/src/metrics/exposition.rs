@@ -474,6 +474,12 @@ pub fn pipeline(out: &mut Exposition, view: &PipelineView, now_ms: i64) {
         &refs(&with(&[])),
         s.sink_retries as f64,
     );
+    out.counter(
+        "sluice_sink_rows_expired_total",
+        "Rows sinks deleted from their tables because they expired (a Postgres sink's `expire`).",
+        &refs(&with(&[])),
+        s.sink_rows_expired as f64,
+    );
     out.gauge(
         "sluice_sink_unavailable",
         "1 while a sink's system (a database) does not answer and is being retried.",

@@ -291,6 +291,7 @@ impl PipelineMetrics {
             source_partitions: self.source_partitions.snapshot(),
             sink_partitions: self.sink_partitions.snapshot(),
             sink_retries: load(&self.sink_health.retries),
+            sink_rows_expired: load(&self.sink_health.rows_expired),
             sink_unavailable_since_ms: self.sink_health.unavailable_since(),
             checkpoints: self.checkpoints.snapshot(),
         }
@@ -304,6 +305,9 @@ impl PipelineMetrics {
 pub struct SinkHealth {
     /// Writes and commits tried again.
     pub retries: AtomicU64,
+    /// Rows a sink deleted because they expired (a Postgres sink's
+    /// `expire`).
+    pub rows_expired: AtomicU64,
     /// Since when (ms since the epoch) a sink has not been answered; 0
     /// while every one is.
     unavailable_since_ms: AtomicI64,
@@ -401,6 +405,8 @@ pub struct PipelineSnapshot {
     /// Sink writes and commits tried again because their system did not
     /// answer.
     pub sink_retries: u64,
+    /// Rows sinks deleted because they expired.
+    pub sink_rows_expired: u64,
     /// Since when (ms since the epoch) a sink's system has not answered;
     /// `None` while every one answers.
     pub sink_unavailable_since_ms: Option<i64>,

@@ -162,6 +162,7 @@ pub fn pipeline_summary(view: &PipelineView, history: &StatusHistory, now_ms: i6
         "watermark_lag_ms": s.watermark.filter(|w| *w != i64::MAX).map(|w| now_ms.saturating_sub(w)),
         "checkpoint_age_ms": s.checkpoints.last().map(|c| now_ms.saturating_sub(c.completed_at_ms)),
         "sink_retries": s.sink_retries,
+        "sink_rows_expired": s.sink_rows_expired,
         "sink_unavailable_ms": s.sink_unavailable_since_ms.map(|since| now_ms.saturating_sub(since)),
     })
 }

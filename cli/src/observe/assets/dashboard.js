@@ -261,7 +261,7 @@ async function renderPipeline(name) {
         <div class="stat"><b>${ms(s.event_time_lag_ms)}</b><span>event-time lag</span></div>
         <div class="stat"><b>${ms(s.latency.p50_ms)} / ${ms(s.latency.p99_ms)}</b><span>latency p50 / p99</span></div>
         <div class="stat"><b data-testid="checkpoints-completed">${num(s.checkpoints.completed)}</b><span>checkpoints (${num(s.checkpoints.failed)} failed), last ${ms(s.checkpoints.last_age_ms)} ago</span></div>
-        ${s.sink_unavailable_ms == null ? "" : `<div class="stat warn"><b data-testid="sink-unavailable">${ms(s.sink_unavailable_ms)}</b><span>a sink's database not answering (${num(s.sink_retries)} retries)</span></div>`}
+        ${s.sink_unavailable_ms == null ? "" : `<div class="stat warn"><b data-testid="sink-unavailable">${ms(s.sink_unavailable_ms)}</b><span>a sink's database not answering (retries: ${num(s.sink_retries)})</span></div>`}
       </div></div>
     <div class="card"><h3>Job graph</h3>${graphSvg(s.graph)}</div>
     <div class="grid">

@@ -26,9 +26,12 @@ mod orphans;
 mod rows;
 mod sink;
 
-pub use sink::{IcebergCommits, IcebergSink, dead_letter_row};
+pub use sink::{IcebergCommits, IcebergSink};
 
 use crate::checkpoint::s3::S3Options;
+use crate::connectors::table_rows::{
+    DEAD_LETTER_COLUMNS, DEAD_LETTER_ID, DeadLetterType, TableRows,
+};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
 use serde::Deserialize;
@@ -59,9 +62,9 @@ pub struct IcebergSinkConfig {
     /// What a row is made of: `value` (default: the record value's
     /// top-level JSON fields, by column name) or `dead-letter` (the record
     /// as it came in with why and where it was dead-lettered: see
-    /// [`IcebergRows::DeadLetter`]).
+    /// [`TableRows::DeadLetter`]).
     #[serde(default)]
-    pub rows: IcebergRows,
+    pub rows: TableRows,
     /// The table's columns (for a new table; checked against an existing
     /// one). Absent: the table must exist, or with `rows = "dead-letter"`
     /// the dead-letter columns.
@@ -111,37 +114,6 @@ pub struct RestCatalogConfig {
     #[serde(skip)]
     pub granted_properties: crate::connectors::SecretMap,
 }
-
-/// `[sink.iceberg] rows`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum IcebergRows {
-    /// The record value's top-level JSON fields, by column name.
-    #[default]
-    Value,
-    /// A Bronze dead-letter table's row: `payload` (the value's exact
-    /// bytes: text when UTF-8, else base64, said by `payload_encoding`),
-    /// `key`, `reason`, `operator`, `plugin`, `source_topic`,
-    /// `source_partition`, `source_offset`, `event_time`,
-    /// `dead_lettered_at` and `late_arrival`.
-    DeadLetter,
-}
-
-/// The columns of a dead-letter table (`rows = "dead-letter"`).
-const DEAD_LETTER_COLUMNS: [(&str, &str, bool); 12] = [
-    ("payload", "string", true),
-    ("payload_encoding", "string", true),
-    ("key", "string", false),
-    ("reason", "string", true),
-    ("operator", "string", false),
-    ("plugin", "string", false),
-    ("source_topic", "string", false),
-    ("source_partition", "int", false),
-    ("source_offset", "long", false),
-    ("event_time", "timestamptz", false),
-    ("dead_lettered_at", "timestamptz", false),
-    ("late_arrival", "boolean", true),
-];
 
 fn default_catalog_name() -> String {
     "sluice".into()
@@ -231,13 +203,23 @@ impl IcebergSinkConfig {
     /// The configured columns, or for a dead-letter table without them,
     /// the dead-letter columns.
     pub fn effective_columns(&self) -> Vec<IcebergColumn> {
-        if self.columns.is_empty() && self.rows == IcebergRows::DeadLetter {
+        if self.columns.is_empty() && self.rows == TableRows::DeadLetter {
+            // The digest naming a dead letter is for tables that upsert;
+            // an Iceberg dead-letter table appends.
             return DEAD_LETTER_COLUMNS
                 .iter()
-                .map(|(name, column_type, required)| IcebergColumn {
-                    name: name.to_string(),
-                    column_type: column_type.to_string(),
-                    required: *required,
+                .filter(|column| column.name != DEAD_LETTER_ID)
+                .map(|column| IcebergColumn {
+                    name: column.name.to_string(),
+                    column_type: match column.column_type {
+                        DeadLetterType::Text => "string",
+                        DeadLetterType::Int => "int",
+                        DeadLetterType::Long => "long",
+                        DeadLetterType::Timestamp => "timestamptz",
+                        DeadLetterType::Boolean => "boolean",
+                    }
+                    .to_string(),
+                    required: column.required,
                 })
                 .collect();
         }

@@ -2,8 +2,9 @@
 //! [`super`]).
 
 use super::rows::RowBuffer;
-use super::{IcebergRows, IcebergSetupError, IcebergSinkConfig};
+use super::{IcebergSetupError, IcebergSinkConfig};
 use crate::checkpoint::{CommitError, Committable, Committer, parse_committable};
+use crate::connectors::table_rows::{TableRows, dead_letter_row};
 use crate::dataflow::{DataflowError, Sink};
 use crate::record::Record;
 use arrow_array::RecordBatch;
@@ -123,7 +124,7 @@ pub enum IcebergCommits {
 pub struct IcebergSink {
     shared: Arc<Shared>,
     commits: IcebergCommits,
-    row_source: IcebergRows,
+    row_source: TableRows,
     open_id: String,
     table: Table,
     rows: RowBuffer,
@@ -311,66 +312,6 @@ impl IcebergSink {
     }
 }
 
-/// The row of a dead-letter table for `record` (see
-/// [`IcebergRows::DeadLetter`]).
-pub fn dead_letter_row(record: &Record) -> serde_json::Map<String, serde_json::Value> {
-    use crate::record::dead_letter_headers as h;
-    use base64::Engine as _;
-    use serde_json::Value;
-    let header = |name: &str| -> Value {
-        record
-            .header(name)
-            .map(|v| Value::String(String::from_utf8_lossy(v).into_owned()))
-            .unwrap_or(Value::Null)
-    };
-    let number = |name: &str| -> Value {
-        record
-            .header(name)
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok())
-            .map_or(Value::Null, Value::from)
-    };
-    let (payload, encoding) = match std::str::from_utf8(&record.value) {
-        Ok(text) => (text.to_string(), "utf8"),
-        Err(_) => (
-            base64::engine::general_purpose::STANDARD.encode(&record.value),
-            "base64",
-        ),
-    };
-    let late = record
-        .header(crate::dataflow::LATE_ARRIVAL_HEADER)
-        .is_some_and(|v| v.as_ref() == b"true");
-    let reason = match header(h::REASON) {
-        Value::Null if late => Value::from("late"),
-        Value::Null => Value::from("(no reason given)"),
-        other => other,
-    };
-    let mut row = serde_json::Map::new();
-    row.insert("payload".into(), payload.into());
-    row.insert("payload_encoding".into(), encoding.into());
-    row.insert(
-        "key".into(),
-        record.key.as_deref().map_or(Value::Null, |k| {
-            String::from_utf8_lossy(k).into_owned().into()
-        }),
-    );
-    row.insert("reason".into(), reason);
-    row.insert("operator".into(), header(h::OPERATOR));
-    row.insert("plugin".into(), header(h::PLUGIN));
-    row.insert("source_topic".into(), Value::from(&*record.source.topic));
-    row.insert(
-        "source_partition".into(),
-        Value::from(record.source.partition),
-    );
-    row.insert("source_offset".into(), Value::from(record.source.offset));
-    row.insert(
-        "event_time".into(),
-        record.event_time.map_or(Value::Null, Value::from),
-    );
-    row.insert("dead_lettered_at".into(), number(h::TIME));
-    row.insert("late_arrival".into(), Value::Bool(late));
-    row
-}
-
 async fn write_batch(writer: &mut EpochWriter, batch: RecordBatch) -> iceberg::Result<()> {
     match writer {
         EpochWriter::Unpartitioned(writer) => writer.write(batch).await,
@@ -401,8 +342,8 @@ impl Sink for IcebergSink {
         let mut accepted = 0;
         for record in records {
             let pushed = match self.row_source {
-                IcebergRows::Value => self.rows.push(&record.value),
-                IcebergRows::DeadLetter => self.rows.push_fields(&dead_letter_row(record)),
+                TableRows::Value => self.rows.push(&record.value),
+                TableRows::DeadLetter => self.rows.push_fields(&dead_letter_row(record)),
             };
             match pushed {
                 Ok(()) => accepted += 1,

@@ -4,10 +4,12 @@
 
 use super::sql::{Column, Statements};
 use crate::metrics::SinkHealth;
+use crate::metrics::add;
+use crate::sync::lock;
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row as _, Transaction};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The longest pause between two tries of a database that does not
@@ -58,6 +60,20 @@ pub(super) struct Shared {
     pub(super) retry_timeout: Duration,
     /// Where retries show (`/metrics`, the dashboard).
     pub(super) health: Arc<SinkHealth>,
+    /// Rows deleted once old (`expire`), if asked.
+    pub(super) expiry: Option<Expiry>,
+}
+
+/// How and how often a sink deletes expired rows.
+pub(super) struct Expiry {
+    /// The delete statement (`$1`: the age in milliseconds).
+    pub(super) statement: String,
+    /// The age beyond which a row is deleted, in milliseconds.
+    pub(super) after_ms: i64,
+    /// The least time between two deletes.
+    pub(super) every: Duration,
+    /// When the last delete ran (`None`: not yet).
+    pub(super) last: Mutex<Option<Instant>>,
 }
 
 /// A database error that a retry may cure: the connection, the server
@@ -127,6 +143,34 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Deletes the expired rows if `expire` asks and the last delete is
+    /// long enough ago.
+    pub(super) fn expire_if_due(&self) -> Result<(), sqlx::Error> {
+        let Some(expiry) = &self.expiry else {
+            return Ok(());
+        };
+        {
+            let mut last = lock(&expiry.last);
+            if last.is_some_and(|at| at.elapsed() < expiry.every) {
+                return Ok(());
+            }
+            *last = Some(Instant::now());
+        }
+        let deleted = self.retry("deleting expired rows", || {
+            self.runtime.block_on(
+                sqlx::query(&expiry.statement)
+                    .bind(expiry.after_ms)
+                    .execute(&self.pool),
+            )
+        })?;
+        let rows = deleted.rows_affected();
+        if rows > 0 {
+            add(&self.health.rows_expired, rows);
+            tracing::debug!(sink = %self.name, rows, "deleted expired rows");
+        }
+        Ok(())
     }
 
     /// Writes `rows` in one transaction (at-least-once): deletes and

@@ -1,17 +1,18 @@
 //! The Postgres sink and its committer (see the module docs of
 //! [`super`]).
 
-use super::database::{Op, Row, Shared, database_message, newest_per_key};
-use super::sql::{Statements, quote_table, value_text};
+use super::database::{Expiry, Op, Row, Shared, database_message, newest_per_key};
+use super::sql::{Statements, expire_statement, quote_table, value_text};
 use super::table::prepare_table;
 use super::{PostgresMode, PostgresSetupError, PostgresSinkConfig};
 use crate::checkpoint::{CommitError, Committable, Committer, parse_committable};
+use crate::connectors::table_rows::{TableRows, dead_letter_row};
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::SinkHealth;
 use crate::record::Record;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What the sink pre-commits for a checkpoint: its staged rows, by the
@@ -28,6 +29,7 @@ struct PostgresPreCommit {
 pub struct PostgresSink {
     shared: Arc<Shared>,
     mode: PostgresMode,
+    rows: TableRows,
     version_field: Option<String>,
     delete_field: Option<String>,
     batch_rows: usize,
@@ -52,6 +54,7 @@ impl PostgresSink {
         exactly_once: bool,
         health: Arc<SinkHealth>,
     ) -> Result<Self, PostgresSetupError> {
+        let config = &config.resolved();
         let mode = config.mode.unwrap_or(if exactly_once {
             PostgresMode::OnCheckpoint
         } else {
@@ -109,6 +112,29 @@ impl PostgresSink {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let statements = Statements::new(&table, &columns, &config.key, &config.version_column);
+        let expiry = match &config.expire {
+            None => None,
+            Some(expire) => {
+                let column = columns
+                    .iter()
+                    .find(|c| c.name == expire.column)
+                    .ok_or_else(|| {
+                        PostgresSetupError::new(
+                            "expire.column",
+                            format!("`{}` is not one of the `columns`", expire.column),
+                        )
+                    })?;
+                let statement = expire_statement(&table, column)
+                    .map_err(|m| PostgresSetupError::new("expire.column", m))?;
+                let after_ms = expire.after_ms.get();
+                Some(Expiry {
+                    statement,
+                    after_ms: i64::try_from(after_ms).unwrap_or(i64::MAX),
+                    every: expire.check_every(),
+                    last: Mutex::new(None),
+                })
+            }
+        };
         if mode == PostgresMode::OnCheckpoint {
             runtime
                 .block_on(sqlx::query(&statements.create_staging).execute(&pool))
@@ -130,10 +156,12 @@ impl PostgresSink {
             open_id: open_id.to_string(),
             retry_timeout,
             health,
+            expiry,
         });
         Ok(PostgresSink {
             shared,
             mode,
+            rows: config.rows,
             version_field: config.version_field.clone(),
             delete_field: config.delete_field.clone(),
             batch_rows: config.batch_rows.get(),
@@ -146,8 +174,11 @@ impl PostgresSink {
     /// The row of `record` (its place in the write: `index`), or why it
     /// cannot be one.
     fn row(&self, index: usize, record: &Record, write_ms: i64) -> Result<Row, String> {
-        let value: serde_json::Value = serde_json::from_slice(&record.value)
-            .map_err(|e| format!("the value is not JSON: {e}"))?;
+        let value = match self.rows {
+            TableRows::Value => serde_json::from_slice(&record.value)
+                .map_err(|e| format!("the value is not JSON: {e}"))?,
+            TableRows::DeadLetter => serde_json::Value::Object(dead_letter_row(record)),
+        };
         let object = value
             .as_object()
             .ok_or("the value is not a JSON object (its fields are the columns)")?;
@@ -186,6 +217,14 @@ impl PostgresSink {
             version,
             values,
         })
+    }
+
+    /// Deletes expired rows if it is time (at-least-once: the committer
+    /// does it after each commit in on-checkpoint mode).
+    fn expire_if_due(&self) -> Result<(), DataflowError> {
+        self.shared
+            .expire_if_due()
+            .map_err(|e| self.error(format!("PostgreSQL: {}", database_message(&e))))
     }
 
     fn error(&self, message: impl Into<String>) -> DataflowError {
@@ -245,6 +284,9 @@ impl Sink for PostgresSink {
                 }
             }
         }
+        if self.mode == PostgresMode::AtLeastOnce {
+            self.expire_if_due()?;
+        }
         Ok(())
     }
 
@@ -261,6 +303,7 @@ impl Sink for PostgresSink {
     /// `checkpoint`'s, applied once it is published.
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Committable>, DataflowError> {
         if self.mode == PostgresMode::AtLeastOnce {
+            self.expire_if_due()?;
             return Ok(None);
         }
         let shared = &self.shared;
@@ -314,19 +357,20 @@ impl Committer for PostgresCommitter {
 
     fn commit(&self, checkpoint: u64, committable: &Committable) -> Result<(), CommitError> {
         let pre_commit: PostgresPreCommit = parse_committable(&self.shared.name, committable)?;
-        if pre_commit.rows == 0 {
-            return Ok(());
-        }
         let shared = &self.shared;
-        let id = i64::try_from(checkpoint)
-            .map_err(|_| CommitError::failed(&shared.name, "checkpoint id too large"))?;
-        shared
-            .retry("a commit", || {
-                shared
-                    .runtime
-                    .block_on(shared.apply_staged(&pre_commit.open_id, id))
-            })
-            .map_err(|e| CommitError::failed(&shared.name, database_message(&e)))
+        let failed = |e: sqlx::Error| CommitError::failed(&shared.name, database_message(&e));
+        if pre_commit.rows > 0 {
+            let id = i64::try_from(checkpoint)
+                .map_err(|_| CommitError::failed(&shared.name, "checkpoint id too large"))?;
+            shared
+                .retry("a commit", || {
+                    shared
+                        .runtime
+                        .block_on(shared.apply_staged(&pre_commit.open_id, id))
+                })
+                .map_err(failed)?;
+        }
+        shared.expire_if_due().map_err(failed)
     }
 
     fn restore(&self, restored: Option<(u64, &Committable)>) -> Result<(), CommitError> {

@@ -333,6 +333,27 @@ impl Statements {
     }
 }
 
+/// The statement deleting the rows of `table` (quoted) whose `column` holds
+/// a time more than `$1` milliseconds before the database's now, or why
+/// the column cannot hold a time.
+pub(super) fn expire_statement(table: &str, column: &Column) -> Result<String, String> {
+    let name = quote_ident(&column.name);
+    let age = "$1::bigint * interval '1 millisecond'";
+    let older_than = match column.sql_type.as_str() {
+        "timestamp with time zone" => format!("now() - {age}"),
+        "timestamp without time zone" => format!("(now() AT TIME ZONE 'UTC') - {age}"),
+        "date" => format!("((now() AT TIME ZONE 'UTC') - {age})::date"),
+        "bigint" => "(extract(epoch FROM now()) * 1000)::bigint - $1::bigint".to_string(),
+        other => {
+            return Err(format!(
+                "column `{}` is {other}: a time must be a timestamptz, timestamp, date, or bigint of epoch milliseconds",
+                column.name
+            ));
+        }
+    };
+    Ok(format!("DELETE FROM {table} WHERE {name} < {older_than}"))
+}
+
 /// The staging table of a quoted table name (`"s"."t"` →
 /// `"s"."t_sluice_staging"`).
 fn staging_of(quoted_table: &str) -> String {
@@ -422,6 +443,27 @@ mod tests {
             text(json!({"a": [1]}), "jsonb"),
             Ok(Some("{\"a\":[1]}".into()))
         );
+    }
+
+    #[test]
+    fn rows_expire_by_a_time_column_and_other_columns_are_refused() {
+        let column = |sql_type: &str| Column {
+            name: "ends".into(),
+            sql_type: sql_type.into(),
+        };
+        assert_eq!(
+            expire_statement("\"t\"", &column("timestamp with time zone")).as_deref(),
+            Ok("DELETE FROM \"t\" WHERE \"ends\" < now() - $1::bigint * interval '1 millisecond'")
+        );
+        assert_eq!(
+            expire_statement("\"t\"", &column("bigint")).as_deref(),
+            Ok(
+                "DELETE FROM \"t\" WHERE \"ends\" < (extract(epoch FROM now()) * 1000)::bigint - $1::bigint"
+            )
+        );
+        assert!(expire_statement("\"t\"", &column("date")).is_ok());
+        assert!(expire_statement("\"t\"", &column("text")).is_err());
+        assert!(expire_statement("\"t\"", &column("integer")).is_err());
     }
 
     #[test]
