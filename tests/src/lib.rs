@@ -1352,6 +1352,11 @@ pub mod postgres {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// The rows `query` returns, a line each (`a|b|c`).
+    pub fn rows(query: &str) -> Vec<String> {
+        psql(query).lines().map(str::to_string).collect()
+    }
+
     /// Stops the server (cutting its sessions), keeping its data.
     pub fn stop() {
         services("stop-postgres");

@@ -8,7 +8,7 @@
 //! the column.
 
 use crate::serve::free_port;
-use sluice_tests::postgres::{psql, unique_table, url};
+use sluice_tests::postgres::{psql, rows, unique_table, url};
 use sluice_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -330,8 +330,10 @@ fn a_row_the_database_refuses_is_dead_lettered_and_the_rest_of_its_batch_written
         let table = unique_table("refused");
         let job = refused_row_job(mode, &table);
         job.run_to_end();
-        let ids = psql(&format!("SELECT id FROM \"{table}\" ORDER BY id"));
-        let ids: Vec<i64> = ids.lines().map(|l| l.parse().expect("id")).collect();
+        let ids: Vec<i64> = rows(&format!("SELECT id FROM \"{table}\" ORDER BY id"))
+            .iter()
+            .map(|l| l.parse().expect("id"))
+            .collect();
         let expected: Vec<i64> = (0..100).filter(|id| *id != 42).collect();
         assert_eq!(ids, expected, "{mode}: every row but the refused one");
         let dead = std::fs::read_to_string(job.dir.path().join("out/dead-letters.jsonl"))
@@ -430,11 +432,10 @@ path = "out/dead-letters.jsonl"
         );
         let job = Job::from_lines(&table, &lines, true, batch, &sinks);
         job.run_to_end();
-        let rows = psql(&format!(
-            "SELECT id, amount, v FROM \"{table}\" ORDER BY id"
-        ));
         assert_eq!(
-            rows.lines().collect::<Vec<_>>(),
+            rows(&format!(
+                "SELECT id, amount, v FROM \"{table}\" ORDER BY id"
+            )),
             ["2|20|1", "3|30|5", "4|40|2"],
             "{mode}, batches of {batch}"
         );
@@ -477,16 +478,14 @@ create = true
     job.run_to_end();
     job.run_to_end();
     assert_eq!(
-        psql(&format!("SELECT id, amount FROM \"{table}\" ORDER BY id"))
-            .lines()
-            .collect::<Vec<_>>(),
+        rows(&format!("SELECT id, amount FROM \"{table}\" ORDER BY id")),
         ["1|10", "3|30"]
     );
-    let rows = psql(&format!(
+    let dead = rows(&format!(
         "SELECT payload, payload_encoding, source_offset, operator, reason, late_arrival \
          FROM \"{dead_letters}\" ORDER BY source_offset"
     ));
-    let rows: Vec<Vec<&str>> = rows.lines().map(|line| line.split('|').collect()).collect();
+    let rows: Vec<Vec<&str>> = dead.iter().map(|line| line.split('|').collect()).collect();
     assert_eq!(rows.len(), 2, "one row per dead letter: {rows:?}");
     assert_eq!(rows[0][..3], ["not json at all", "utf8", "1"], "{rows:?}");
     assert_eq!(rows[1][..3], [lines[2].as_str(), "utf8", "2"], "{rows:?}");
@@ -547,9 +546,7 @@ path = "out/dead-letters.jsonl"
         let job = Job::from_lines(&table, &lines, true, 256, &sinks);
         job.run_to_end();
         assert_eq!(
-            psql(&format!("SELECT id FROM \"{table}\" ORDER BY id"))
-                .lines()
-                .collect::<Vec<_>>(),
+            rows(&format!("SELECT id FROM \"{table}\" ORDER BY id")),
             ["2", "4", "10"],
             "{mode}, by {column}: rows more than a day old are gone, written or found"
         );
