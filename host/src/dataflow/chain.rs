@@ -209,14 +209,22 @@ impl OperatorChain {
             StreamElement::DeadLetters(records) => self.write_dead_letters(records)?,
             StreamElement::Watermark(watermark) => {
                 for index in 0..self.operators.len() {
-                    let mut out = Collector::default();
-                    let operator = &mut self.operators[index];
-                    timed(operator.as_mut(), |op| op.on_watermark(watermark, &mut out))?;
+                    // An operator with much to fire emits it in pieces,
+                    // each passed on before the next is made.
+                    loop {
+                        let mut out = Collector::default();
+                        let operator = &mut self.operators[index];
+                        timed(operator.as_mut(), |op| op.on_watermark(watermark, &mut out))?;
+                        let more = operator.has_more_to_fire();
+                        self.route(index, out)?;
+                        if !more {
+                            break;
+                        }
+                    }
                     self.operators[index]
                         .metrics()
                         .watermark
                         .store(watermark, Ordering::Relaxed);
-                    self.route(index, out)?;
                 }
                 self.sinks.main.on_watermark(watermark)?;
                 self.metrics.watermark.store(watermark, Ordering::Relaxed);

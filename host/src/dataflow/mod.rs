@@ -301,6 +301,15 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// After [`Operator::on_watermark`]: whether more is due at that
+    /// watermark than the call emitted. The chain then passes on what it
+    /// emitted and calls it again with the same watermark, so that a
+    /// watermark firing a million windows never holds a million results
+    /// in memory. The default: everything is emitted at once.
+    fn has_more_to_fire(&self) -> bool {
+        false
+    }
+
     /// Called when a checkpoint barrier passes (operators snapshot here).
     fn on_barrier(
         &mut self,

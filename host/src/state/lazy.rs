@@ -149,6 +149,15 @@ impl StateStore for LazyStateStore {
         self.store()?.range(from, to)
     }
 
+    fn range_limit(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>, StateError> {
+        self.store()?.range_limit(from, to, limit)
+    }
+
     /// An unopened store is empty: nothing was ever written to it.
     fn usage(&self) -> Result<StateUsage, StateError> {
         match self.opened() {

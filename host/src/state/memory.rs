@@ -125,11 +125,21 @@ impl StateStore for MemoryStateStore {
     }
 
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
+        self.range_limit(from, to, usize::MAX)
+    }
+
+    fn range_limit(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>, StateError> {
         let entries = self.entries();
         Ok(entries
             .range(from.to_vec()..)
             .take_while(|(key, _)| to.is_none_or(|to| key.as_slice() < to))
             .filter_map(|(key, value)| self.live(value.clone()).map(|v| (key.clone(), v)))
+            .take(limit)
             .collect())
     }
 

@@ -113,6 +113,14 @@ pub trait StateStore: Send + Sync {
     /// Every live entry with `from <= key < to` (no upper bound if `to` is
     /// `None`), in key order.
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError>;
+    /// The first `limit` live entries with `from <= key < to`, in key
+    /// order: a range read in pieces (the window operator's timers).
+    fn range_limit(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>, StateError>;
     /// Every live entry whose key starts with `prefix`, in key order.
     fn scan(&self, prefix: &[u8]) -> Result<Vec<StateEntry>, StateError> {
         self.range(prefix, prefix_end(prefix).as_deref())

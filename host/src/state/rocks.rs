@@ -322,6 +322,15 @@ impl StateStore for RocksStateStore {
     }
 
     fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
+        self.range_limit(from, to, usize::MAX)
+    }
+
+    fn range_limit(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>, StateError> {
         let cf = self.cf()?;
         let mut read_options = rocksdb::ReadOptions::default();
         if let Some(to) = to {
@@ -335,6 +344,9 @@ impl StateStore for RocksStateStore {
             read_options,
             IteratorMode::From(from, Direction::Forward),
         ) {
+            if entries.len() >= limit {
+                break;
+            }
             let (key, value) = item.map_err(|e| self.error(e))?;
             if let Some(value) = self.live(value.into_vec()) {
                 entries.push((key.into_vec(), value));

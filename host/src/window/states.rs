@@ -14,12 +14,14 @@
 //! removed with a blind delete.
 //!
 //! With a built-in aggregate (and a store without a TTL), a window that is
-//! only in the store is not read back to add a batch's records: the batch
+//! not in memory is not read back to add a batch's records: the batch
 //! becomes a partial accumulator written as a merge operand
 //! ([`WindowStates::merge_into_store`], [`crate::state::merge`]), and the
 //! store folds it into the window's state when the window is read (it
-//! fires), flushed or compacted. New windows go to memory while the budget
-//! has room, to the store as operands otherwise.
+//! fires), flushed or compacted. New windows start that way too: nothing in
+//! memory says which windows the store holds (a million keys' worth of
+//! such bookkeeping was most of the heap, issue 44), and an operand needs
+//! no answer. A window comes into memory when it is read.
 //!
 //! What a batch does to windows kept in the store is combined in memory
 //! over a *mini-batch* (Flink's word for the same buffer in its SQL
@@ -49,7 +51,6 @@ use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::merge::{self, MergeKind};
 use crate::state::{StateError, StateStore, StateUsage, StateWrite};
 use foldhash::HashMap;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One key's window state: the accumulator and how many results it has
@@ -158,30 +159,83 @@ pub(crate) fn fold_window_state(
     Some(value)
 }
 
-/// Approximate memory of one window's state, for the cache's budget.
+/// Approximate memory of one window's state, for the cache's budget: what
+/// the process's resident memory grows by per cached window, measured
+/// (issue 44: 1 M windows of a count and a sum; the map entry, the key,
+/// the window list and the accumulator are a fraction of it, the
+/// allocator's pages and the store's write buffers the rest). 96 bytes
+/// made a 128 MiB budget hold ~520 MiB.
 fn window_bytes(key: &[u8], state: &WindowState) -> usize {
-    const OVERHEAD: usize = 96;
+    const OVERHEAD: usize = 400;
     OVERHEAD + key.len() + state.accumulator.len()
+}
+
+/// A key's windows in memory, in window order: a sorted list, as a key
+/// has few windows at a time (one tumbling window, `size / slide` sliding
+/// ones, a few sessions). A `BTreeMap` allocated a whole node (~600 bytes)
+/// for the single window most keys have.
+#[derive(Debug, Default)]
+struct WindowMap(Vec<(Window, WindowState)>);
+
+impl WindowMap {
+    fn find(&self, window: &Window) -> Result<usize, usize> {
+        self.0.binary_search_by(|(w, _)| w.cmp(window))
+    }
+
+    fn contains_key(&self, window: &Window) -> bool {
+        self.find(window).is_ok()
+    }
+
+    fn get_mut(&mut self, window: &Window) -> Option<&mut WindowState> {
+        let at = self.find(window).ok()?;
+        Some(&mut self.0[at].1)
+    }
+
+    fn insert(&mut self, window: Window, state: WindowState) {
+        match self.find(&window) {
+            Ok(at) => self.0[at].1 = state,
+            Err(at) => self.0.insert(at, (window, state)),
+        }
+    }
+
+    fn remove(&mut self, window: &Window) -> Option<WindowState> {
+        let at = self.find(window).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &Window> {
+        self.0.iter().map(|(window, _)| window)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Window, &WindowState)> {
+        self.0.iter().map(|(window, state)| (window, state))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&Window, &mut WindowState)> {
+        self.0.iter_mut().map(|(window, state)| (&*window, state))
+    }
 }
 
 /// The windows of one key held in memory.
 #[derive(Debug, Default)]
 struct CachedKey {
-    windows: BTreeMap<Window, WindowState>,
+    windows: WindowMap,
     /// The cache clock when the key was last used (for LRU eviction).
     last_used: u64,
+    /// Whether every window the key has is here (its windows in the store
+    /// were read: [`WindowStates::windows_of`]); eviction takes a key's
+    /// windows all at once.
+    complete: bool,
     /// Approximate memory of the windows.
     bytes: usize,
-}
-
-/// A window found in the store at start-up.
-pub(super) struct RestoredWindow {
-    /// Its key.
-    pub(super) key: Vec<u8>,
-    /// The window.
-    pub(super) window: Window,
-    /// Results it had emitted (0: it has not fired yet).
-    pub(super) emitted: u64,
 }
 
 /// The window states of one operator instance (see the module docs).
@@ -197,9 +251,6 @@ pub(super) struct WindowStates {
     cached_bytes: usize,
     /// Advanced by [`WindowStates::tick`]: the LRU clock.
     clock: u64,
-    /// Per key, how many of its windows are only in the store (evicted, or
-    /// found there at start-up).
-    stored_only: HashMap<Vec<u8>, usize>,
     /// How the store folds partial accumulators into a window's state, if
     /// it can for this aggregate (see [`Self::merge_into_store`]).
     merge: Option<MergeKind>,
@@ -254,32 +305,36 @@ impl WindowStates {
             cache: HashMap::default(),
             cached_bytes: 0,
             clock: 0,
-            stored_only: HashMap::default(),
         }
     }
 
-    /// The windows the store holds for the key groups `groups` (left there
-    /// by an earlier run on the same state directory). Their states stay in
-    /// the store until needed.
-    pub(super) fn restore(
+    /// Every window the store holds for the key groups `groups`, with the
+    /// results it emitted: state written before timers were kept in the
+    /// store (their timers are set from it, once). A full scan.
+    pub(super) fn stored_windows(
         &mut self,
         groups: KeyGroupRange,
-    ) -> Result<Vec<RestoredWindow>, StateError> {
-        let mut restored = Vec::new();
+    ) -> Result<Vec<(Vec<u8>, Window, u64)>, StateError> {
+        let mut windows = Vec::new();
         for (full, value) in self.store.range_of_key_groups(groups)? {
-            let (Some((key, window)), Some(state)) =
+            if let (Some((key, window)), Some(state)) =
                 (parse_store_key(&full), decode_state(self.encoding, &value))
-            else {
-                continue;
-            };
-            *self.stored_only.entry(key.to_vec()).or_default() += 1;
-            restored.push(RestoredWindow {
-                key: key.to_vec(),
-                window,
-                emitted: state.emitted,
-            });
+            {
+                windows.push((key.to_vec(), window, state.emitted));
+            }
         }
-        Ok(restored)
+        Ok(windows)
+    }
+
+    /// Whether the store holds anything for the key groups `groups` (one
+    /// seek).
+    pub(super) fn holds_any(&self, groups: KeyGroupRange) -> Result<bool, StateError> {
+        let first = self.store.range_limit(
+            &groups.start.to_be_bytes(),
+            Some(&groups.end.to_be_bytes()),
+            1,
+        )?;
+        Ok(!first.is_empty())
     }
 
     /// Advances the LRU clock (once per batch and per watermark).
@@ -295,9 +350,6 @@ impl WindowStates {
             if cached.windows.contains_key(&window) {
                 return Ok(true);
             }
-        }
-        if !self.stored_only.contains_key(key) {
-            return Ok(false);
         }
         self.write_merges()?;
         let stored = self
@@ -316,6 +368,31 @@ impl WindowStates {
         }
     }
 
+    /// The state of `key`'s `window` if it is only in the store, read
+    /// without keeping it in memory (a window that fires and is dropped at
+    /// once: reading it into the cache would only evict others). `None`:
+    /// it is in memory, or has no state.
+    pub(super) fn read_stored(
+        &mut self,
+        key: &[u8],
+        window: Window,
+    ) -> Result<Option<WindowState>, StateError> {
+        let cached = self
+            .cache
+            .get(key)
+            .is_some_and(|cached| cached.windows.contains_key(&window));
+        if cached {
+            return Ok(None);
+        }
+        self.write_merges()?;
+        let stored = self
+            .store
+            .get(&store_key(self.max_parallelism, key, &window))?;
+        Ok(stored
+            .as_deref()
+            .and_then(|value| decode_state(self.encoding, value)))
+    }
+
     /// Reads the windows of `wanted` that are only in the store back into
     /// memory, with one batched lookup (a batch's windows, before they are
     /// added to; [`Self::contains`] would read them one by one).
@@ -329,7 +406,7 @@ impl WindowStates {
                 .cache
                 .get(key)
                 .is_some_and(|cached| cached.windows.contains_key(&window));
-            if !cached && self.stored_only.contains_key(key) {
+            if !cached {
                 missing.push((key, window));
             }
         }
@@ -403,11 +480,47 @@ impl WindowStates {
         self.merge.is_some()
     }
 
-    /// Whether the memory budget has room for another window (a new window
-    /// goes into memory then, and to the store as a merge operand
-    /// otherwise).
+    /// Whether the memory budget has room for another window.
     pub(super) fn has_room(&self) -> bool {
         self.cached_bytes < self.budget
+    }
+
+    /// Of `wanted` windows, those that are nowhere: not in memory, not in
+    /// the mini-batch, not in the store (one batched lookup, which reads
+    /// nothing into memory). A new window among them can go to memory
+    /// without hiding a stored one.
+    pub(super) fn absent<'k>(
+        &self,
+        wanted: impl IntoIterator<Item = (&'k [u8], Window)>,
+    ) -> Result<foldhash::HashSet<(&'k [u8], Window)>, StateError> {
+        let unknown: Vec<(&'k [u8], Window)> = wanted
+            .into_iter()
+            .filter(|(key, window)| {
+                let cached = self
+                    .cache
+                    .get(*key)
+                    .is_some_and(|cached| cached.windows.contains_key(window));
+                let partial = self
+                    .partials
+                    .get(*key)
+                    .is_some_and(|windows| windows.iter().any(|(w, _)| w == window));
+                !cached && !partial
+            })
+            .collect();
+        if unknown.is_empty() {
+            return Ok(Default::default());
+        }
+        let store_keys: Vec<Vec<u8>> = unknown
+            .iter()
+            .map(|(key, window)| store_key(self.max_parallelism, key, window))
+            .collect();
+        let found = self.store.multi_get(&store_keys)?;
+        Ok(unknown
+            .into_iter()
+            .zip(found)
+            .filter(|(_, found)| found.is_none())
+            .map(|(wanted, _)| wanted)
+            .collect())
     }
 
     /// The partial accumulator of `key`'s `window` waiting in the
@@ -423,17 +536,10 @@ impl WindowStates {
     /// Folds `partial`, an accumulator of records added to `key`'s
     /// `window`, into the window's state in the store, without
     /// reading it: it waits in the mini-batch and is written as a merge
-    /// operand by [`Self::write_merges`]. `new`: the window has no state
-    /// yet (it is then only in the store). Only for windows not in memory,
+    /// operand by [`Self::write_merges`]. Only for windows not in memory,
     /// where [`Self::merges`], after [`Self::take_partial`] took the
     /// window's earlier partial.
-    pub(super) fn merge_into_store(
-        &mut self,
-        key: &[u8],
-        window: Window,
-        partial: Vec<u8>,
-        new: bool,
-    ) {
+    pub(super) fn merge_into_store(&mut self, key: &[u8], window: Window, partial: Vec<u8>) {
         if self.merge.is_none() {
             return;
         }
@@ -444,11 +550,9 @@ impl WindowStates {
             }
         }
         self.partial_windows += 1;
-        if new {
-            *self.stored_only.entry(key.to_vec()).or_default() += 1;
-        }
         if let Some(cached) = self.cache.get_mut(key) {
             cached.last_used = self.clock;
+            cached.complete = false;
         }
     }
 
@@ -510,9 +614,11 @@ impl WindowStates {
         Some(std::mem::take(&mut state.accumulator))
     }
 
-    /// Every window of `key` (all read into memory).
+    /// Every window of `key` (all read into memory: one prefix scan, unless
+    /// the key's windows were all read since it was last evicted).
     pub(super) fn windows_of(&mut self, key: &[u8]) -> Result<Vec<Window>, StateError> {
-        if self.stored_only.remove(key).is_some() {
+        let complete = self.cache.get(key).is_some_and(|cached| cached.complete);
+        if !complete {
             self.write_merges()?;
             let prefix = store_key_prefix(self.max_parallelism, key);
             for (full, value) in self.store.scan(&prefix)? {
@@ -531,6 +637,7 @@ impl WindowStates {
         }
         Ok(match self.cache.get_mut(key) {
             Some(cached) => {
+                cached.complete = true;
                 cached.last_used = self.clock;
                 cached.windows.keys().copied().collect()
             }
@@ -552,20 +659,6 @@ impl WindowStates {
     /// counts it in `state_cache_loads`).
     fn insert_loaded(&mut self, key: &[u8], window: Window, state: WindowState) {
         self.insert(key, window, state);
-        self.unmark_stored_only(key);
-    }
-
-    /// Counts one of `key`'s windows as no longer only in the store;
-    /// whether it was.
-    fn unmark_stored_only(&mut self, key: &[u8]) -> bool {
-        let Some(count) = self.stored_only.get_mut(key) else {
-            return false;
-        };
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            self.stored_only.remove(key);
-        }
-        true
     }
 
     /// Replaces the accumulator of `key`'s `window` (in memory; its
@@ -615,8 +708,9 @@ impl WindowStates {
         };
         let stored = match &state {
             Some(state) => state.persisted,
-            // Not in memory: only in the store, if anywhere.
-            None => self.unmark_stored_only(key),
+            // Not in memory: only in the store, if anywhere (a blind
+            // delete costs no read).
+            None => true,
         };
         if stored {
             self.write_merges()?;
@@ -654,7 +748,7 @@ impl WindowStates {
             let Some(cached) = self.cache.remove(&key) else {
                 continue;
             };
-            for (window, state) in &cached.windows {
+            for (window, state) in cached.windows.iter() {
                 if state.dirty {
                     writes.push(StateWrite::Put(
                         store_key(self.max_parallelism, &key, window),
@@ -664,7 +758,6 @@ impl WindowStates {
             }
             self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
             evicted += cached.windows.len() as u64;
-            *self.stored_only.entry(key).or_default() += cached.windows.len();
         }
         if evicted > 0 {
             self.metrics

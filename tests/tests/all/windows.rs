@@ -488,7 +488,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
             result(0, Window { start: 0, end: 22 }, &[1, 2, 4], 0),
         ]
     );
-    assert!(second.metrics().plugin_counters.lock().unwrap()["windows_restored"] >= 2);
+    assert!(second.metrics().plugin_counters.lock().unwrap()["timer_queues_restored"] >= 2);
 }
 
 #[test]
@@ -1570,7 +1570,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         }
         second.on_watermark(i64::MAX, &mut out).unwrap();
         let counters = second.metrics().plugin_counters.lock().unwrap().clone();
-        assert!(counters["windows_restored"] > 0, "{counters:?}");
+        assert!(counters["timer_queues_restored"] > 0, "{counters:?}");
         merges += counters.get("state_merges").copied().unwrap_or(0);
         loads += counters.get("state_cache_loads").copied().unwrap_or(0);
         let case =
@@ -1716,4 +1716,61 @@ path = "{output}"
         error.contains("pipeline.toml") && error.contains("state_mini_batch_records"),
         "{error}"
     );
+}
+
+/// A watermark that fires more windows than one call of `on_watermark`
+/// emits: the rest come from the next calls at the same watermark (the
+/// chain calls again while `has_more_to_fire`), each window once, in the
+/// order of time and key, on RocksDB with a cache too small for them (most
+/// are read back from the store as they fire).
+#[test]
+fn a_watermark_firing_many_windows_emits_them_in_pieces_in_order() {
+    let backend = RocksStateBackend::temporary(MERGE_FOLDS).unwrap();
+    let spec = WindowSpec::Tumbling { size: 10 };
+    let mut operator = window_operator(spec, 0, &backend, Memory::cache(64 << 10));
+    // 40 keys x 300 windows, in one batch: nothing fires before the end.
+    let events: Vec<Event> = (0..12_000i64)
+        .map(|i| Event {
+            key: (i % 40) as u8,
+            time: (i / 40) * 10,
+            value: i,
+        })
+        .collect();
+    let mut out = Collector::default();
+    let batch = events
+        .iter()
+        .enumerate()
+        .map(|(offset, event)| record(event, offset as i64))
+        .collect();
+    operator.process_batch(batch, &mut out).unwrap();
+    assert!(out.main.is_empty());
+    let mut pieces = Vec::new();
+    loop {
+        let mut piece = Collector::default();
+        operator.on_watermark(i64::MAX, &mut piece).unwrap();
+        pieces.push(piece.main.len());
+        out.main.extend(piece.main);
+        if !operator.has_more_to_fire() {
+            break;
+        }
+    }
+    assert!(
+        pieces.len() >= 3 && pieces.iter().all(|&n| n <= 4096),
+        "{pieces:?}"
+    );
+    // By window end, then key as the operator orders keys ("k1" < "k10").
+    let mut expected: BTreeMap<(i64, String), (Window, Vec<i64>, u8)> = BTreeMap::new();
+    for event in &events {
+        let window = spec.assign(event.time)[0];
+        expected
+            .entry((window.end, format!("k{}", event.key)))
+            .or_insert((window, Vec::new(), event.key))
+            .1
+            .push(event.value);
+    }
+    let expected: Vec<WindowResult> = expected
+        .into_values()
+        .map(|(window, values, key)| result(key, window, &values, 0))
+        .collect();
+    assert_eq!(outcome(out).results, expected);
 }

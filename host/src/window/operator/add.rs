@@ -11,6 +11,7 @@ use crate::record::Record;
 use crate::window::Window;
 use crate::window::aggregate::GroupAdd;
 use crate::window::states::WindowState;
+use crate::window::timers::TimerKind;
 use sluice_json::fields::FieldValue;
 use std::collections::BTreeMap;
 
@@ -22,10 +23,8 @@ enum AddTarget {
     /// To a new window's accumulator, put in memory.
     NewInMemory,
     /// To a partial accumulator folded into the window's state in the
-    /// store (a merge operand): the window is not in memory; `new`: it has
-    /// no state yet; `buffered`: the partial already held records of
-    /// earlier batches of the mini-batch.
-    Store { new: bool, buffered: bool },
+    /// store (a merge operand): the window is not in memory.
+    Store,
 }
 
 impl WindowOperator {
@@ -118,61 +117,59 @@ impl WindowOperator {
         let mut adds = Vec::with_capacity(groups.len());
         let mut targets = Vec::with_capacity(groups.len());
         let mut previous_lens = Vec::with_capacity(groups.len());
+        // Windows in memory or in the mini-batch first; the others are
+        // looked up together below.
+        let mut taken: Vec<Option<(Vec<u8>, AddTarget)>> = Vec::with_capacity(groups.len());
         for group in &groups {
-            let (accumulator, target) = if merges {
-                // A window not in memory that already has state, or a new
-                // one when memory is full, takes a partial accumulator
-                // folded in by the store; the others are added to in
-                // memory.
-                // (A partial in the mini-batch answers "has state" without
-                // a look at the timers.)
-                let cached = self.states.take_cached_accumulator(group.key, group.window);
-                let partial = match cached {
-                    Some(_) => None,
-                    None => self.states.take_partial(group.key, group.window),
-                };
-                match (cached, partial) {
-                    (Some(accumulator), _) => (accumulator, AddTarget::Cached),
-                    (None, Some(partial)) => (
-                        partial,
-                        AddTarget::Store {
-                            new: false,
-                            buffered: true,
-                        },
-                    ),
-                    (None, None) if self.has_window(group.key, group.window) => (
-                        self.empty_accumulator()?,
-                        AddTarget::Store {
-                            new: false,
-                            buffered: false,
-                        },
-                    ),
-                    (None, None) if !self.states.has_room() => {
-                        self.set_timers(group.key, group.window);
-                        (
-                            self.empty_accumulator()?,
-                            AddTarget::Store {
-                                new: true,
-                                buffered: false,
-                            },
-                        )
-                    }
-                    (None, None) => (
-                        self.new_window(group.key, group.window)?,
-                        AddTarget::NewInMemory,
-                    ),
+            taken.push(if merges {
+                match self.states.take_cached_accumulator(group.key, group.window) {
+                    Some(accumulator) => Some((accumulator, AddTarget::Cached)),
+                    None => self
+                        .states
+                        .take_partial(group.key, group.window)
+                        .map(|partial| (partial, AddTarget::Store)),
                 }
             } else {
-                let taken = self
+                let found = self
                     .states
                     .take_accumulator(group.key, group.window)
                     .map_err(|e| self.state_error(e))?;
-                match taken {
-                    Some(accumulator) => (accumulator, AddTarget::Cached),
-                    None => (
-                        self.new_window(group.key, group.window)?,
-                        AddTarget::NewInMemory,
-                    ),
+                found.map(|accumulator| (accumulator, AddTarget::Cached))
+            });
+        }
+        // While memory has room, new windows go there: one batched lookup
+        // tells them from windows the store holds (without reading those
+        // into memory). Past the budget nothing is looked up: any other
+        // window takes a partial accumulator folded in by the store (one
+        // per mini-batch), without a read, and, as it may be new, has its
+        // timers set (setting a timer twice is harmless).
+        let unknown = groups
+            .iter()
+            .zip(&taken)
+            .filter(|(_, taken)| taken.is_none())
+            .map(|(group, _)| (group.key, group.window));
+        let room = !merges || self.states.has_room();
+        let absent = match merges && room {
+            true => self
+                .states
+                .absent(unknown)
+                .map_err(|e| self.state_error(e))?,
+            false => Default::default(),
+        };
+        for (group, taken) in groups.iter().zip(taken) {
+            let (accumulator, target) = match taken {
+                Some(taken) => taken,
+                // Not in the store either (without merges, `take_accumulator`
+                // looked).
+                None if !merges || absent.contains(&(group.key, group.window)) => (
+                    self.new_window(group.key, group.window)?,
+                    AddTarget::NewInMemory,
+                ),
+                None => {
+                    if !room {
+                        self.set_timers(group.key, group.window);
+                    }
+                    (self.empty_accumulator()?, AddTarget::Store)
                 }
             };
             targets.push(target);
@@ -201,22 +198,13 @@ impl WindowOperator {
             }
             match (target, accepted) {
                 // Every record was rejected: a new window never had any
-                // content. It has timers and no state; removing a state
-                // it does not have would count one of the key's stored
-                // windows as gone.
-                (AddTarget::NewInMemory | AddTarget::Store { new: true, .. }, 0) => {
-                    self.forget_timers(key, window)
-                }
-                (
-                    AddTarget::Store {
-                        new: false,
-                        buffered: false,
-                    },
-                    0,
-                ) => {}
-                (AddTarget::Store { new, .. }, _) => {
-                    self.states
-                        .merge_into_store(key, window, add.accumulator, new);
+                // content. It has timers and no state.
+                (AddTarget::NewInMemory, 0) => self.forget_timers(key, window),
+                // A window in the store (or not: its timers then find no
+                // state, which is harmless) takes no partial.
+                (AddTarget::Store, 0) => {}
+                (AddTarget::Store, _) => {
+                    self.states.merge_into_store(key, window, add.accumulator);
                 }
                 (AddTarget::NewInMemory, _) => {
                     self.states
@@ -280,8 +268,8 @@ impl WindowOperator {
         if emitted > 0 {
             // A session that had fired became a new (larger) window: it is
             // no longer waiting to fire for the first time.
-            self.fire_timers
-                .remove(&(merged.max_timestamp(), key.to_vec(), merged));
+            self.timers
+                .remove(TimerKind::Fire, key, &merged, merged.max_timestamp());
         }
         self.add_to_window(key, merged, &[record], rejected, &[index], out)?;
         Ok(true)

@@ -14,7 +14,8 @@ use crate::window::aggregate::{AggregateError, Aggregator};
 use crate::window::key::{
     typed_key_bytes, typed_key_json, typed_key_record_bytes, write_typed_key,
 };
-use crate::window::states::{RestoredWindow, WindowState, WindowStates};
+use crate::window::states::{WindowState, WindowStates};
+use crate::window::timers::{TimerKind, Timers};
 use crate::window::{Window, WindowSpec};
 use serde::{Deserialize, Serialize};
 use sluice_json::fields::{FieldPath, FieldValue, extract, extract_into};
@@ -57,6 +58,10 @@ pub struct WindowOperatorOptions {
     /// past what waits; see `super::states`.
     pub mini_batch_records: usize,
 }
+
+/// Windows fired (or dropped) by one call of `on_watermark`: the results
+/// of a watermark that fires more are passed on in pieces of this many.
+const FIRE_CHUNK: usize = 4096;
 
 /// Default [`WindowOperatorOptions::mini_batch_records`]: 16 batches of
 /// the default size.
@@ -159,8 +164,8 @@ enum Unusable {
 /// states of recently used keys are also kept in memory, up to
 /// [`WindowOperatorOptions::cache_bytes`], and written back at each
 /// checkpoint barrier and when a key is evicted. Timers (when a window fires
-/// and when its state is dropped) are kept in memory; at start-up they are
-/// rebuilt from the windows found in the store.
+/// and when its state is dropped) are kept in the store too
+/// ([`crate::window::timers`]): at start-up, nothing is rebuilt.
 pub struct WindowOperator {
     options: WindowOperatorOptions,
     key_path: Option<FieldPath>,
@@ -178,10 +183,11 @@ pub struct WindowOperator {
     watermark: i64,
     /// Window states: in the store, recently used ones also in memory.
     states: WindowStates,
-    /// Windows not fired yet, by the time the watermark must pass.
-    fire_timers: BTreeSet<(i64, Vec<u8>, Window)>,
-    /// Windows with state, by the time their state is dropped.
-    cleanup_timers: BTreeSet<(i64, Vec<u8>, Window)>,
+    /// When windows fire and when their states are dropped.
+    timers: Timers,
+    /// Whether the last watermark has windows left to fire or drop (at
+    /// most [`FIRE_CHUNK`] per call of `on_watermark`).
+    more_to_fire: bool,
     /// Where swaps of the aggregate plugin come from.
     swap: Option<SwapPort>,
     /// The JSON fields the aggregate plugin (as loaded) reads on the
@@ -198,6 +204,7 @@ impl WindowOperator {
         store: Arc<dyn StateStore>,
         metrics: Arc<OperatorMetrics>,
     ) -> Result<Self, StateError> {
+        let store_for_timers = store.clone();
         let states = WindowStates::new(
             store,
             metrics.clone(),
@@ -214,6 +221,11 @@ impl WindowOperator {
             .cloned()
             .collect();
         let projects_fields = aggregator.projects_fields();
+        let timers = Timers::new(
+            store_for_timers,
+            options.max_parallelism,
+            options.key_groups,
+        );
         let mut operator = WindowOperator {
             key_path,
             record_fields,
@@ -225,8 +237,8 @@ impl WindowOperator {
             metrics,
             watermark: i64::MIN,
             states,
-            fire_timers: BTreeSet::new(),
-            cleanup_timers: BTreeSet::new(),
+            timers,
+            more_to_fire: false,
             swap: None,
             projects_fields,
         };
@@ -240,28 +252,37 @@ impl WindowOperator {
         self
     }
 
-    /// Rebuilds the timers of the windows the store holds for this
-    /// instance's key groups (left there by an earlier run on the same
-    /// state directory). Their states are read when first needed.
+    /// Finds the timers the store holds for this instance's key groups
+    /// (left there by an earlier run on the same state directory): the
+    /// earliest of each key group, one seek each. Window states are read
+    /// when first needed.
     fn restore(&mut self) -> Result<(), StateError> {
-        let restored = self.states.restore(self.options.key_groups)?;
-        for RestoredWindow {
-            key,
-            window,
-            emitted,
-        } in &restored
-        {
-            if *emitted == 0 {
-                self.fire_timers
-                    .insert((window.max_timestamp(), key.clone(), *window));
-            }
-            self.cleanup_timers
-                .insert((self.cleanup_time(window), key.clone(), *window));
-        }
-        let restored = restored.len();
-        if restored > 0 {
+        let queues = self.timers.restore()?;
+        if queues > 0 {
             self.metrics
-                .add_plugin_counter("windows_restored", restored as u64);
+                .add_plugin_counter("timer_queues_restored", queues as u64);
+        } else if self.states.holds_any(self.options.key_groups)? {
+            // Windows without timers: state of a version that kept timers
+            // in memory. Their timers are set once, from a scan.
+            let windows = self.states.stored_windows(self.options.key_groups)?;
+            tracing::info!(
+                operator = %self.options.name,
+                windows = windows.len(),
+                "window state without timers (written by an earlier version): setting its timers"
+            );
+            for (key, window, emitted) in &windows {
+                match emitted {
+                    0 => self.set_timers(key, *window),
+                    // Fired already: only its cleanup is due.
+                    _ => {
+                        let cleanup = self.cleanup_time(window);
+                        self.timers.set(TimerKind::Cleanup, key, window, cleanup);
+                    }
+                }
+            }
+            self.timers.flush()?;
+            self.metrics
+                .add_plugin_counter("windows_given_timers", windows.len() as u64);
         }
         Ok(())
     }
@@ -391,32 +412,32 @@ impl WindowOperator {
             .map_err(|e| self.aggregate_error(e))
     }
 
-    /// Whether `key`'s `window` has state (in memory or in the store): it
-    /// has a cleanup timer.
-    fn has_window(&self, key: &[u8], window: Window) -> bool {
-        self.cleanup_timers
-            .contains(&(self.cleanup_time(&window), key.to_vec(), window))
-    }
-
-    /// Sets the timers of `key`'s new `window` (every window with state
-    /// has a cleanup timer, also those only in the store: [`Self::restore`]).
+    /// Sets the timers of `key`'s `window` (every window with state has
+    /// a cleanup timer). Setting them again is harmless: a timer is a key
+    /// of the store.
     fn set_timers(&mut self, key: &[u8], window: Window) {
         // A window already behind the watermark is fired by its records as
         // they come (see `add_to_window`), not by a timer.
-        if window.max_timestamp() > self.watermark {
-            self.fire_timers
-                .insert((window.max_timestamp(), key.to_vec(), window));
+        let fires = window.max_timestamp() > self.watermark;
+        if fires {
+            self.timers
+                .set(TimerKind::Fire, key, &window, window.max_timestamp());
         }
-        self.cleanup_timers
-            .insert((self.cleanup_time(&window), key.to_vec(), window));
+        // Without allowed lateness a window is dropped as it fires: its
+        // fire timer is its cleanup timer too (one timer write, not two).
+        if !fires || self.options.allowed_lateness > 0 {
+            let cleanup = self.cleanup_time(&window);
+            self.timers.set(TimerKind::Cleanup, key, &window, cleanup);
+        }
     }
 
     /// Removes the timers of `key`'s `window`.
     fn forget_timers(&mut self, key: &[u8], window: Window) {
-        self.fire_timers
-            .remove(&(window.max_timestamp(), key.to_vec(), window));
-        self.cleanup_timers
-            .remove(&(self.cleanup_time(&window), key.to_vec(), window));
+        self.timers
+            .remove(TimerKind::Fire, key, &window, window.max_timestamp());
+        let cleanup = self.cleanup_time(&window);
+        self.timers
+            .remove(TimerKind::Cleanup, key, &window, cleanup);
     }
 
     /// Removes `key`'s `window` (state, timers, stored copy).
@@ -438,15 +459,27 @@ impl WindowOperator {
         window: Window,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
+        // A window in the store that is dropped at this watermark too
+        // (no allowed lateness left) is read without going through memory.
+        let stored = match self.cleanup_time(&window) <= self.watermark {
+            true => self
+                .states
+                .read_stored(key, window)
+                .map_err(|e| self.state_error(e))?,
+            false => None,
+        };
         let name = &self.options.name;
-        let (seq, finished) = match self.states.get_mut(key, window) {
-            Ok(Some(state)) => {
-                let seq = state.emitted;
-                state.emitted += 1;
-                (seq, self.aggregator.finish(&state.accumulator))
-            }
-            Ok(None) => return Ok(()),
-            Err(error) => return Err(DataflowError::operator(name, error)),
+        let (seq, finished) = match stored {
+            Some(state) => (state.emitted, self.aggregator.finish(&state.accumulator)),
+            None => match self.states.get_mut(key, window) {
+                Ok(Some(state)) => {
+                    let seq = state.emitted;
+                    state.emitted += 1;
+                    (seq, self.aggregator.finish(&state.accumulator))
+                }
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(DataflowError::operator(name, error)),
+            },
         };
         let (key_json, record_key) = match self.key_path {
             Some(_) => (typed_key_json(key), typed_key_record_bytes(key)),
@@ -518,8 +551,10 @@ impl WindowOperator {
         );
     }
 
-    /// Writes changed window states to the store and measures it.
+    /// Writes timers and changed window states to the store and measures
+    /// it.
     fn write_back(&mut self) -> Result<(), DataflowError> {
+        self.timers.flush().map_err(|e| self.state_error(e))?;
         let usage = self.states.write_back().map_err(|e| self.state_error(e))?;
         self.metrics.set_state_usage(usage);
         Ok(())
@@ -700,29 +735,62 @@ impl Operator for WindowOperator {
         }
         self.states
             .end_batch(records)
-            .map_err(|e| self.state_error(e))
+            .map_err(|e| self.state_error(e))?;
+        self.timers.flush().map_err(|e| self.state_error(e))
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), DataflowError> {
-        if watermark <= self.watermark {
+        let continuing = self.more_to_fire && watermark == self.watermark;
+        if watermark <= self.watermark && !continuing {
             return Ok(());
         }
         self.watermark = watermark;
+        self.more_to_fire = false;
         self.states.tick();
-        while let Some((time, key, window)) = self.fire_timers.first().cloned() {
-            if time > watermark {
-                break;
-            }
-            self.fire_timers.pop_first();
+        let mut fired = 0;
+        while let Some((_, key, window)) = self
+            .timers
+            .next_due(TimerKind::Fire, watermark)
+            .map_err(|e| self.state_error(e))?
+        {
             self.fire(&key, window, out)?;
-        }
-        while let Some((time, key, window)) = self.cleanup_timers.first().cloned() {
-            if time > watermark {
+            if self.options.allowed_lateness == 0 {
+                // Its fire timer was its cleanup timer (`set_timers`).
+                self.states
+                    .remove(&key, window)
+                    .map_err(|e| self.state_error(e))?;
+            }
+            fired += 1;
+            if fired == FIRE_CHUNK {
+                // The rest after these are passed on (`has_more_to_fire`).
+                self.more_to_fire = true;
                 break;
             }
-            self.drop_window(&key, window)?;
         }
-        self.states.end_batch(0).map_err(|e| self.state_error(e))
+        if !self.more_to_fire {
+            while let Some((_, key, window)) = self
+                .timers
+                .next_due(TimerKind::Cleanup, watermark)
+                .map_err(|e| self.state_error(e))?
+            {
+                // Its fire timer has gone off (or was never set) and its
+                // cleanup timer is going: only the state is left.
+                self.states
+                    .remove(&key, window)
+                    .map_err(|e| self.state_error(e))?;
+                fired += 1;
+                if fired == FIRE_CHUNK {
+                    self.more_to_fire = true;
+                    break;
+                }
+            }
+        }
+        self.states.end_batch(0).map_err(|e| self.state_error(e))?;
+        self.timers.flush().map_err(|e| self.state_error(e))
+    }
+
+    fn has_more_to_fire(&self) -> bool {
+        self.more_to_fire
     }
 
     fn on_barrier(
