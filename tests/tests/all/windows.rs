@@ -1774,3 +1774,55 @@ fn a_watermark_firing_many_windows_emits_them_in_pieces_in_order() {
         .collect();
     assert_eq!(outcome(out).results, expected);
 }
+
+/// State written before timers were kept in the store (windows without
+/// timer keys) gets its timers from one scan at the first restore, and its
+/// windows fire as if nothing had changed.
+#[test]
+fn windows_stored_without_timers_get_them_at_restore_and_fire() {
+    let backend = MemoryStateBackend::new(MERGE_FOLDS);
+    let spec = WindowSpec::Tumbling { size: 10 };
+    let events: Vec<Event> = (0..50i64)
+        .map(|i| Event {
+            key: (i % 5) as u8,
+            time: i,
+            value: i,
+        })
+        .collect();
+    let mut out = Collector::default();
+    {
+        let mut first = window_operator(spec, 0, &backend, Memory::cache(0));
+        let batch = events
+            .iter()
+            .enumerate()
+            .map(|(offset, event)| record(event, offset as i64))
+            .collect();
+        first.process_batch(batch, &mut out).unwrap();
+        checkpoint(&mut first, &mut out);
+    }
+    // Timer keys have 0xFFFFFFFF where a window's key has its length.
+    let store = backend
+        .open(&OperatorScope::new("t", "p", "window"), None)
+        .unwrap();
+    let timers: Vec<Vec<u8>> = store
+        .range(&[], None)
+        .unwrap()
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.get(2..6) == Some(&[0xFF; 4][..]))
+        .collect();
+    assert!(!timers.is_empty());
+    for key in timers {
+        store.delete(&key).unwrap();
+    }
+    let mut second = window_operator(spec, 0, &backend, Memory::cache(0));
+    second.on_watermark(i64::MAX, &mut out).unwrap();
+    let counters = second.metrics().plugin_counters.lock().unwrap().clone();
+    assert_eq!(counters["windows_given_timers"], 25, "{counters:?}");
+    let order = |r: &WindowResult| (r.window_start, r.key.to_string());
+    let mut results = outcome(out).results;
+    results.sort_by_key(order);
+    let mut expected = model(&events, spec, 1_000, 0).results;
+    expected.sort_by_key(order);
+    assert_eq!(results, expected);
+}
