@@ -747,42 +747,35 @@ impl Operator for WindowOperator {
         self.watermark = watermark;
         self.more_to_fire = false;
         self.states.tick();
-        let mut fired = 0;
-        while let Some((_, key, window)) = self
-            .timers
-            .next_due(TimerKind::Fire, watermark)
-            .map_err(|e| self.state_error(e))?
-        {
-            self.fire(&key, window, out)?;
-            if self.options.allowed_lateness == 0 {
-                // Its fire timer was its cleanup timer (`set_timers`).
-                self.states
-                    .remove(&key, window)
+        // Fire timers first, then cleanup timers; at most FIRE_CHUNK
+        // windows a call (the rest after these are passed on:
+        // `has_more_to_fire`).
+        let mut handled = 0;
+        for kind in [TimerKind::Fire, TimerKind::Cleanup] {
+            while handled < FIRE_CHUNK {
+                let due = self
+                    .timers
+                    .next_due(kind, watermark)
                     .map_err(|e| self.state_error(e))?;
+                let Some((_, key, window)) = due else {
+                    break;
+                };
+                if kind == TimerKind::Fire {
+                    self.fire(&key, window, out)?;
+                }
+                // A cleanup timer drops the state; so does a fire timer
+                // without allowed lateness (it was the cleanup timer too:
+                // `set_timers`).
+                if kind == TimerKind::Cleanup || self.options.allowed_lateness == 0 {
+                    self.states
+                        .remove(&key, window)
+                        .map_err(|e| self.state_error(e))?;
+                }
+                handled += 1;
             }
-            fired += 1;
-            if fired == FIRE_CHUNK {
-                // The rest after these are passed on (`has_more_to_fire`).
+            if handled == FIRE_CHUNK {
                 self.more_to_fire = true;
                 break;
-            }
-        }
-        if !self.more_to_fire {
-            while let Some((_, key, window)) = self
-                .timers
-                .next_due(TimerKind::Cleanup, watermark)
-                .map_err(|e| self.state_error(e))?
-            {
-                // Its fire timer has gone off (or was never set) and its
-                // cleanup timer is going: only the state is left.
-                self.states
-                    .remove(&key, window)
-                    .map_err(|e| self.state_error(e))?;
-                fired += 1;
-                if fired == FIRE_CHUNK {
-                    self.more_to_fire = true;
-                    break;
-                }
             }
         }
         self.states.end_batch(0).map_err(|e| self.state_error(e))?;
