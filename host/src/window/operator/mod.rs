@@ -165,7 +165,7 @@ enum Unusable {
 /// [`WindowOperatorOptions::cache_bytes`], and written back at each
 /// checkpoint barrier and when a key is evicted. Timers (when a window fires
 /// and when its state is dropped) are kept in the store too
-/// ([`crate::window::timers`]): at start-up, nothing is rebuilt.
+/// (ADR 0022): at start-up, nothing is rebuilt.
 pub struct WindowOperator {
     options: WindowOperatorOptions,
     key_path: Option<FieldPath>,
