@@ -39,7 +39,8 @@ fn value(i: u64, version: u64) -> Vec<u8> {
 /// The 1 M-key state: one row per checkpoint.
 fn large_state() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let backend = RocksStateBackend::open(&dir.path().join("db"), MERGE_FOLDS).expect("RocksDB");
+    let backend = RocksStateBackend::open(&dir.path().join("db"), MERGE_FOLDS, Default::default())
+        .expect("RocksDB");
     let store = backend
         .open(&OperatorScope::new("t", "bench", "state"), None)
         .expect("store");

@@ -283,6 +283,16 @@ fn watermark_text(watermark: Option<i64>, now_ms: i64) -> String {
     }
 }
 
+/// The process's peak resident memory so far, MiB (Linux's `VmHWM`;
+/// `None` where there is none): what the run needed at most, for sizing
+/// and for the budget `state_cache_mb` sets (docs/pipeline-file.md).
+fn peak_resident_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
 /// The end-of-run summary printed by `sluice run`.
 pub fn summary(report: &RunReport) -> String {
     let s = &report.snapshot;
@@ -312,6 +322,9 @@ pub fn summary(report: &RunReport) -> String {
         watermark_text(s.watermark, now_ms),
         s.source_backpressured_ns as f64 / 1e6
     );
+    if let Some(peak) = peak_resident_mib() {
+        let _ = writeln!(text, "peak resident memory {peak} MiB");
+    }
     let checkpoints = &s.checkpoints;
     if checkpoints.completed + checkpoints.failed > 0 {
         let _ = write!(

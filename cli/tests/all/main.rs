@@ -13,4 +13,5 @@ mod observability;
 mod postgres;
 mod scale_out;
 mod serve;
+mod state_memory;
 mod tenant_reach;

@@ -182,10 +182,11 @@ pub struct PipelineSection {
     /// of the state; bounds parallelism).
     #[serde(default = "default_max_parallelism")]
     pub max_parallelism: MaxParallelism,
-    /// Memory a keyed operator keeps state in, MiB (split among its
-    /// workers): windows of recently used keys, and join records not yet
-    /// written. Beyond it, state lives only in the state backend and is
-    /// read back when needed.
+    /// Memory for the pipeline's keyed state, MiB: RocksDB's write buffers
+    /// and block cache, the windows of recently used keys and join records
+    /// not yet written, shared out among the keyed operators and their
+    /// workers (`state::StateMemoryBudget`). Beyond it, state lives only on
+    /// disk and is read back when needed.
     #[serde(default = "default_state_cache_mb")]
     pub state_cache_mb: Bounded<u64, 0, { 1 << 20 }>,
     /// Records over which what windows do to state kept in the backend is
@@ -211,7 +212,7 @@ fn default_state_mini_batch_records() -> Bounded<u64, 0, { 1 << 24 }> {
 }
 
 fn default_state_cache_mb() -> Bounded<u64, 0, { 1 << 20 }> {
-    Bounded::known((crate::window::DEFAULT_WINDOW_CACHE_BYTES >> 20) as u64)
+    Bounded::known((crate::state::DEFAULT_STATE_MEMORY_BYTES >> 20) as u64)
 }
 
 /// `[pipeline] state_backend`.

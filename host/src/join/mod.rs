@@ -6,14 +6,17 @@
 //! Both sides are buffered per key in the operator's state store (RocksDB
 //! by default), ordered by key and event time, so that a record's partners
 //! are one range read; a buffered record is dropped once the watermark
-//! guarantees that no partner for it can still arrive. New records wait in
-//! memory until the next checkpoint barrier (or until they exceed the
-//! memory budget) before they are written: one that expires before then
-//! never touches the store. Memory also holds, per buffered record, its
-//! expiry (store key and time). At start-up, the expiries are rebuilt from
-//! the records the store already holds for the operator's key groups. A record at or behind the watermark could miss
-//! partners that were already dropped, so it goes to the late output with
-//! `late_arrival = true` instead of being joined partially.
+//! guarantees that no partner for it can still arrive: each buffered
+//! record has an expiry timer, kept in the store beside it
+//! (`crate::state::timers`, as the window operator's are), so memory
+//! holds nothing per buffered record and a restore reads one timer per key
+//! group (issue 44: a million buffered records' in-memory expiries and
+//! per-key counts were most of a 430 MB heap). New records wait in memory
+//! until the next checkpoint barrier (or until they exceed the operator's
+//! share of `state_cache_mb`) before they are written: one that expires
+//! before then never touches the store. A record at or behind the watermark
+//! could miss partners that were already dropped, so it goes to the late
+//! output with `late_arrival = true` instead of being joined partially.
 //!
 //! The two streams come from one source: each record is assigned to a side
 //! by its topic (two Kafka topics, for instance) or by a field value (one
@@ -29,10 +32,17 @@ use crate::dataflow::{CheckpointBarrier, Collector, DataflowError, Operator};
 use crate::metrics::{DeadLetterClass, OperatorMetrics};
 use crate::record::{Headers, Record, SourcePosition, Topic};
 use crate::state::key_group::{self, KeyGroupRange};
+use crate::state::timers::{TimerKind, TimerNamespace, Timers};
 use crate::state::{StateError, StateStore, StateWrite};
 use sluice_json::fields::{FieldPath, FieldValue, extract};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+mod groups;
+mod stored_keys;
+
+use groups::KeyGroups;
+use stored_keys::StoredKeys;
 
 /// Which records belong to a side.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,12 +92,61 @@ pub struct IntervalJoinOptions {
     pub cache_bytes: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Side {
     Left,
     Right,
 }
 
+/// A buffered record's expiry timer is of its side's kind.
+impl TimerKind for Side {
+    const ALL: &'static [Self] = &[Side::Left, Side::Right];
+
+    fn tag(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Which of a key's buffered records an expiry timer is for: its event
+/// time and arrival sequence (its store key, with the side and key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Buffered {
+    time: i64,
+    sequence: u64,
+}
+
+impl TimerNamespace for Buffered {
+    fn to_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&sortable_time(self.time));
+        bytes[8..].copy_from_slice(&self.sequence.to_be_bytes());
+        bytes
+    }
+
+    fn from_bytes(bytes: [u8; 16]) -> Self {
+        let (time, sequence) = bytes.split_at(8);
+        Buffered {
+            time: time_from_sortable(time.try_into().unwrap_or_default()),
+            sequence: u64::from_be_bytes(sequence.try_into().unwrap_or_default()),
+        }
+    }
+}
+
+/// The part of the operator's memory (`cache_bytes`) its filter of stored
+/// keys takes: a quarter, between 1 and 64 MiB (3 counters of 4 M per
+/// key: ~2 % false "may hold" at a million keys).
+fn filter_bytes(cache_bytes: usize) -> usize {
+    (cache_bytes / 4).clamp(1 << 20, 64 << 20)
+}
+
+/// Records written or deleted in one write batch.
+const WRITE_CHUNK: usize = 4096;
+
+/// Memory of a record waiting for the barrier besides its key (twice) and
+/// value: its entries in the pending map and the expiry set and their
+/// allocations, measured (issue 44: a million records, `state_cache_mb` 0
+/// against 64; 160 bytes held 57 MiB for 36).
+const PENDING_OVERHEAD_BYTES: usize = 340;
 impl Side {
     fn other(self) -> Side {
         match self {
@@ -136,17 +195,14 @@ fn buffer_key(prefix: &[u8], time: i64, sequence: u64) -> Vec<u8> {
     full
 }
 
-/// The side, event time and sequence of a buffered record's store key.
-fn parse_buffer_key(full: &[u8]) -> Option<(Side, i64, u64)> {
+/// The side, key, event time and sequence of a buffered record's store
+/// key.
+fn parse_buffer_key(full: &[u8]) -> Option<(Side, &[u8], Buffered)> {
     let side = Side::from_byte(*full.get(2)?)?;
     let length = u32::from_be_bytes(full.get(3..7)?.try_into().ok()?) as usize;
-    let rest = full.get(7 + length..)?;
-    if rest.len() != 16 {
-        return None;
-    }
-    let time = time_from_sortable(rest[..8].try_into().ok()?);
-    let sequence = u64::from_be_bytes(rest[8..].try_into().ok()?);
-    Some((side, time, sequence))
+    let key = full.get(7..7 + length)?;
+    let rest: [u8; 16] = full.get(7 + length..)?.try_into().ok()?;
+    Some((side, key, Buffered::from_bytes(rest)))
 }
 
 /// Which side a record is on and its join key, read from its value.
@@ -222,19 +278,23 @@ pub struct IntervalJoinOperator {
     metrics: Arc<OperatorMetrics>,
     topic: Topic,
     watermark: i64,
-    sequence: u64,
+    /// Per key group: the last arrival sequence, the latest expiry.
+    groups: KeyGroups,
+    /// Which sides and keys may have records in the store.
+    stored: StoredKeys,
+    /// Until the watermark passes this, records restored from the store
+    /// may be there that `stored` does not know of.
+    restored_until: i64,
     /// Records not written to the store yet, by store key: written at the
     /// next barrier, or when they exceed `cache_bytes`.
     pending: BTreeMap<Vec<u8>, bytes::Bytes>,
-    /// Bytes of keys and values in `pending`.
+    /// Approximate memory of `pending` and `pending_expiries`.
     pending_bytes: usize,
-    /// Buffered records by the watermark that drops them: (expiry, store
-    /// key).
-    expiries: BTreeSet<(i64, Vec<u8>)>,
-    /// How many records are in the store per side and key (by
-    /// [`buffer_prefix`]): a record whose key has no partners there skips
-    /// the range read.
-    stored: foldhash::HashMap<Vec<u8>, usize>,
+    /// The records of `pending` by the watermark that drops them:
+    /// (expiry, store key). Written records have timers in the store.
+    pending_expiries: BTreeSet<(i64, Vec<u8>)>,
+    /// Expiry timers of written records.
+    timers: Timers<Side, Buffered>,
 }
 
 impl IntervalJoinOperator {
@@ -257,6 +317,7 @@ impl IntervalJoinOperator {
             left: options.left.clone(),
             right: options.right.clone(),
         };
+        let timers = Timers::new(store.clone(), options.max_parallelism, options.key_groups);
         let mut operator = IntervalJoinOperator {
             classifier: Arc::new(classifier),
             topic: Topic::new(&options.name),
@@ -264,35 +325,60 @@ impl IntervalJoinOperator {
             store,
             metrics,
             watermark: i64::MIN,
-            sequence: 0,
+            groups: KeyGroups::default(),
+            stored: StoredKeys::new(0),
+            restored_until: i64::MIN,
             pending: BTreeMap::new(),
             pending_bytes: 0,
-            expiries: BTreeSet::new(),
-            stored: foldhash::HashMap::default(),
+            pending_expiries: BTreeSet::new(),
+            timers,
         };
         operator.restore()?;
         Ok(operator)
     }
 
-    /// Rebuilds the expiries of the records the store holds for this
-    /// instance's key groups (left by an earlier run on the same state
-    /// directory).
+    /// Finds the expiry timers the store holds for this instance's key
+    /// groups (left by an earlier run on the same state directory): one
+    /// seek per key group and side. Records buffered by a version that
+    /// kept their expiries in memory get their timers once, from a scan.
     fn restore(&mut self) -> Result<(), StateError> {
-        let mut restored = 0;
+        self.stored = StoredKeys::new(filter_bytes(self.options.cache_bytes));
+        let (groups, restored_until) =
+            KeyGroups::restore(self.store.as_ref(), self.options.key_groups)?;
+        self.groups = groups;
+        self.restored_until = restored_until;
+        let queues = self.timers.restore()?;
+        if queues > 0 {
+            self.metrics
+                .add_plugin_counter("timer_queues_restored", queues as u64);
+            return Ok(());
+        }
+        if !self.store.holds_any_of(self.options.key_groups)? {
+            return Ok(());
+        }
+        let mut given = 0;
         for (full, _) in self.store.range_of_key_groups(self.options.key_groups)? {
-            let Some((side, time, sequence)) = parse_buffer_key(&full) else {
+            let Some((side, key, buffered)) = parse_buffer_key(&full) else {
                 continue;
             };
-            self.sequence = self.sequence.max(sequence);
-            self.count_stored(&full, 1);
-            self.expiries.insert((self.expiry(side, time), full));
-            restored += 1;
+            let group = key_group::key_group(key, self.options.max_parallelism);
+            let expiry = self.expiry(side, buffered.time);
+            self.groups.written(group, buffered.sequence, expiry);
+            self.stored.add(&full[..full.len() - 16]);
+            self.timers.set(side, key, &buffered, expiry);
+            given += 1;
         }
-        if restored > 0 {
-            self.metrics
-                .add_plugin_counter("records_restored", restored as u64);
-        }
-        Ok(())
+        tracing::info!(
+            operator = %self.options.name,
+            records = given,
+            "join records without expiry timers (buffered by an earlier version): setting their timers"
+        );
+        self.metrics
+            .add_plugin_counter("records_given_timers", given as u64);
+        self.write_pending().map_err(|error| StateError {
+            operator: self.options.name.clone(),
+            message: error.to_string(),
+        })
     }
 
     fn state_error(&self, error: StateError) -> DataflowError {
@@ -350,37 +436,33 @@ impl IntervalJoinOperator {
         );
     }
 
-    /// Adds `delta` to the count of stored records with the side and key
-    /// of store key `full`.
-    fn count_stored(&mut self, full: &[u8], delta: isize) {
-        let prefix = &full[..full.len().saturating_sub(16)];
-        match self.stored.get_mut(prefix) {
-            Some(count) => {
-                *count = count.saturating_add_signed(delta);
-                if *count == 0 {
-                    self.stored.remove(prefix);
-                }
-            }
-            None if delta > 0 => {
-                self.stored.insert(prefix.to_vec(), delta.unsigned_abs());
-            }
-            None => {}
-        }
-    }
-
-    /// Writes the records waiting in memory to the store.
+    /// Writes the records waiting in memory to the store, with their
+    /// expiry timers and the key groups' last sequences.
     fn write_pending(&mut self) -> Result<(), DataflowError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
         let pending = std::mem::take(&mut self.pending);
+        self.pending_expiries.clear();
         self.pending_bytes = 0;
-        let mut writes = Vec::with_capacity(pending.len());
-        for (key, value) in pending {
-            self.count_stored(&key, 1);
-            writes.push(StateWrite::Put(key, value.to_vec()));
+        let mut writes = Vec::with_capacity(pending.len().min(WRITE_CHUNK));
+        for (full, value) in pending {
+            if let Some((side, key, buffered)) = parse_buffer_key(&full) {
+                let expiry = self.expiry(side, buffered.time);
+                let group = key_group::key_group(key, self.options.max_parallelism);
+                self.groups.written(group, buffered.sequence, expiry);
+                self.stored.add(&full[..full.len() - 16]);
+                self.timers.set(side, key, &buffered, expiry);
+            }
+            writes.push(StateWrite::Put(full, value.to_vec()));
+            if writes.len() >= WRITE_CHUNK {
+                self.store
+                    .write(std::mem::take(&mut writes))
+                    .map_err(|e| self.state_error(e))?;
+            }
         }
-        self.store.write(writes).map_err(|e| self.state_error(e))
+        writes.extend(self.groups.writes());
+        if !writes.is_empty() {
+            self.store.write(writes).map_err(|e| self.state_error(e))?;
+        }
+        self.timers.flush().map_err(|e| self.state_error(e))
     }
 
     /// Writes the records waiting in memory, flushes the state to disk and
@@ -423,7 +505,7 @@ impl IntervalJoinOperator {
         let mut end = buffer_key(&partners_prefix, to, u64::MAX);
         end.push(0); // past the last sequence at `to`: the range includes it
         let mut partners: Vec<(Vec<u8>, bytes::Bytes)> = Vec::new();
-        if self.stored.contains_key(&partners_prefix) {
+        if self.watermark < self.restored_until || self.stored.may_hold(&partners_prefix) {
             partners = self
                 .store
                 .range(&start, Some(&end))
@@ -439,23 +521,21 @@ impl IntervalJoinOperator {
         );
         partners.sort_by(|a, b| a.0.cmp(&b.0));
         for (partner_key, partner) in partners {
-            let Some((_, partner_time, _)) = parse_buffer_key(&partner_key) else {
+            let Some((_, _, buffered)) = parse_buffer_key(&partner_key) else {
                 continue;
             };
-            let joined_time = time.max(partner_time);
+            let joined_time = time.max(buffered.time);
             match side {
                 Side::Left => self.emit(&key, &record.value, &partner, joined_time, out),
                 Side::Right => self.emit(&key, &partner, &record.value, joined_time, out),
             }
         }
-        self.sequence += 1;
-        let own = buffer_key(
-            &buffer_prefix(max_parallelism, side, &key),
-            time,
-            self.sequence,
-        );
-        self.expiries.insert((self.expiry(side, time), own.clone()));
-        self.pending_bytes += own.len() + record.value.len();
+        let group = key_group::key_group(&key, max_parallelism);
+        let sequence = self.groups.next_sequence(group);
+        let own = buffer_key(&buffer_prefix(max_parallelism, side, &key), time, sequence);
+        self.pending_expiries
+            .insert((self.expiry(side, time), own.clone()));
+        self.pending_bytes += 2 * own.len() + record.value.len() + PENDING_OVERHEAD_BYTES;
         self.pending.insert(own, record.value);
         Ok(())
     }
@@ -522,7 +602,12 @@ impl Operator for IntervalJoinOperator {
                 ),
             }
         }
-        if self.pending_bytes > self.options.cache_bytes {
+        if self.pending_bytes
+            > self
+                .options
+                .cache_bytes
+                .saturating_sub(filter_bytes(self.options.cache_bytes))
+        {
             self.write_pending()?;
         }
         Ok(())
@@ -533,29 +618,49 @@ impl Operator for IntervalJoinOperator {
             return Ok(());
         }
         self.watermark = watermark;
-        let mut deletes = Vec::new();
-        while let Some((expiry, _)) = self.expiries.first() {
+        // Records never written: nothing to delete.
+        while let Some((expiry, _)) = self.pending_expiries.first() {
             if *expiry > watermark {
                 break;
             }
-            if let Some((_, full)) = self.expiries.pop_first() {
-                match self.pending.remove(&full) {
-                    // Never written: nothing to delete.
-                    Some(value) => {
-                        self.pending_bytes =
-                            self.pending_bytes.saturating_sub(full.len() + value.len());
-                    }
-                    None => {
-                        self.count_stored(&full, -1);
-                        deletes.push(StateWrite::Delete(full));
-                    }
+            if let Some((_, full)) = self.pending_expiries.pop_first()
+                && let Some(value) = self.pending.remove(&full)
+            {
+                self.pending_bytes = self
+                    .pending_bytes
+                    .saturating_sub(2 * full.len() + value.len() + PENDING_OVERHEAD_BYTES);
+            }
+        }
+        // Written records: their timers say which.
+        let max_parallelism = self.options.max_parallelism;
+        let mut deletes = Vec::new();
+        for &side in Side::ALL {
+            while let Some((_, key, buffered)) = self
+                .timers
+                .next_due(side, watermark)
+                .map_err(|e| self.state_error(e))?
+            {
+                let prefix = buffer_prefix(max_parallelism, side, &key);
+                let group = key_group::key_group(&key, max_parallelism);
+                if self.groups.written_by_this_run(group, buffered.sequence) {
+                    self.stored.remove(&prefix);
+                }
+                deletes.push(StateWrite::Delete(buffer_key(
+                    &prefix,
+                    buffered.time,
+                    buffered.sequence,
+                )));
+                if deletes.len() >= WRITE_CHUNK {
+                    self.store
+                        .write(std::mem::take(&mut deletes))
+                        .map_err(|e| self.state_error(e))?;
                 }
             }
         }
         if !deletes.is_empty() {
             self.store.write(deletes).map_err(|e| self.state_error(e))?;
         }
-        Ok(())
+        self.timers.flush().map_err(|e| self.state_error(e))
     }
 
     fn on_barrier(

@@ -110,6 +110,7 @@ pub struct Pipeline {
 /// Opens the state backend `loaded`'s `[pipeline]` section asks for.
 pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>, PipelineError> {
     let pipeline = &loaded.config.pipeline;
+    let memory = operators::state_memory(loaded).rocksdb();
     let backend: Arc<dyn StateBackend> = match pipeline.state_backend {
         StateBackendKind::Memory => Arc::new(MemoryStateBackend::new(crate::window::MERGE_FOLDS)),
         StateBackendKind::Rocksdb => {
@@ -117,15 +118,19 @@ pub fn open_state_backend(loaded: &LoadedConfig) -> Result<Arc<dyn StateBackend>
                 // State that lives as long as this run starts empty: the
                 // database is made when an operator first uses state, so a
                 // pipeline that keeps none never pays for one.
-                return Ok(Arc::new(LazyStateBackend::new(|| {
+                return Ok(Arc::new(LazyStateBackend::new(move || {
                     Ok(Arc::new(RocksStateBackend::temporary(
                         crate::window::MERGE_FOLDS,
+                        memory,
                     )?))
                 })));
             };
-            let backend =
-                RocksStateBackend::open(&loaded.resolve_path(dir), crate::window::MERGE_FOLDS)
-                    .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+            let backend = RocksStateBackend::open(
+                &loaded.resolve_path(dir),
+                crate::window::MERGE_FOLDS,
+                memory,
+            )
+            .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
             backend
                 .claim_max_parallelism(pipeline.max_parallelism.get())
                 .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;
@@ -253,8 +258,12 @@ impl Pipeline {
             )?;
             download_ms = started.elapsed().as_secs_f64() * 1000.0;
         }
-        let backend = RocksStateBackend::open(&workdir.db(), crate::window::MERGE_FOLDS)
-            .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
+        let backend = RocksStateBackend::open(
+            &workdir.db(),
+            crate::window::MERGE_FOLDS,
+            operators::state_memory(loaded).rocksdb(),
+        )
+        .map_err(|error| loaded.error_at("pipeline.state_dir", error.message))?;
         backend
             .claim_max_parallelism(pipeline.max_parallelism.get())
             .map_err(|error| loaded.error_at("pipeline.max_parallelism", error.message))?;

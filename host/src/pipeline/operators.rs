@@ -10,7 +10,7 @@ use crate::metrics::OperatorMetrics;
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::{OperatorScope, StateBackend, StateTtl, ttl};
+use crate::state::{OperatorScope, StateBackend, StateMemoryBudget, StateTtl, ttl};
 use crate::window::{
     Aggregator, BuiltinAggregate, LateOutput, WindowOperator, WindowOperatorOptions,
 };
@@ -181,14 +181,23 @@ pub(super) fn builtin_aggregate(
     }
 }
 
-/// The memory budget of one instance of a keyed operator: `state_cache_mb`
-/// split among the workers.
+/// The pipeline's memory for keyed state, `state_cache_mb`.
+pub(super) fn state_memory(loaded: &LoadedConfig) -> StateMemoryBudget {
+    let megabytes = loaded.config.pipeline.state_cache_mb.get();
+    StateMemoryBudget::new(usize::try_from(megabytes.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+}
+
+/// The cache of one instance of a keyed operator: the operators' share of
+/// [`state_memory`] split among every keyed operator's instances (one per
+/// worker each).
 pub(super) fn state_cache_bytes(loaded: &LoadedConfig) -> usize {
-    let pipeline = &loaded.config.pipeline;
-    usize::try_from(
-        pipeline.state_cache_mb.get().saturating_mul(1 << 20) / pipeline.workers.max(1) as u64,
-    )
-    .unwrap_or(usize::MAX)
+    let config = &loaded.config;
+    let keyed = config
+        .operators
+        .iter()
+        .filter(|operator| operator.window.is_some() || operator.join.is_some())
+        .count();
+    state_memory(loaded).operator_cache_bytes(keyed * config.pipeline.workers.max(1))
 }
 
 /// The key groups a keyed operator's instance for `worker` owns (all of

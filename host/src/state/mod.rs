@@ -16,14 +16,17 @@
 //! dead-lettering records. ADR 0006 explains why the plugin-facing WIT
 //! `state` interface stays infallible.
 
+mod budget;
 pub(crate) mod directory;
 pub mod key_group;
 mod lazy;
 mod memory;
 pub(crate) mod merge;
 mod rocks;
+pub(crate) mod timers;
 pub(crate) mod ttl;
 
+pub use budget::{DEFAULT_STATE_MEMORY_BYTES, ROCKSDB_FLOOR_BYTES, RocksMemory, StateMemoryBudget};
 pub use lazy::LazyStateBackend;
 pub use memory::MemoryStateBackend;
 pub use merge::MergeFolds;
@@ -132,6 +135,16 @@ pub trait StateStore: Send + Sync {
         groups: key_group::KeyGroupRange,
     ) -> Result<Vec<StateEntry>, StateError> {
         self.range(&groups.start.to_be_bytes(), Some(&groups.end.to_be_bytes()))
+    }
+    /// Whether the store holds anything in the key groups `groups` (one
+    /// seek).
+    fn holds_any_of(&self, groups: key_group::KeyGroupRange) -> Result<bool, StateError> {
+        let first = self.range_limit(
+            &groups.start.to_be_bytes(),
+            Some(&groups.end.to_be_bytes()),
+            1,
+        )?;
+        Ok(!first.is_empty())
     }
     /// How much state there is (estimated for RocksDB).
     fn usage(&self) -> Result<StateUsage, StateError>;
@@ -286,7 +299,7 @@ mod tests {
             (
                 "rocksdb",
                 Box::new(
-                    RocksStateBackend::temporary(crate::window::MERGE_FOLDS)
+                    RocksStateBackend::temporary(crate::window::MERGE_FOLDS, Default::default())
                         .expect("temporary RocksDB"),
                 ),
             ),
@@ -298,6 +311,7 @@ mod tests {
         LazyStateBackend::new(|| {
             Ok(Arc::new(RocksStateBackend::temporary(
                 crate::window::MERGE_FOLDS,
+                Default::default(),
             )?))
         })
     }
@@ -432,7 +446,8 @@ mod tests {
         };
         {
             let backend =
-                RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS).expect("open");
+                RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS, Default::default())
+                    .expect("open");
             let store = backend
                 .open(&scope("t", "p", "dedup"), Some(ttl.clone()))
                 .expect("open store");
@@ -440,7 +455,8 @@ mod tests {
             store.flush().expect("flush");
         }
         let backend =
-            RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS).expect("reopen");
+            RocksStateBackend::open(dir.path(), crate::window::MERGE_FOLDS, Default::default())
+                .expect("reopen");
         let store = backend
             .open(&scope("t", "p", "dedup"), Some(ttl))
             .expect("reopen store");

@@ -5,6 +5,7 @@
 //! each write. A column family with a TTL gets a compaction filter that drops
 //! expired values.
 
+use super::budget::RocksMemory;
 use super::merge::MergeFolds;
 use super::{
     OperatorScope, StateBackend, StateEntry, StateError, StateStore, StateTtl, StateUsage,
@@ -12,8 +13,9 @@ use super::{
 };
 use crate::sync::{lock, read, write};
 use rocksdb::{
-    BoundColumnFamily, ColumnFamilyDescriptor, DBWithThreadMode, Direction, IteratorMode,
-    MultiThreaded, Options, WriteBatch, WriteOptions, compaction_filter::Decision,
+    BlockBasedIndexType, BlockBasedOptions, BoundColumnFamily, Cache, ColumnFamilyDescriptor,
+    DBCompressionType, DBWithThreadMode, Direction, IteratorMode, MultiThreaded, Options,
+    WriteBatch, WriteOptions, compaction_filter::Decision,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,26 +26,62 @@ type Db = DBWithThreadMode<MultiThreaded>;
 /// by its compaction filter (`None`: values never expire).
 type TtlSlot = Arc<std::sync::RwLock<Option<StateTtl>>>;
 
-/// The memtable size of an operator's column family: 2 MiB, not RocksDB's
-/// 64 MiB default.
+/// The memtable size of an operator's column family: 8 MiB, not RocksDB's
+/// 64 MiB default; all column families together stay within
+/// [`RocksMemory::write_buffer_bytes`], which flushes the largest first.
 ///
 /// Operator state is written in batches (a window's changed states at each
 /// barrier or eviction, a plugin's writes once per batch), mostly
 /// overwriting the same keys, so a large memtable fills with old versions
-/// of few keys and every read and write searches a deep skip list. With
+/// of few keys and every read and write searches a deep skip list: with
 /// windows kept only in RocksDB (`state_cache_mb = 0`) the record path
-/// went from 9.4 to 5.6 µs of CPU per record (A/B medians, ADR 0015);
-/// it also bounds the memory each operator's state takes in a host of many
-/// pipelines.
-const COLUMN_FAMILY_WRITE_BUFFER_BYTES: usize = 2 << 20;
+/// went from 9.4 to 5.6 µs of CPU per record at 2 MiB instead of 64 (A/B
+/// medians, ADR 0015). With a million keys, though, 2 MiB memtables made
+/// small tables that compaction rewrote over and over: 8 MiB took a 1 M-key
+/// window from 12.9 to 10.5 µs per record, for +4 % on the few-keys case
+/// (issue 44, docs/benchmarks.md).
+const COLUMN_FAMILY_WRITE_BUFFER_BYTES: usize = 8 << 20;
+
+/// Bloom filter bits per key: a point read of a key a table does not hold
+/// (a window looked up before it is cached, most of them new) skips the
+/// table without reading its blocks (~1 % false positives).
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
 
 /// Column family options whose compaction filter drops values expired
-/// under the TTL in `slot`. Every column family gets one when it is created
-/// or the database is opened, so a TTL store keeps its data across restarts
+/// under the TTL in `slot`, with blocks cached in the database's one
+/// `cache`. Every column family gets one when it is created or the
+/// database is opened, so a TTL store keeps its data across restarts
 /// (RocksDB fixes a column family's filter when it is opened).
-fn column_family_options(slot: &TtlSlot, folds: MergeFolds) -> Options {
+fn column_family_options(slot: &TtlSlot, folds: MergeFolds, cache: &Cache) -> Options {
     let mut options = Options::default();
     options.set_write_buffer_size(COLUMN_FAMILY_WRITE_BUFFER_BYTES);
+    let mut table = BlockBasedOptions::default();
+    // Index and filter blocks live in the block cache, under its budget,
+    // rather than beside it in the heap (they grow with the state), cut
+    // into partitions of a few KiB: a lookup reads the partitions it
+    // needs. Whole, a large table's filter (MiBs) was read again and
+    // checksummed for most lookups once the cache could not keep it (49
+    // instead of 13 µs/record, issue 44). The top level of each stays.
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    options.set_block_based_table_factory(&table);
+    // The same for the memtable (2 % of its size).
+    options.set_memtable_prefix_bloom_ratio(0.02);
+    options.set_memtable_whole_key_filtering(true);
+    // State is rewritten often and lives mostly in the upper levels: no
+    // compression there (Snappy was ~7 % of a 1 M-key window's CPU,
+    // issue 44); the bottom levels, where old state settles, compress.
+    options.set_compression_per_level(&[
+        DBCompressionType::None,
+        DBCompressionType::None,
+        DBCompressionType::None,
+        DBCompressionType::Snappy,
+    ]);
     // Host-defined folds only (see `super::merge`): RocksDB may run them
     // in any flush or compaction, before any operator has opened its state.
     options.set_merge_operator(
@@ -74,6 +112,8 @@ pub struct RocksStateBackend {
     ttl_slots: std::sync::Mutex<std::collections::HashMap<String, TtlSlot>>,
     /// How merge operands fold (every column family's merge operator).
     folds: MergeFolds,
+    /// The block cache of every column family.
+    cache: Cache,
     /// A directory removed when the backend is dropped.
     _temporary: Option<super::directory::RunDirectory>,
 }
@@ -95,13 +135,17 @@ fn backend_error(path: &Path, error: impl std::fmt::Display) -> StateError {
 
 impl RocksStateBackend {
     /// Opens (or creates) the database in `dir`, with its existing column
-    /// families; merge operands fold by `folds`.
-    pub fn open(dir: &Path, folds: MergeFolds) -> Result<Self, StateError> {
+    /// families; merge operands fold by `folds`; its memtables and block
+    /// cache stay within `memory`.
+    pub fn open(dir: &Path, folds: MergeFolds, memory: RocksMemory) -> Result<Self, StateError> {
         std::fs::create_dir_all(dir).map_err(|e| backend_error(dir, e))?;
+        let cache =
+            Cache::new_lru_cache(memory.block_cache_bytes).map_err(|e| backend_error(dir, e))?;
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
+        options.set_db_write_buffer_size(memory.write_buffer_bytes);
         let existing = Db::list_cf(&options, dir).unwrap_or_default();
         let mut ttl_slots = std::collections::HashMap::new();
         let mut descriptors = Vec::new();
@@ -109,7 +153,7 @@ impl RocksStateBackend {
             let slot = TtlSlot::default();
             descriptors.push(ColumnFamilyDescriptor::new(
                 name.clone(),
-                column_family_options(&slot, folds),
+                column_family_options(&slot, folds, &cache),
             ));
             ttl_slots.insert(name, slot);
         }
@@ -120,6 +164,7 @@ impl RocksStateBackend {
             path: dir.to_path_buf(),
             ttl_slots: std::sync::Mutex::new(ttl_slots),
             folds,
+            cache,
             _temporary: None,
         })
     }
@@ -128,12 +173,12 @@ impl RocksStateBackend {
     /// deleted when the backend is dropped: state that lives as long as
     /// one run. Directories of runs that died (SIGKILL) are removed by the
     /// next run that creates one.
-    pub fn temporary(folds: MergeFolds) -> Result<Self, StateError> {
+    pub fn temporary(folds: MergeFolds, memory: RocksMemory) -> Result<Self, StateError> {
         let root = std::env::temp_dir().join("sluice-state");
         let id = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
         let dir = super::directory::RunDirectory::create(&root, "tmp.", &id)
             .map_err(|e| backend_error(&root, e))?;
-        let mut backend = Self::open(&dir.path().join("db"), folds)?;
+        let mut backend = Self::open(&dir.path().join("db"), folds, memory)?;
         backend._temporary = Some(dir);
         Ok(backend)
     }
@@ -216,7 +261,10 @@ impl StateBackend for RocksStateBackend {
         *write(&slot) = ttl.clone();
         if self.db.cf_handle(&name).is_none() {
             self.db
-                .create_cf(&name, &column_family_options(&slot, self.folds))
+                .create_cf(
+                    &name,
+                    &column_family_options(&slot, self.folds, &self.cache),
+                )
                 .map_err(error)?;
         }
         let mut write_options = WriteOptions::default();

@@ -23,7 +23,6 @@ pub(crate) mod key;
 mod operator;
 mod plugin_aggregate;
 mod states;
-mod timers;
 
 /// How the state backend folds the merge operands of windows kept in the
 /// store (built-in aggregates; see `crate::state::merge`): given to every
@@ -49,6 +48,25 @@ pub struct Window {
     pub start: i64,
     /// One past the last event time in the window.
     pub end: i64,
+}
+
+/// A window is what of a key's state its timers are for: stored as its
+/// start and end, big-endian (so that windows sort as their bytes do).
+impl crate::state::timers::TimerNamespace for Window {
+    fn to_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&self.start.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.end.to_be_bytes());
+        bytes
+    }
+
+    fn from_bytes(bytes: [u8; 16]) -> Self {
+        let (start, end) = bytes.split_at(8);
+        Window {
+            start: i64::from_be_bytes(start.try_into().unwrap_or_default()),
+            end: i64::from_be_bytes(end.try_into().unwrap_or_default()),
+        }
+    }
 }
 
 impl Window {

@@ -161,12 +161,13 @@ pub(crate) fn fold_window_state(
 
 /// Approximate memory of one window's state, for the cache's budget: what
 /// the process's resident memory grows by per cached window, measured
-/// (issue 44: 1 M windows of a count and a sum; the map entry, the key,
-/// the window list and the accumulator are a fraction of it, the
-/// allocator's pages and the store's write buffers the rest). 96 bytes
-/// made a 128 MiB budget hold ~520 MiB.
+/// (issue 44: a million windows of a count and a sum, `state_cache_mb`
+/// 0 against 64; the map entry, the key, the window list and the
+/// accumulator are a fraction of it, the hash table's spare capacity and
+/// the allocator's pages the rest). 96 bytes made a 128 MiB budget hold
+/// ~520 MiB; 400, 58 MiB for 48.
 fn window_bytes(key: &[u8], state: &WindowState) -> usize {
-    const OVERHEAD: usize = 400;
+    const OVERHEAD: usize = 512;
     OVERHEAD + key.len() + state.accumulator.len()
 }
 
@@ -272,6 +273,12 @@ pub(super) struct WindowStates {
 /// (a built-in accumulator is tens of bytes a column: ~1–4 MiB).
 pub(super) const MINI_BATCH_MAX_WINDOWS: usize = 16 * 1024;
 
+/// Window states written to the store at a time when many are (at a
+/// barrier, an eviction): one write batch of all of them went into one
+/// memtable whole, and it and the list of writes doubled a full cache's
+/// memory at every checkpoint (issue 44).
+const WRITE_CHUNK: usize = 4096;
+
 /// The cache holds at most this much over its budget during a mini-batch.
 pub(super) const MINI_BATCH_MAX_BYTES: usize = 4 << 20;
 
@@ -326,15 +333,9 @@ impl WindowStates {
         Ok(windows)
     }
 
-    /// Whether the store holds anything for the key groups `groups` (one
-    /// seek).
-    pub(super) fn holds_any(&self, groups: KeyGroupRange) -> Result<bool, StateError> {
-        let first = self.store.range_limit(
-            &groups.start.to_be_bytes(),
-            Some(&groups.end.to_be_bytes()),
-            1,
-        )?;
-        Ok(!first.is_empty())
+    /// The store the window states are in.
+    pub(super) fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
     }
 
     /// Advances the LRU clock (once per batch and per watermark).
@@ -756,6 +757,9 @@ impl WindowStates {
                     ));
                 }
             }
+            if writes.len() >= WRITE_CHUNK {
+                self.store.write(std::mem::take(&mut writes))?;
+            }
             self.cached_bytes = self.cached_bytes.saturating_sub(cached.bytes);
             evicted += cached.windows.len() as u64;
         }
@@ -784,6 +788,9 @@ impl WindowStates {
             state.persisted = true;
             let full = store_key(self.max_parallelism, key, window);
             writes.push(StateWrite::Put(full, encode_state(self.encoding, state)));
+            if writes.len() >= WRITE_CHUNK {
+                self.store.write(std::mem::take(&mut writes))?;
+            }
         }
         if !writes.is_empty() {
             self.store.write(writes)?;

@@ -452,7 +452,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
     let mut max_seen = i64::MIN;
     let mut out = Collector::default();
     {
-        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
+        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS, Default::default()).unwrap();
         let mut first = window_operator(spec, 0, &backend, Memory::UNLIMITED);
         // k0's session [0, 15) and k1's [3, 13) are open (watermark 4).
         feed(
@@ -466,7 +466,7 @@ fn sessions_resume_after_a_restart_on_the_same_rocksdb_directory() {
         checkpoint(&mut first, &mut out);
     }
     assert!(out.main.is_empty(), "nothing fired before the restart");
-    let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
+    let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS, Default::default()).unwrap();
     // Windows go back to the store after every batch: restored sessions
     // merge with new records read back from RocksDB.
     let mut second = window_operator(spec, 0, &backend, Memory::cache(0));
@@ -506,7 +506,7 @@ fn allowed_lateness_re_fires_updates_and_later_records_are_late() {
         e(0, 40, 1),
         e(0, 3, 100),
     ];
-    let backend = RocksStateBackend::temporary(MERGE_FOLDS).unwrap();
+    let backend = RocksStateBackend::temporary(MERGE_FOLDS, Default::default()).unwrap();
     let outcome = run_operator(&events, spec, 10, 10, &backend);
     assert_eq!(outcome, model(&events, spec, 10, 10));
     let first: Vec<(i64, serde_json::Value, bool, u64)> = outcome
@@ -538,7 +538,7 @@ fn sessions_merge_and_fire_after_the_gap() {
     ];
     for backend in [
         Box::new(MemoryStateBackend::new(MERGE_FOLDS)) as Box<dyn StateBackend>,
-        Box::new(RocksStateBackend::temporary(MERGE_FOLDS).unwrap()),
+        Box::new(RocksStateBackend::temporary(MERGE_FOLDS, Default::default()).unwrap()),
     ] {
         let outcome = run_operator(&events, spec, 20, 0, backend.as_ref());
         let got: Vec<(String, i64, i64, serde_json::Value)> = outcome
@@ -1542,7 +1542,8 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
         let mut loads = 0;
         let restart_after = BATCHES / 2;
         {
-            let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
+            let backend =
+                RocksStateBackend::open(dir.path(), MERGE_FOLDS, Default::default()).unwrap();
             let mut first = operator(&backend);
             for b in 0..restart_after {
                 first.process_batch(batch(b), &mut out).unwrap();
@@ -1560,7 +1561,7 @@ fn windows_kept_in_rocksdb_fold_merge_operands_across_flushes_compactions_and_a_
             merges += counters.get("state_merges").copied().unwrap_or(0);
             loads += counters.get("state_cache_loads").copied().unwrap_or(0);
         }
-        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS).unwrap();
+        let backend = RocksStateBackend::open(dir.path(), MERGE_FOLDS, Default::default()).unwrap();
         let mut second = operator(&backend);
         for b in restart_after..BATCHES {
             second.process_batch(batch(b), &mut out).unwrap();
@@ -1725,7 +1726,7 @@ path = "{output}"
 /// are read back from the store as they fire).
 #[test]
 fn a_watermark_firing_many_windows_emits_them_in_pieces_in_order() {
-    let backend = RocksStateBackend::temporary(MERGE_FOLDS).unwrap();
+    let backend = RocksStateBackend::temporary(MERGE_FOLDS, Default::default()).unwrap();
     let spec = WindowSpec::Tumbling { size: 10 };
     let mut operator = window_operator(spec, 0, &backend, Memory::cache(64 << 10));
     // 40 keys x 300 windows, in one batch: nothing fires before the end.

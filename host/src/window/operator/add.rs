@@ -5,13 +5,13 @@
 
 use super::Group;
 use super::WindowOperator;
+use super::timing::TimerKind;
 use crate::dataflow::Collector;
 use crate::dataflow::DataflowError;
 use crate::record::Record;
 use crate::window::Window;
 use crate::window::aggregate::GroupAdd;
 use crate::window::states::WindowState;
-use crate::window::timers::TimerKind;
 use sluice_json::fields::FieldValue;
 use std::collections::BTreeMap;
 

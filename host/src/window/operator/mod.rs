@@ -16,13 +16,13 @@ use crate::window::key::{
     typed_key_bytes, typed_key_json, typed_key_record_bytes, write_typed_key,
 };
 use crate::window::states::{WindowState, WindowStates};
-use crate::window::timers::{TimerKind, Timers};
 use crate::window::{Window, WindowSpec};
 use serde::{Deserialize, Serialize};
 use sluice_json::fields::{FieldPath, FieldValue, extract, extract_into};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
+use timing::{TimerKind, WindowTimers};
 
 /// Settings of a [`WindowOperator`] (start from
 /// [`WindowOperatorOptions::new`]: fields may be added).
@@ -185,7 +185,7 @@ pub struct WindowOperator {
     /// Window states: in the store, recently used ones also in memory.
     states: WindowStates,
     /// When windows fire and when their states are dropped.
-    timers: Timers,
+    timers: WindowTimers,
     /// Whether the last watermark has windows left to fire or drop (at
     /// most [`FIRE_CHUNK`] per call of `on_watermark`).
     more_to_fire: bool,
@@ -222,7 +222,7 @@ impl WindowOperator {
             .cloned()
             .collect();
         let projects_fields = aggregator.projects_fields();
-        let timers = Timers::new(
+        let timers = WindowTimers::new(
             store_for_timers,
             options.max_parallelism,
             options.key_groups,

@@ -1,11 +1,33 @@
 //! The window operator's timers: set when a window gets state, removed
 //! when it goes, found again at restore (ADR 0022: they are keys of the
-//! store, see `crate::window::timers`).
+//! store, see `crate::state::timers`).
 
 use super::WindowOperator;
 use crate::state::StateError;
 use crate::window::Window;
-use crate::window::timers::TimerKind;
+
+/// What a window's timer does when the watermark passes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum TimerKind {
+    /// The window emits its result.
+    Fire,
+    /// The window's state is dropped (its allowed lateness is over).
+    Cleanup,
+}
+
+impl crate::state::timers::TimerKind for TimerKind {
+    const ALL: &'static [Self] = &[TimerKind::Fire, TimerKind::Cleanup];
+
+    fn tag(self) -> u8 {
+        match self {
+            TimerKind::Fire => 0,
+            TimerKind::Cleanup => 1,
+        }
+    }
+}
+
+/// The timers of a window operator.
+pub(super) type WindowTimers = crate::state::timers::Timers<TimerKind, Window>;
 
 impl WindowOperator {
     /// Finds the timers the store holds for this instance's key groups
@@ -17,7 +39,7 @@ impl WindowOperator {
         if queues > 0 {
             self.metrics
                 .add_plugin_counter("timer_queues_restored", queues as u64);
-        } else if self.states.holds_any(self.options.key_groups)? {
+        } else if self.states.store().holds_any_of(self.options.key_groups)? {
             // Windows without timers: state of a version that kept timers
             // in memory. Their timers are set once, from a scan.
             let windows = self.states.stored_windows(self.options.key_groups)?;

@@ -1,52 +1,56 @@
-//! The window operator's event-time timers, kept in its store (RocksDB by
-//! default) beside the window states rather than in memory, as Flink keeps
-//! its timers in RocksDB: a window has a *fire* timer (when the watermark
-//! passes its end, it emits) and a *cleanup* timer (when it passes its end
-//! plus the allowed lateness, its state goes). A million keys' windows
-//! held two in-memory entries each (issue 44); here memory holds, per key
-//! group and kind, only the earliest time a timer may have.
+//! Event-time timers kept in an operator's store (RocksDB by default)
+//! beside its state rather than in memory, as Flink keeps its timers in
+//! RocksDB: a window's *fire* and *cleanup* timers, a buffered join
+//! record's expiry. A million keys' windows held two in-memory entries each
+//! (issue 44); here memory holds, per key group and kind, only the earliest
+//! time a timer may have.
+//!
+//! A timer is a time, a key and a *namespace* (Flink's word: what of the
+//! key's state it is for, a window or a buffered record), of some *kind*.
 //!
 //! * **Layout**: a timer is a key of the operator's store in its key's key
-//!   group: key group, a mark where a window state key has its key's
-//!   length (no key is 4 GiB long, so a group's timers sort after its
-//!   windows), the kind, the time (sign bit flipped, so that times sort as
+//!   group: key group, a mark where the operator's own state keys have
+//!   something else (a window state key its key's length, a join record
+//!   its side: no key is 4 GiB long, so a group's timers sort after its
+//!   state), the kind, the time (sign bit flipped, so that times sort as
 //!   numbers), then the key (escaped, so that keys sort as bytes whatever
-//!   their lengths) and window. A key group's timers of one kind are one
-//!   range, ordered by time, key and window.
+//!   their lengths) and namespace. A key group's timers of one kind are one
+//!   range, ordered by time, key and namespace.
 //! * **Writes** wait in memory until the end of the batch, a barrier or
 //!   the next read ([`Timers::flush`]); setting a timer twice is one key
 //!   written twice.
 //! * **Firing**: [`Timers::next_due`] merges the due ranges of every key
 //!   group whose earliest time the watermark passed, read a few hundred
-//!   timers at a time, in the order of time, key and window (the order of
-//!   one in-memory queue: results come out as they did).
+//!   timers at a time, in the order of time, key and namespace (the order
+//!   of one in-memory queue: results come out as they did).
 //! * **Restore** reads the first timer of each key group and kind (one
 //!   seek each): nothing proportional to the state.
 
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::{StateError, StateStore, StateWrite, prefix_end};
-use crate::window::Window;
 use foldhash::HashMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-/// What a timer does when the watermark passes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) enum TimerKind {
-    /// The window emits its result.
-    Fire,
-    /// The window's state is dropped (its allowed lateness is over).
-    Cleanup,
+/// The kinds of timer an operator sets (what a timer does when the
+/// watermark passes it).
+pub(crate) trait TimerKind:
+    Copy + Eq + Ord + std::hash::Hash + std::fmt::Debug + 'static
+{
+    /// Every kind.
+    const ALL: &'static [Self];
+    /// The byte that files the kind's timers apart in the store.
+    fn tag(self) -> u8;
 }
 
-impl TimerKind {
-    fn tag(self) -> u8 {
-        match self {
-            TimerKind::Fire => 0,
-            TimerKind::Cleanup => 1,
-        }
-    }
+/// What of a key's state a timer is for (a window, a buffered record),
+/// stored as 16 bytes that sort as the namespaces do.
+pub(crate) trait TimerNamespace: Clone + Ord + std::fmt::Debug {
+    /// The stored form.
+    fn to_bytes(&self) -> [u8; 16];
+    /// The namespace of its stored form.
+    fn from_bytes(bytes: [u8; 16]) -> Self;
 }
 
 /// Where a window state key has its key's length, a timer key has this.
@@ -60,7 +64,7 @@ const CHUNK: usize = 256;
 const MAX_PENDING: usize = 16 * 1024;
 
 /// The start of every timer key of `kind` in key group `group`.
-fn queue_prefix(group: u16, kind: TimerKind) -> Vec<u8> {
+fn queue_prefix(group: u16, kind: impl TimerKind) -> Vec<u8> {
     let mut prefix = Vec::with_capacity(7 + 8 + 4 + 32 + 16);
     prefix.extend_from_slice(&group.to_be_bytes());
     prefix.extend_from_slice(&TIMER_MARK);
@@ -74,7 +78,7 @@ fn time_bytes(time: i64) -> [u8; 8] {
 }
 
 /// The first timer key of `group` and `kind` at or after `time`.
-fn queue_position(group: u16, kind: TimerKind, time: i64) -> Vec<u8> {
+fn queue_position(group: u16, kind: impl TimerKind, time: i64) -> Vec<u8> {
     let mut position = queue_prefix(group, kind);
     position.extend_from_slice(&time_bytes(time));
     position
@@ -82,8 +86,14 @@ fn queue_position(group: u16, kind: TimerKind, time: i64) -> Vec<u8> {
 
 /// The store key of a timer. The key is escaped (a 0 byte becomes 0, 255)
 /// and ends with 0, 0, so that timers of one time sort by key as the keys
-/// do (`k3` < `k34` < `k4`), whatever their lengths, then by window.
-fn timer_key(group: u16, kind: TimerKind, time: i64, key: &[u8], window: &Window) -> Vec<u8> {
+/// do (`k3` < `k34` < `k4`), whatever their lengths, then by namespace.
+fn timer_key<N: TimerNamespace>(
+    group: u16,
+    kind: impl TimerKind,
+    time: i64,
+    key: &[u8],
+    namespace: &N,
+) -> Vec<u8> {
     let mut full = queue_position(group, kind, time);
     for &byte in key {
         full.push(byte);
@@ -92,16 +102,15 @@ fn timer_key(group: u16, kind: TimerKind, time: i64, key: &[u8], window: &Window
         }
     }
     full.extend_from_slice(&[0, 0]);
-    full.extend_from_slice(&window.start.to_be_bytes());
-    full.extend_from_slice(&window.end.to_be_bytes());
+    full.extend_from_slice(&namespace.to_bytes());
     full
 }
 
-/// A timer: its time, key and window.
-pub(super) type Timer = (i64, Vec<u8>, Window);
+/// A timer: its time, key and namespace.
+pub(crate) type Timer<N> = (i64, Vec<u8>, N);
 
-/// The time, key and window of a timer's store key (`None`: not one).
-fn parse_timer_key(full: &[u8]) -> Option<Timer> {
+/// The time, key and namespace of a timer's store key (`None`: not one).
+fn parse_timer_key<N: TimerNamespace>(full: &[u8]) -> Option<Timer<N>> {
     let rest = full.get(7..)?;
     let time = (u64::from_be_bytes(rest.get(..8)?.try_into().ok()?) ^ (1 << 63)) as i64;
     let mut key = Vec::new();
@@ -120,19 +129,14 @@ fn parse_timer_key(full: &[u8]) -> Option<Timer> {
             }
         }
     }
-    let window = rest.get(at + 2..)?;
-    if window.len() != 16 {
-        return None;
-    }
-    let start = i64::from_be_bytes(window[..8].try_into().ok()?);
-    let end = i64::from_be_bytes(window[8..].try_into().ok()?);
-    Some((time, key, Window { start, end }))
+    let namespace: [u8; 16] = rest.get(at + 2..)?.try_into().ok()?;
+    Some((time, key, N::from_bytes(namespace)))
 }
 
 /// The due timers of one key group being fired: read in chunks.
-struct DueQueue {
+struct DueQueue<N> {
     /// Read and not yet handed out, in order.
-    read: VecDeque<Timer>,
+    read: VecDeque<Timer<N>>,
     /// Where the next chunk starts (after the last timer read).
     next_from: Vec<u8>,
     /// Whether every due timer of the group has been read.
@@ -141,34 +145,35 @@ struct DueQueue {
 
 /// A firing in progress: the watermark it fires for and, per key group,
 /// what is left of its due timers; `heap` holds each group's next timer.
-struct Firing {
-    kind: TimerKind,
+struct Firing<K, N> {
+    kind: K,
     watermark: i64,
-    queues: HashMap<u16, DueQueue>,
-    heap: BinaryHeap<Reverse<(Timer, u16)>>,
+    queues: HashMap<u16, DueQueue<N>>,
+    heap: BinaryHeap<Reverse<(Timer<N>, u16)>>,
 }
 
-/// The timers of one window operator instance (see the module docs).
-pub(super) struct Timers {
+/// The timers of one operator instance, of kinds `K` for namespaces `N`
+/// (see the module docs).
+pub(crate) struct Timers<K, N> {
     store: Arc<dyn StateStore>,
     max_parallelism: u16,
     groups: KeyGroupRange,
     /// Per kind and key group that may hold timers, the earliest time one
     /// may have: never later than its earliest timer (removing a timer
     /// leaves it, until the group's timers are next read).
-    heads: BTreeSet<(i64, TimerKind, u16)>,
+    heads: BTreeSet<(i64, K, u16)>,
     /// The entry of `heads` of each kind and key group that has one.
-    head_of: HashMap<(TimerKind, u16), i64>,
+    head_of: HashMap<(K, u16), i64>,
     /// Timer writes not yet in the store.
     pending: Vec<StateWrite>,
     /// The firing in progress, if any.
-    firing: Option<Firing>,
+    firing: Option<Firing<K, N>>,
 }
 
-impl Timers {
+impl<K: TimerKind, N: TimerNamespace> Timers<K, N> {
     /// The timers in `store` of the key groups `groups` (of
     /// `max_parallelism`); [`Self::restore`] finds those already there.
-    pub(super) fn new(
+    pub(crate) fn new(
         store: Arc<dyn StateStore>,
         max_parallelism: u16,
         groups: KeyGroupRange,
@@ -187,20 +192,20 @@ impl Timers {
     /// Finds the earliest timer of each key group and kind the store holds
     /// (left by an earlier run on the same state): one seek each. Returns
     /// how many key groups and kinds have timers.
-    pub(super) fn restore(&mut self) -> Result<usize, StateError> {
+    pub(crate) fn restore(&mut self) -> Result<usize, StateError> {
         for group in self.groups.start..self.groups.end {
-            for kind in [TimerKind::Fire, TimerKind::Cleanup] {
+            for &kind in K::ALL {
                 self.read_head(group, kind, i64::MIN)?;
             }
         }
         Ok(self.head_of.len())
     }
 
-    /// Sets the `kind` timer of `key`'s `window` at `time`.
-    pub(super) fn set(&mut self, kind: TimerKind, key: &[u8], window: &Window, time: i64) {
+    /// Sets the `kind` timer of `key`'s `namespace` at `time`.
+    pub(crate) fn set(&mut self, kind: K, key: &[u8], namespace: &N, time: i64) {
         let group = key_group::key_group(key, self.max_parallelism);
         self.pending.push(StateWrite::Put(
-            timer_key(group, kind, time, key, window),
+            timer_key(group, kind, time, key, namespace),
             Vec::new(),
         ));
         match self.head_of.get(&(kind, group)) {
@@ -215,17 +220,17 @@ impl Timers {
         }
     }
 
-    /// Removes the `kind` timer of `key`'s `window` at `time` (if set).
-    pub(super) fn remove(&mut self, kind: TimerKind, key: &[u8], window: &Window, time: i64) {
+    /// Removes the `kind` timer of `key`'s `namespace` at `time` (if set).
+    pub(crate) fn remove(&mut self, kind: K, key: &[u8], namespace: &N, time: i64) {
         let group = key_group::key_group(key, self.max_parallelism);
         self.pending.push(StateWrite::Delete(timer_key(
-            group, kind, time, key, window,
+            group, kind, time, key, namespace,
         )));
     }
 
     /// Writes the timers set and removed since the last flush (at the end
     /// of a batch, before a checkpoint, before timers are read).
-    pub(super) fn flush(&mut self) -> Result<(), StateError> {
+    pub(crate) fn flush(&mut self) -> Result<(), StateError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -233,14 +238,14 @@ impl Timers {
     }
 
     /// The next `kind` timer due at `watermark` (its time at or before it),
-    /// in the order of time, key and window, removed as it is handed out;
+    /// in the order of time, key and namespace, removed as it is handed out;
     /// `None` once there is none. Call until `None` for one watermark and
     /// kind, setting no timer meanwhile.
-    pub(super) fn next_due(
+    pub(crate) fn next_due(
         &mut self,
-        kind: TimerKind,
+        kind: K,
         watermark: i64,
-    ) -> Result<Option<Timer>, StateError> {
+    ) -> Result<Option<Timer<N>>, StateError> {
         let started = self
             .firing
             .as_ref()
@@ -280,14 +285,14 @@ impl Timers {
 
     /// Starts firing the `kind` timers due at `watermark`: the due key
     /// groups' first chunks.
-    fn start_firing(&mut self, kind: TimerKind, watermark: i64) -> Result<(), StateError> {
+    fn start_firing(&mut self, kind: K, watermark: i64) -> Result<(), StateError> {
         self.flush()?;
-        let due: Vec<u16> = self
+        let due: Vec<(i64, u16)> = self
             .heads
             .iter()
             .take_while(|(time, ..)| *time <= watermark)
             .filter(|(_, k, _)| *k == kind)
-            .map(|(.., group)| *group)
+            .map(|(head, _, group)| (*head, *group))
             .collect();
         let mut firing = Firing {
             kind,
@@ -295,10 +300,14 @@ impl Timers {
             queues: HashMap::default(),
             heap: BinaryHeap::new(),
         };
-        for group in due {
+        for (head, group) in due {
+            // From the head, not the start of the queue: the timers fired
+            // before it are tombstones until compaction drops them, and a
+            // read from the start stepped over every one of them (a join
+            // expiring records at every watermark: 5x its CPU, issue 44).
             let mut queue = DueQueue {
                 read: VecDeque::new(),
-                next_from: queue_prefix(group, kind),
+                next_from: queue_position(group, kind, head),
                 exhausted: false,
             };
             match self.next_of(&mut queue, group, kind, watermark)? {
@@ -317,11 +326,11 @@ impl Timers {
     /// The next due timer of `queue` (reading its next chunk if needed).
     fn next_of(
         &self,
-        queue: &mut DueQueue,
+        queue: &mut DueQueue<N>,
         group: u16,
-        kind: TimerKind,
+        kind: K,
         watermark: i64,
-    ) -> Result<Option<Timer>, StateError> {
+    ) -> Result<Option<Timer<N>>, StateError> {
         if queue.read.is_empty() && !queue.exhausted {
             let end = match watermark.checked_add(1) {
                 Some(after) => Some(queue_position(group, kind, after)),
@@ -344,7 +353,7 @@ impl Timers {
 
     /// Sets the head of `group` and `kind` to its first timer at or after
     /// `from` (none: the group has no such timer).
-    fn read_head(&mut self, group: u16, kind: TimerKind, from: i64) -> Result<(), StateError> {
+    fn read_head(&mut self, group: u16, kind: K, from: i64) -> Result<(), StateError> {
         if let Some(head) = self.head_of.remove(&(kind, group)) {
             self.heads.remove(&(head, kind, group));
         }
@@ -353,7 +362,10 @@ impl Timers {
             prefix_end(&queue_prefix(group, kind)).as_deref(),
             1,
         )?;
-        if let Some((time, ..)) = first.first().and_then(|(full, _)| parse_timer_key(full)) {
+        if let Some((time, ..)) = first
+            .first()
+            .and_then(|(full, _)| parse_timer_key::<N>(full))
+        {
             self.heads.insert((time, kind, group));
             self.head_of.insert((kind, group), time);
         }
@@ -365,6 +377,22 @@ impl Timers {
 mod tests {
     use super::*;
     use crate::state::{MemoryStateBackend, OperatorScope, StateBackend};
+    use crate::window::Window;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    enum TimerKind {
+        Fire,
+        Cleanup,
+    }
+
+    impl super::TimerKind for TimerKind {
+        const ALL: &'static [Self] = &[TimerKind::Fire, TimerKind::Cleanup];
+        fn tag(self) -> u8 {
+            self as u8
+        }
+    }
+
+    type Timers = super::Timers<TimerKind, Window>;
 
     fn store() -> Arc<dyn StateStore> {
         MemoryStateBackend::new(crate::window::MERGE_FOLDS)
@@ -441,7 +469,10 @@ mod tests {
         let a = timer_key(3, TimerKind::Fire, -5, b"k", &window(0));
         let b = timer_key(3, TimerKind::Fire, 7, b"a", &window(0));
         assert!(a < b, "negative times first");
-        assert_eq!(parse_timer_key(&a), Some((-5, b"k".to_vec(), window(0))));
+        assert_eq!(
+            parse_timer_key::<Window>(&a),
+            Some((-5, b"k".to_vec(), window(0)))
+        );
         // Keys of one time sort as keys do, whatever their lengths and
         // bytes (0 included).
         let mut keys: Vec<Vec<u8>> = vec![
@@ -462,7 +493,7 @@ mod tests {
         encoded.sort();
         let decoded: Vec<Vec<u8>> = encoded
             .iter()
-            .map(|full| parse_timer_key(full).expect("a timer key").1)
+            .map(|full| parse_timer_key::<Window>(full).expect("a timer key").1)
             .collect();
         assert_eq!(decoded, keys);
         // A window state key of group 3: group, key length, key, window.
