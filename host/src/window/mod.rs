@@ -23,6 +23,7 @@ pub(crate) mod key;
 mod operator;
 mod plugin_aggregate;
 mod states;
+mod window_map;
 
 /// How the state backend folds the merge operands of windows kept in the
 /// store (built-in aggregates; see `crate::state::merge`): given to every

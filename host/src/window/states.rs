@@ -46,6 +46,7 @@
 
 use super::Window;
 use super::aggregate::AccumulatorEncoding;
+use super::window_map::WindowMap;
 use crate::metrics::OperatorMetrics;
 use crate::state::key_group::{self, KeyGroupRange};
 use crate::state::merge::{self, MergeKind};
@@ -169,60 +170,6 @@ pub(crate) fn fold_window_state(
 fn window_bytes(key: &[u8], state: &WindowState) -> usize {
     const OVERHEAD: usize = 512;
     OVERHEAD + key.len() + state.accumulator.len()
-}
-
-/// A key's windows in memory, in window order: a sorted list, as a key
-/// has few windows at a time (one tumbling window, `size / slide` sliding
-/// ones, a few sessions). A `BTreeMap` allocated a whole node (~600 bytes)
-/// for the single window most keys have.
-#[derive(Debug, Default)]
-struct WindowMap(Vec<(Window, WindowState)>);
-
-impl WindowMap {
-    fn find(&self, window: &Window) -> Result<usize, usize> {
-        self.0.binary_search_by(|(w, _)| w.cmp(window))
-    }
-
-    fn contains_key(&self, window: &Window) -> bool {
-        self.find(window).is_ok()
-    }
-
-    fn get_mut(&mut self, window: &Window) -> Option<&mut WindowState> {
-        let at = self.find(window).ok()?;
-        Some(&mut self.0[at].1)
-    }
-
-    fn insert(&mut self, window: Window, state: WindowState) {
-        match self.find(&window) {
-            Ok(at) => self.0[at].1 = state,
-            Err(at) => self.0.insert(at, (window, state)),
-        }
-    }
-
-    fn remove(&mut self, window: &Window) -> Option<WindowState> {
-        let at = self.find(window).ok()?;
-        Some(self.0.remove(at).1)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &Window> {
-        self.0.iter().map(|(window, _)| window)
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&Window, &WindowState)> {
-        self.0.iter().map(|(window, state)| (window, state))
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = (&Window, &mut WindowState)> {
-        self.0.iter_mut().map(|(window, state)| (&*window, state))
-    }
 }
 
 /// The windows of one key held in memory.
