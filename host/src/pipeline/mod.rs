@@ -279,6 +279,10 @@ impl Pipeline {
             sinks,
             task,
         )?;
+        // Opening the operators on the restored state (their timers'
+        // heads, join key groups: nothing proportional to the state, issue
+        // 44); the source's seek to its position comes after.
+        let open_ms = assembling.elapsed().as_secs_f64() * 1000.0;
         // A task of a scaled-out pipeline is one of many a process owns:
         // while its input is quiet it takes no checkpoints.
         built.executor.skip_quiet_barriers = is_task;
@@ -311,10 +315,7 @@ impl Pipeline {
                 storage = %storage.describe(),
                 restored_bytes = manifest.state.iter().map(|file| file.bytes).sum::<u64>(),
                 download_ms,
-                // Opening the operators on the restored state (their
-                // timers' heads, join key groups: nothing proportional to
-                // the state, issue 44).
-                open_ms = assembling.elapsed().as_secs_f64() * 1000.0,
+                open_ms,
                 "restored"
             );
         }
