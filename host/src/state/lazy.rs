@@ -145,10 +145,6 @@ impl StateStore for LazyStateStore {
         self.store().is_ok_and(|store| store.supports_merge())
     }
 
-    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
-        self.store()?.range(from, to)
-    }
-
     fn range_limit(
         &self,
         from: &[u8],

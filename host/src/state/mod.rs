@@ -115,7 +115,9 @@ pub trait StateStore: Send + Sync {
     }
     /// Every live entry with `from <= key < to` (no upper bound if `to` is
     /// `None`), in key order.
-    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError>;
+    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
+        self.range_limit(from, to, usize::MAX)
+    }
     /// The first `limit` live entries with `from <= key < to`, in key
     /// order: a range read in pieces (the window operator's timers).
     fn range_limit(

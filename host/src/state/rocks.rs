@@ -369,10 +369,6 @@ impl StateStore for RocksStateStore {
         self.ttl.is_none()
     }
 
-    fn range(&self, from: &[u8], to: Option<&[u8]>) -> Result<Vec<StateEntry>, StateError> {
-        self.range_limit(from, to, usize::MAX)
-    }
-
     fn range_limit(
         &self,
         from: &[u8],
