@@ -130,7 +130,14 @@ impl CheckpointStore {
     pub fn completed(&self) -> Result<Vec<Manifest>, CheckpointError> {
         let mut manifests = Vec::new();
         for id in self.ids()? {
-            let manifest = self.read(id)?;
+            let manifest = match self.read(id) {
+                Ok(manifest) => manifest,
+                // Listed, then pruned by another process's retention before
+                // it could be read (a task moving between processes): not
+                // the newest, which retention keeps.
+                Err(CheckpointError::Storage(error)) if error.not_found => continue,
+                Err(error) => return Err(error),
+            };
             if manifest.kind == ManifestKind::Completed {
                 manifests.push(manifest);
             }
