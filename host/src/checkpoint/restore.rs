@@ -493,4 +493,32 @@ mod tests {
         );
         assert!(stored.contains(&object("a", "2.sst")));
     }
+
+    /// A process restoring the latest checkpoint lists the manifests, then
+    /// another process's retention deletes the oldest before it is read:
+    /// the restore still finds the latest (a scale-out chaos run ended a
+    /// process with NoSuchKey here).
+    #[test]
+    fn a_manifest_pruned_between_listing_and_reading_is_skipped() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let local = LocalStorage::new(dir.path());
+        let setup = CheckpointStore::new(Arc::new(local.clone()));
+        assert_eq!(setup.fence("t", "p", "a").expect("fence"), 1);
+        publish_completed(&setup, 2, "a", None, &["a/1.sst"]);
+        publish_completed(&setup, 3, "a", Some(2), &["a/1.sst", "a/2.sst"]);
+        let pruner = local.clone();
+        let restoring = CheckpointStore::new(Arc::new(Interleaved {
+            inner: local,
+            trigger: manifest_key(1),
+            before_read: Mutex::new(Some(Box::new(move || {
+                pruner.delete(&manifest_key(1)).expect("prune the fence");
+                pruner.delete(&manifest_key(2)).expect("prune checkpoint 2");
+            }))),
+        }));
+        let chosen = restoring
+            .choose(&RestoreFrom::Latest, &[])
+            .expect("choose")
+            .expect("a checkpoint");
+        assert_eq!(chosen.id, 3);
+    }
 }
