@@ -452,6 +452,17 @@ mod tests {
         store.publish(&manifest).expect("publish");
     }
 
+    /// Process A's storage in `dir`: its fence (1) and two completed
+    /// checkpoints (2, then 3 with 2 as parent).
+    fn process_a_checkpointed_twice(dir: &Path) -> (LocalStorage, CheckpointStore) {
+        let local = LocalStorage::new(dir);
+        let setup = CheckpointStore::new(Arc::new(local.clone()));
+        assert_eq!(setup.fence("t", "p", "a").expect("fence"), 1);
+        publish_completed(&setup, 2, "a", None, &["a/1.sst"]);
+        publish_completed(&setup, 3, "a", Some(2), &["a/1.sst", "a/2.sst"]);
+        (local, setup)
+    }
+
     /// Process A (a zombie) is paused in its collection after checkpoint 3
     /// while reading its manifests; process B restores 3, checkpoints
     /// twice and collects A's manifests. A must not then delete the file
@@ -459,11 +470,7 @@ mod tests {
     #[test]
     fn a_zombie_with_a_partial_view_deletes_nothing() {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let local = LocalStorage::new(dir.path());
-        let setup = CheckpointStore::new(Arc::new(local.clone()));
-        assert_eq!(setup.fence("t", "p", "a").expect("fence"), 1);
-        publish_completed(&setup, 2, "a", None, &["a/1.sst"]);
-        publish_completed(&setup, 3, "a", Some(2), &["a/1.sst", "a/2.sst"]);
+        let (local, setup) = process_a_checkpointed_twice(dir.path());
 
         let newer = setup.clone();
         let process_b = move || {
@@ -501,11 +508,7 @@ mod tests {
     #[test]
     fn a_manifest_pruned_between_listing_and_reading_is_skipped() {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let local = LocalStorage::new(dir.path());
-        let setup = CheckpointStore::new(Arc::new(local.clone()));
-        assert_eq!(setup.fence("t", "p", "a").expect("fence"), 1);
-        publish_completed(&setup, 2, "a", None, &["a/1.sst"]);
-        publish_completed(&setup, 3, "a", Some(2), &["a/1.sst", "a/2.sst"]);
+        let (local, _) = process_a_checkpointed_twice(dir.path());
         let pruner = local.clone();
         let restoring = CheckpointStore::new(Arc::new(Interleaved {
             inner: local,
