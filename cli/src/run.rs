@@ -24,6 +24,9 @@ pub struct RunReport {
     pub snapshot: PipelineSnapshot,
     /// Wall-clock time of the run (after start-up).
     pub elapsed: Duration,
+    /// From the end of a bounded input to the end of the run (the final
+    /// checkpoint and commits, closing connections).
+    pub tail: Option<Duration>,
 }
 
 /// How `sluice run` runs a pipeline.
@@ -270,6 +273,7 @@ pub fn run_pipeline_with(file: &Path, options: &RunOptions) -> Result<RunReport>
         outcome,
         snapshot: metrics.snapshot(),
         elapsed: started.elapsed(),
+        tail: metrics.input_ended.get().map(Instant::elapsed),
     })
 }
 
@@ -301,9 +305,18 @@ pub fn summary(report: &RunReport) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let mut text = String::new();
+    let tail = report
+        .tail
+        .map(|tail| {
+            format!(
+                " ({:.0} ms after the end of the input)",
+                tail.as_secs_f64() * 1e3
+            )
+        })
+        .unwrap_or_default();
     let _ = writeln!(
         text,
-        "{} in {:.2} s: {} records in ({:.0}/s), {} out, {} to side outputs, {} dead-lettered",
+        "{} in {:.2} s{tail}: {} records in ({:.0}/s), {} out, {} to side outputs, {} dead-lettered",
         match report.outcome {
             RunOutcome::Completed => "completed",
             RunOutcome::Stopped => "stopped",

@@ -4,6 +4,7 @@
 //! and failpoints, and the PostgreSQL upsert sink against a real server.
 
 mod api_abuse;
+mod bounded_inputs;
 mod checkpoints;
 mod cli;
 mod dashboard;

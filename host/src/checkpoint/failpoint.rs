@@ -28,6 +28,12 @@ pub(crate) enum Failpoint {
     /// A sink's commit reached the external system, and the committer
     /// has not returned yet (its outcome unknown to the process).
     DuringSinkCommit,
+    /// A bounded source has returned its last record; the final barrier
+    /// is not sent yet.
+    AtEndOfInput,
+    /// The final checkpoint of a bounded run has completed (and the
+    /// source has been told); the process has not exited yet.
+    AfterFinalCheckpoint,
 }
 
 impl Failpoint {
@@ -38,6 +44,8 @@ impl Failpoint {
             Failpoint::DuringUpload => "during-upload",
             Failpoint::DuringRestore => "during-restore",
             Failpoint::DuringSinkCommit => "during-sink-commit",
+            Failpoint::AtEndOfInput => "at-end-of-input",
+            Failpoint::AfterFinalCheckpoint => "after-final-checkpoint",
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{CheckpointBarrier, DataflowError, OperatorChain, Source, StreamElement};
 use crate::checkpoint::CheckpointCoordinator;
+use crate::checkpoint::failpoint::{self, Failpoint};
 use crate::metrics::{ChannelMetrics, PipelineMetrics, add, record_bytes};
 use crate::sync::lock;
 use crate::time::{SplitWatermarks, WatermarkStrategy};
@@ -334,6 +335,10 @@ impl SourceReader<'_> {
                 }
             }
         }
+        if outcome == RunOutcome::Completed {
+            let _ = self.metrics.input_ended.set(Instant::now());
+            failpoint::hit(Failpoint::AtEndOfInput);
+        }
         if outcome == RunOutcome::Completed && last_watermark != i64::MAX {
             // A bounded input is complete: every event-time window may fire.
             self.send(StreamElement::Watermark(i64::MAX));
@@ -375,6 +380,9 @@ impl SourceReader<'_> {
                     Ok(id) => {
                         self.source.on_checkpoint_complete(id)?;
                         if id == final_id {
+                            if self.checkpoints.is_some() {
+                                failpoint::hit(Failpoint::AfterFinalCheckpoint);
+                            }
                             break;
                         }
                     }

@@ -152,6 +152,10 @@ pub struct PipelineMetrics {
     pub watermark: AtomicI64,
     /// Checkpoint barriers that reached the sinks.
     pub barriers: AtomicU64,
+    /// When a bounded source returned its last record: what follows (the
+    /// final watermark, barrier and checkpoint, closing connections) is the
+    /// run's tail.
+    pub input_ended: std::sync::OnceLock<std::time::Instant>,
     /// The id of the last barrier the source injected (a plugin swap is
     /// requested for a later one).
     pub last_barrier_id: AtomicU64,
@@ -198,6 +202,7 @@ impl Default for PipelineMetrics {
             batches: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
             barriers: AtomicU64::new(0),
+            input_ended: std::sync::OnceLock::new(),
             last_barrier_id: AtomicU64::new(0),
             source_backpressured_ns: AtomicU64::new(0),
             idle_splits: AtomicU64::new(0),

@@ -10,7 +10,6 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,9 +30,6 @@ pub(super) struct SourceContext {
     pub(super) started: Mutex<HashSet<(String, i32)>>,
     /// Offsets of the checkpoint restored: they win over `start`.
     pub(super) restored: Mutex<HashMap<(String, i32), i64>>,
-    /// Offset commits sent and not yet answered (see
-    /// [`super::KafkaSource::on_checkpoint_complete`]).
-    pub(super) commits_in_flight: AtomicUsize,
 }
 
 impl SourceContext {
@@ -114,14 +110,12 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    /// The answer to an asynchronous offset commit: a refusal (e.g. during
-    /// a rebalance) is reported and otherwise harmless, as the records are
+    /// The answer to an offset commit: a refusal (e.g. during a
+    /// rebalance) is reported and otherwise harmless, as the records are
     /// read again by whoever owns the partitions next (at-least-once).
+    /// (rust-rdkafka 0.39 calls it for librdkafka's own commits only, not
+    /// for asynchronous manual ones: its issue #856.)
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        // Saturating: librdkafka also answers commits it makes itself.
-        let _ = self
-            .commits_in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if let Err(error) = result {
             tracing::warn!(%error, offsets = ?offsets.to_topic_map(), "offset commit refused");
         }

@@ -1,9 +1,11 @@
 //! The Kafka source.
 
 mod assignment;
+mod bounded;
 mod group_context;
 
 pub use assignment::{KafkaAssignment, OffsetCommits, TaskOffsets};
+use bounded::{BoundedRead, PartitionKey, end_offsets};
 use group_context::{RebalanceLog, SourceContext};
 
 use super::message::{intern, to_record};
@@ -20,7 +22,6 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_json::fields::FieldPath;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,9 +120,8 @@ pub struct KafkaSource {
     pending: BTreeMap<u64, BTreeMap<(Topic, i32), i64>>,
     /// Records read and lag per partition.
     partitions: Arc<PartitionMetrics>,
-    /// With `bounded`: where each partition ended at start-up
-    /// (low and high watermark).
-    end_offsets: Option<Watermarks>,
+    /// With `bounded`: where each partition ended at start-up.
+    bounded: Option<BoundedRead>,
     /// `options.timestamp_field` as the field scan reads it.
     timestamp_path: Option<FieldPath>,
     /// A task's partitions are not assigned yet (see
@@ -133,6 +133,9 @@ pub struct KafkaSource {
     task_splits: Option<Vec<SplitId>>,
     /// The input has been quiet for a while ([`Source::set_quiet`]).
     quiet: bool,
+    /// The offsets of the last commit sent by a group member, confirmed
+    /// when the source is dropped.
+    last_commit: Option<BTreeMap<PartitionKey, i64>>,
 }
 
 impl KafkaSource {
@@ -183,13 +186,12 @@ impl KafkaSource {
                         start: options.start,
                         started: Mutex::new(HashSet::new()),
                         restored: Mutex::new(HashMap::new()),
-                        commits_in_flight: AtomicUsize::new(0),
                     })
                     .map_err(|e| error(format!("cannot create Kafka consumer: {e}")))?;
                 Reader::Group(consumer)
             }
         };
-        let end_offsets = if options.bounded {
+        let bounded = if options.bounded {
             let ends = match &reader {
                 Reader::Group(consumer) => end_offsets(consumer, &topics),
                 Reader::Task(task) => end_offsets(task.consumer(), &topics).map(|mut ends| {
@@ -202,7 +204,7 @@ impl KafkaSource {
                     ends
                 }),
             };
-            Some(ends.map_err(error)?)
+            Some(BoundedRead::new(ends.map_err(error)?))
         } else {
             None
         };
@@ -215,7 +217,7 @@ impl KafkaSource {
         let timestamp_path = options.timestamp_field.as_deref().map(FieldPath::parse);
         Ok(KafkaSource {
             timestamp_path,
-            end_offsets,
+            bounded,
             name,
             reader,
             rebalances,
@@ -228,6 +230,7 @@ impl KafkaSource {
             upstream: UpstreamWatermarks::default(),
             task_splits: None,
             quiet: false,
+            last_commit: None,
         })
     }
 
@@ -328,69 +331,135 @@ impl KafkaSource {
     }
 }
 
-/// The low and high watermark of each partition (topic, partition).
-type Watermarks = BTreeMap<(Topic, i32), (i64, i64)>;
-
-/// The low and high watermark of every partition of `topics` now.
-fn end_offsets<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topics: &[&str],
-) -> Result<Watermarks, String> {
-    let timeout = Duration::from_secs(30);
-    let mut ends = BTreeMap::new();
-    for topic in topics {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| format!("cannot read the partitions of `{topic}`: {e}"))?;
-        for found in metadata.topics() {
-            if let Some(error) = found.error() {
-                return Err(format!("topic `{topic}`: {error:?}"));
-            }
-            for partition in found.partitions() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, partition.id(), timeout)
-                    .map_err(|e| {
-                        format!(
-                            "cannot read the end offset of `{topic}` [{}]: {e}",
-                            partition.id()
-                        )
-                    })?;
-                ends.insert((Topic::new(topic), partition.id()), (low, high));
-            }
-        }
-    }
-    Ok(ends)
-}
-
 impl KafkaSource {
     /// With `bounded`: whether `offset` lies past the end of the partition
     /// `key` had at start-up.
-    fn beyond_bound(&self, key: &(Topic, i32), offset: i64) -> bool {
-        self.end_offsets
+    fn beyond_bound(&self, key: &PartitionKey, offset: i64) -> bool {
+        self.bounded
             .as_ref()
-            .is_some_and(|ends| ends.get(key).is_none_or(|(_, high)| offset >= *high))
+            .is_some_and(|bound| bound.beyond(key, offset))
     }
 
     /// With `bounded`: whether this member has read every partition up to
     /// its end offset of start-up (every partition must be assigned to it).
-    fn reached_end(&self) -> bool {
-        let Some(ends) = &self.end_offsets else {
+    /// Partitions that have delivered nothing in this run have their start
+    /// looked up once (see [`bounded`]).
+    fn reached_end(&mut self) -> bool {
+        let Some(bound) = &self.bounded else {
             return false;
         };
-        let positions = match &self.reader {
+        let consumer_positions = match &self.reader {
             Reader::Group(consumer) => consumer.position(),
             Reader::Task(task) => task.consumer().position(),
+        }
+        .ok();
+        let position = |key: &PartitionKey| {
+            let consumer = consumer_positions
+                .as_ref()
+                .and_then(|list| list.find_partition(&key.0, key.1))
+                .and_then(|element| match element.offset() {
+                    Offset::Offset(offset) => Some(offset),
+                    _ => None,
+                });
+            consumer.max(self.positions.get(key).copied())
         };
-        let Ok(positions) = positions else {
+        let unknown: Vec<PartitionKey> = bound
+            .unfinished(position)
+            .into_iter()
+            .filter_map(|(key, unknown)| unknown.then_some(key))
+            .collect();
+        if !unknown.is_empty() {
+            match self.look_up_starts(&unknown) {
+                Ok(starts) => {
+                    if let Some(bound) = &mut self.bounded {
+                        for (key, offset) in starts {
+                            bound.set_start(key, offset);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(source = %self.name, %error, "cannot look up where partitions start; looking again at the next empty poll");
+                    return false;
+                }
+            }
+        }
+        let Some(bound) = &self.bounded else {
             return false;
         };
-        ends.iter().all(|((topic, partition), (low, high))| {
-            high <= low
-                || matches!(
-                    positions.find_partition(topic, *partition).map(|e| e.offset()),
-                    Some(rdkafka::Offset::Offset(position)) if position >= *high
-                )
-        })
+        if !bound.unfinished(position).is_empty() {
+            return false;
+        }
+        // librdkafka's lag, sampled every second, is stale now.
+        for (topic, partition) in bound.partitions() {
+            self.partitions.set_lag(topic, *partition, 0);
+        }
+        true
+    }
+
+    /// Where `partitions` (which delivered nothing in this run) start, as
+    /// `start` says: the group's committed offset (else what
+    /// `auto.offset.reset` says), the earliest or latest offset, or the
+    /// first at a time.
+    fn look_up_starts(
+        &self,
+        partitions: &[PartitionKey],
+    ) -> Result<Vec<(PartitionKey, i64)>, String> {
+        const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+        let Some(bound) = &self.bounded else {
+            return Ok(Vec::new());
+        };
+        let watermarks = |key: &PartitionKey| bound.watermarks(key).unwrap_or((0, 0));
+        let from_latest = self
+            .options
+            .properties
+            .get("auto.offset.reset")
+            .is_some_and(|reset| matches!(reset.as_str(), "latest" | "largest" | "end"));
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            let offset = match self.options.start {
+                StartPosition::Timestamp(millis) => Offset::Offset(millis),
+                _ => Offset::Invalid,
+            };
+            list.add_partition_offset(topic, *partition, offset)
+                .map_err(|e| format!("{topic}/{partition}: {e}"))?;
+        }
+        let looked_up = match self.options.start {
+            StartPosition::Earliest => None,
+            // Assigned at or after start-up: at or past the bound.
+            StartPosition::Latest => None,
+            StartPosition::Committed => Some(match &self.reader {
+                Reader::Group(consumer) => consumer.committed_offsets(list, LOOKUP_TIMEOUT),
+                Reader::Task(task) => task.consumer().committed_offsets(list, LOOKUP_TIMEOUT),
+            }),
+            StartPosition::Timestamp(_) => Some(match &self.reader {
+                Reader::Group(consumer) => consumer.offsets_for_times(list, LOOKUP_TIMEOUT),
+                Reader::Task(task) => task.consumer().offsets_for_times(list, LOOKUP_TIMEOUT),
+            }),
+        };
+        let looked_up = looked_up
+            .transpose()
+            .map_err(|e| format!("cannot look up start offsets: {e}"))?;
+        Ok(partitions
+            .iter()
+            .map(|key| {
+                let (low, high) = watermarks(key);
+                let found = looked_up
+                    .as_ref()
+                    .and_then(|list| list.find_partition(&key.0, key.1))
+                    .map(|element| element.offset());
+                let start = match (self.options.start, found) {
+                    (StartPosition::Earliest, _) => low,
+                    (StartPosition::Latest, _) => high,
+                    (_, Some(Offset::Offset(offset))) => offset.max(low),
+                    // No record at or after the time.
+                    (StartPosition::Timestamp(_), _) => high,
+                    // No committed offset: `auto.offset.reset`.
+                    (_, _) if from_latest => high,
+                    (_, _) => low,
+                };
+                (*key, start)
+            })
+            .collect())
     }
 }
 
@@ -619,38 +688,49 @@ impl Source for KafkaSource {
         // restore from a checkpoint, and a lost commit replays records
         // (at-least-once), never skips them.
         match consumer.commit(&commit, CommitMode::Async) {
-            Ok(()) => {
-                consumer
-                    .context()
-                    .commits_in_flight
-                    .fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
+            Ok(()) => self.last_commit = Some(offsets),
             Err(error) => {
                 tracing::warn!(source = %self.name, %error, checkpoint = checkpoint_id, "offset commit refused");
-                Ok(())
             }
         }
+        Ok(())
     }
 }
 
 impl Drop for KafkaSource {
-    /// Waits (at most `FINAL_COMMIT_WAIT`) for the answers to the offset
-    /// commits still in flight, so that a run that ends or stops cleanly
-    /// leaves its last completed checkpoint's offsets committed.
+    /// Waits (at most `FINAL_COMMIT_WAIT`) until the group holds the last
+    /// offsets committed, so that a run that ends or stops cleanly leaves
+    /// its last completed checkpoint's offsets committed.
+    ///
+    /// The group is asked, not the commit's answer awaited: rust-rdkafka
+    /// (0.39) never calls `commit_callback` for an asynchronous manual
+    /// commit (its issue #856), so a count of answers never went down and
+    /// every bounded run waited the whole 10 s it then allowed.
     fn drop(&mut self) {
-        let Reader::Group(consumer) = &self.reader else {
+        let (Reader::Group(consumer), Some(sent)) = (&self.reader, self.last_commit.take()) else {
+            return;
+        };
+        let Ok(list) = self.offset_list(&sent) else {
             return;
         };
         let deadline = Instant::now() + FINAL_COMMIT_WAIT;
-        while consumer.context().commits_in_flight.load(Ordering::Relaxed) > 0 {
-            if Instant::now() >= deadline {
-                tracing::warn!(source = %self.name, "offset commits not answered in time; a restart without a checkpoint reads their records again");
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                tracing::warn!(source = %self.name, "offset commits not confirmed in time; a restart without a checkpoint reads their records again");
                 return;
             }
-            // Serves the commit answers; a record polled now is not this
-            // run's any more (its offset is not committed).
-            let _ = consumer.poll(Duration::from_millis(50));
+            let held = consumer.committed_offsets(list.clone(), remaining);
+            let confirmed = held.as_ref().is_ok_and(|held| {
+                sent.iter().all(|((topic, partition), offset)| {
+                    held.find_partition(topic, *partition)
+                        .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= *offset))
+                })
+            });
+            if confirmed {
+                return;
+            }
+            std::thread::sleep(COMMIT_CONFIRM_INTERVAL.min(remaining));
         }
     }
 }
@@ -660,9 +740,14 @@ impl Drop for KafkaSource {
 /// idle time waking them every 100 ms (`docs/benchmarks.md`).
 const QUIET_TASK_WAIT: Duration = Duration::from_secs(1);
 
-/// How long a Kafka source waits for its last offset commits when it is
-/// dropped.
-const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(10);
+/// How long a Kafka source waits for its last offset commit to be held by
+/// the group when it is dropped (a commit takes milliseconds; a broker that
+/// does not answer must not hold the end of a run).
+const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a dropped source asks the group whether it holds its last
+/// offset commit.
+const COMMIT_CONFIRM_INTERVAL: Duration = Duration::from_millis(10);
 
 /// `wait` rounded up to whole milliseconds, as a consumer poll's timeout.
 ///
