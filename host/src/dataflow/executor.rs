@@ -17,6 +17,15 @@ use std::time::{Duration, Instant};
 /// checkpoint before giving up on committing it.
 const FINAL_ACK_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How soon after a run's first records its first barrier is due (when
+/// the barrier interval is longer). A restarted run's output since its
+/// restore becomes visible (an exactly-once sink commits it) and safe (a
+/// crash no longer replays it) at its first checkpoint: one interval
+/// after the restart, the run would have to live that long to make any
+/// progress at all. Issue 45 saw a pipeline killed every 0.5–3 s make
+/// none in 17 restarts with 1 s checkpoints.
+const FIRST_BARRIER_DELAY: Duration = Duration::from_millis(100);
+
 /// How the executor drives a pipeline.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -222,6 +231,9 @@ impl SourceReader<'_> {
             .config
             .barrier_interval
             .map(|interval| Instant::now() + interval);
+        // Whether this run has read anything yet (its first barrier comes
+        // soon after, see `FIRST_BARRIER_DELAY`).
+        let mut read_any = false;
         let mut outcome = RunOutcome::Stopped;
         let mut next_marker = Instant::now();
         let mut next_split_status = Instant::now();
@@ -270,6 +282,10 @@ impl SourceReader<'_> {
             if read || !batch.dead_letters.is_empty() {
                 last_change = now;
                 changed_since_barrier = true;
+                if !read_any {
+                    read_any = true;
+                    next_barrier = next_barrier.map(|due| due.min(now + FIRST_BARRIER_DELAY));
+                }
             }
             if !batch.dead_letters.is_empty()
                 && !self.send(StreamElement::DeadLetters(batch.dead_letters))

@@ -209,14 +209,18 @@ impl Pipeline {
                 append: *from != RestoreFrom::Fresh && !store.completed()?.is_empty(),
             },
         };
+        let building_sinks = std::time::Instant::now();
         let sinks = build_sinks(
             loaded,
             &metrics,
             &mode,
             task.as_ref().map(|task| task.offsets.clone()),
         )?;
+        let sinks_ms = building_sinks.elapsed().as_secs_f64() * 1000.0;
         let committers = sinks.committers();
+        let choosing = std::time::Instant::now();
         let restored = store.choose(from, &committers)?;
+        let choose_ms = choosing.elapsed().as_secs_f64() * 1000.0;
         if let Some(manifest) = &restored
             && manifest.max_parallelism != pipeline.max_parallelism.get()
         {
@@ -314,6 +318,8 @@ impl Pipeline {
                 fence,
                 storage = %storage.describe(),
                 restored_bytes = manifest.state.iter().map(|file| file.bytes).sum::<u64>(),
+                sinks_ms,
+                choose_ms,
                 download_ms,
                 open_ms,
                 "restored"

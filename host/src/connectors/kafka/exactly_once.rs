@@ -18,9 +18,9 @@
 //! set of ids of a pipeline; creating them fences any zombie producer.
 //! Epochs without records open no transaction and write no progress record.
 
-use super::sink::{SinkContext, await_deliveries, message};
+use super::sink::{ProgressDelivery, SinkContext, await_deliveries, message};
 use super::source::TaskOffsets;
-use super::{client_config, connection_properties};
+use super::{client_config, close_in_background, connection_properties};
 use crate::checkpoint::{CommitError, CommitKind, Committable, Committer, parse_committable};
 use crate::dataflow::{DataflowError, Sink};
 use crate::metrics::PartitionMetrics;
@@ -35,6 +35,7 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -99,6 +100,10 @@ struct TransactionPreCommit {
     offsets: bool,
     /// The process that wrote it (and its progress record).
     open_id: String,
+    /// Where its progress record landed in the progress topic (partition
+    /// 0), if known: a restore reads that record alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    progress_offset: Option<i64>,
 }
 
 /// The epoch being written.
@@ -127,6 +132,8 @@ pub struct KafkaTransactions {
     options: KafkaTransactionOptions,
     producers: [ThreadedProducer<SinkContext>; 2],
     ids: [String; 2],
+    /// Where each producer's last progress record landed.
+    progress: [Arc<ProgressDelivery>; 2],
     epoch: Mutex<Epoch>,
     failure: Arc<Mutex<Option<String>>>,
     /// A scaled-out task's consumed offsets, committed in its transactions
@@ -149,26 +156,19 @@ impl KafkaTransactions {
         options: KafkaTransactionOptions,
         partitions: Arc<PartitionMetrics>,
     ) -> Result<Arc<Self>, String> {
-        let admin: AdminClient<DefaultClientContext> = client_config(
-            &options.bootstrap_servers,
-            &[],
-            &connection_properties(&options.properties),
-        )
-        .create()
-        .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
-        check_transaction_timeout(&admin, &options)?;
-        create_progress_topic(&admin, &options.progress_topic)?;
         let failure = Arc::new(Mutex::new(None));
+        let progress = [0, 1].map(|_| {
+            Arc::new(ProgressDelivery {
+                topic: options.progress_topic.clone(),
+                offset: Mutex::new(None),
+            })
+        });
         let timeout_ms = options.transaction_timeout.as_millis().to_string();
-        let make = |slot: usize| -> Result<(String, ThreadedProducer<SinkContext>), String> {
-            let id = format!(
-                "{}{}.{}.{slot}",
-                options.transactional_id_prefix, options.tenant, options.pipeline
-            );
-            let producer: ThreadedProducer<SinkContext> = client_config(
+        let create = |slot: usize, id: &str, pid_refused: &Arc<AtomicBool>| {
+            client_config(
                 &options.bootstrap_servers,
                 &[
-                    ("transactional.id", id.as_str()),
+                    ("transactional.id", id),
                     ("enable.idempotence", "true"),
                     ("acks", "all"),
                     ("linger.ms", "5"),
@@ -180,19 +180,52 @@ impl KafkaTransactions {
                 failure: failure.clone(),
                 partitions: partitions.clone(),
                 span: tracing::Span::current(),
+                progress: Some(progress[slot].clone()),
+                pid_refused: Some(pid_refused.clone()),
             })
-            .map_err(|e| format!("cannot create the transactional producer {id}: {e}"))?;
-            producer
-                .init_transactions(options.operation_timeout)
-                .map_err(|e| format!("cannot initialise transactions of {id}: {e}"))?;
+            .map_err(|e| format!("cannot create the transactional producer {id}: {e}"))
+        };
+        let make = |slot: usize| -> Result<(String, ThreadedProducer<SinkContext>), String> {
+            let id = format!(
+                "{}{}.{}.{slot}",
+                options.transactional_id_prefix, options.tenant, options.pipeline
+            );
+            let producer = init_transactions(
+                || {
+                    let pid_refused = Arc::new(AtomicBool::new(false));
+                    Ok((create(slot, &id, &pid_refused)?, pid_refused))
+                },
+                options.operation_timeout,
+            )
+            .map_err(|e| format!("cannot initialise transactions of {id}: {e}"))?;
             Ok((id, producer))
         };
-        let (id0, producer0) = make(0)?;
-        let (id1, producer1) = make(1)?;
+        // Both producers at once, beside the checks of the broker's
+        // settings: a dead predecessor's open transaction makes each
+        // `init_transactions` wait for its abort (see `init_transactions`).
+        let started = Instant::now();
+        let (made0, made1, checked) = std::thread::scope(|scope| {
+            let first = scope.spawn(|| make(0));
+            let second = scope.spawn(|| make(1));
+            let checked = check_broker(&options);
+            let joined = |handle: std::thread::ScopedJoinHandle<'_, _>| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err("initialising transactions panicked".into()))
+            };
+            (joined(first), joined(second), checked)
+        });
+        checked?;
+        let ((id0, producer0), (id1, producer1)) = (made0?, made1?);
+        tracing::info!(
+            init_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "Kafka transactions initialised"
+        );
         Ok(Arc::new(KafkaTransactions {
             options,
             producers: [producer0, producer1],
             ids: [id0, id1],
+            progress,
             epoch: Mutex::new(Epoch::default()),
             failure,
             task_offsets: OnceLock::new(),
@@ -281,7 +314,9 @@ impl KafkaTransactions {
         let slot = epoch.slot;
         let records = epoch.records;
         let offsets = self.send_offsets(checkpoint, &mut epoch)?;
+        let mut progress_offset = None;
         if epoch.open {
+            *lock(&self.progress[slot].offset) = None;
             let progress = serde_json::to_vec(&Progress {
                 tenant: self.options.tenant.clone(),
                 pipeline: self.options.pipeline.clone(),
@@ -314,6 +349,7 @@ impl KafkaTransactions {
             if let Some(failure) = self.delivery_failure() {
                 return Err(failure);
             }
+            progress_offset = *lock(&self.progress[slot].offset);
         }
         *epoch = Epoch {
             slot: 1 - slot,
@@ -327,6 +363,7 @@ impl KafkaTransactions {
             records,
             offsets,
             open_id: self.options.open_id.clone(),
+            progress_offset,
         })
         .map(Some)
         .map_err(|e| e.to_string())
@@ -363,6 +400,90 @@ impl KafkaTransactions {
         Ok(true)
     }
 
+    /// A reader of the progress topic with `isolation` (`read_committed`
+    /// or `read_uncommitted`).
+    fn progress_reader(
+        &self,
+        isolation: &str,
+    ) -> Result<BaseConsumer<ProgressReaderContext>, String> {
+        let reader_group = format!("{}progress-reader", self.options.transactional_id_prefix);
+        client_config(
+            &self.options.bootstrap_servers,
+            &[
+                ("group.id", reader_group.as_str()),
+                ("isolation.level", isolation),
+                ("enable.auto.commit", "false"),
+                ("enable.partition.eof", "true"),
+            ],
+            &connection_properties(&self.options.properties),
+        )
+        .create_with_context(ProgressReaderContext)
+        .map_err(|e| format!("cannot create the progress reader: {e}"))
+    }
+
+    /// Whether the progress record of `checkpoint` by `open_id` is the
+    /// committed record at `offset` of the progress topic: one record read
+    /// instead of the whole topic (a shared progress topic holds every
+    /// pipeline's records since its last compaction: reading it took 1.2 s
+    /// of a restart on the dev broker). `false` when that record is not
+    /// there as expected (aborted, or compacted away after a later one):
+    /// the caller then reads the whole topic.
+    fn progress_at(&self, offset: i64, checkpoint: u64, open_id: &str) -> Result<bool, String> {
+        let topic = self.options.progress_topic.as_str();
+        let consumer = self.progress_reader("read_committed")?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, 0, Offset::Offset(offset))
+            .map_err(|e| e.to_string())?;
+        consumer.assign(&assignment).map_err(|e| e.to_string())?;
+        let found = self.progress_record_at(&consumer, offset, checkpoint, open_id);
+        close_in_background(consumer);
+        found
+    }
+
+    /// [`Self::progress_at`]'s read, on `consumer` assigned at `offset`.
+    fn progress_record_at(
+        &self,
+        consumer: &BaseConsumer<ProgressReaderContext>,
+        offset: i64,
+        checkpoint: u64,
+        open_id: &str,
+    ) -> Result<bool, String> {
+        let topic = self.options.progress_topic.as_str();
+        let key = progress_key(&self.options);
+        let deadline = Instant::now() + self.options.operation_timeout;
+        while Instant::now() <= deadline {
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    // Either before a transaction still open (the last
+                    // stable offset), or past the record: only the latter
+                    // answers.
+                    let position = consumer.position().ok().and_then(|list| {
+                        list.find_partition(topic, 0)
+                            .and_then(|partition| partition.offset().to_raw())
+                    });
+                    if position.is_some_and(|position| position > offset) {
+                        return Ok(false);
+                    }
+                }
+                Some(Err(error)) => return Err(format!("reading progress: {error}")),
+                Some(Ok(message)) => {
+                    let found = message.offset() == offset
+                        && message.key() == Some(key.as_bytes())
+                        && message
+                            .payload()
+                            .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
+                            .is_some_and(|progress| {
+                                progress.checkpoint == checkpoint && progress.open_id == open_id
+                            });
+                    return Ok(found);
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Whether the transaction of `checkpoint`, written by `open_id`,
     /// committed: its progress record is in the progress topic, read
     /// `read_committed` up to the end the topic had when the read began.
@@ -379,35 +500,37 @@ impl KafkaTransactions {
     /// abort or the broker's timeout).
     fn progress_committed(&self, checkpoint: u64, open_id: &str) -> Result<bool, String> {
         let topic = self.options.progress_topic.as_str();
-        let reader_group = format!("{}progress-reader", self.options.transactional_id_prefix);
-        let reader = |isolation: &str| -> Result<BaseConsumer<ProgressReaderContext>, String> {
-            client_config(
-                &self.options.bootstrap_servers,
-                &[
-                    ("group.id", reader_group.as_str()),
-                    ("isolation.level", isolation),
-                    ("enable.auto.commit", "false"),
-                    ("enable.partition.eof", "true"),
-                ],
-                &connection_properties(&self.options.properties),
-            )
-            .create_with_context(ProgressReaderContext)
-            .map_err(|e| format!("cannot create the progress reader: {e}"))
-        };
         // The end of the partition, committed or not (a `read_committed`
         // client may be told the last stable offset instead).
-        let (_, end) = reader("read_uncommitted")?
-            .fetch_watermarks(topic, 0, self.options.operation_timeout)
-            .map_err(|e| format!("cannot read the end of the progress topic {topic}: {e}"))?;
+        let uncommitted = self.progress_reader("read_uncommitted")?;
+        let end = uncommitted.fetch_watermarks(topic, 0, self.options.operation_timeout);
+        close_in_background(uncommitted);
+        let (_, end) =
+            end.map_err(|e| format!("cannot read the end of the progress topic {topic}: {e}"))?;
         if end <= 0 {
             return Ok(false);
         }
-        let consumer = reader("read_committed")?;
+        let consumer = self.progress_reader("read_committed")?;
         let mut assignment = TopicPartitionList::new();
         assignment
             .add_partition_offset(topic, 0, Offset::Beginning)
             .map_err(|e| e.to_string())?;
         consumer.assign(&assignment).map_err(|e| e.to_string())?;
+        let committed = self.progress_record_in(&consumer, end, checkpoint, open_id);
+        close_in_background(consumer);
+        committed
+    }
+
+    /// [`Self::progress_committed`]'s read, on `consumer` assigned at the
+    /// start of the topic, up to `end`.
+    fn progress_record_in(
+        &self,
+        consumer: &BaseConsumer<ProgressReaderContext>,
+        end: i64,
+        checkpoint: u64,
+        open_id: &str,
+    ) -> Result<bool, String> {
+        let topic = self.options.progress_topic.as_str();
         let key = progress_key(&self.options);
         let deadline = Instant::now() + self.options.operation_timeout;
         let mut committed = false;
@@ -470,6 +593,75 @@ impl rdkafka::consumer::ConsumerContext for ProgressReaderContext {}
 
 fn progress_key(options: &KafkaTransactionOptions) -> String {
     format!("{}/{}", options.tenant, options.pipeline)
+}
+
+/// Checks the transaction timeout against the broker's limit and creates
+/// the progress topic if it is missing.
+fn check_broker(options: &KafkaTransactionOptions) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = client_config(
+        &options.bootstrap_servers,
+        &[],
+        &connection_properties(&options.properties),
+    )
+    .create()
+    .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
+    check_transaction_timeout(&admin, options)?;
+    create_progress_topic(&admin, &options.progress_topic)
+}
+
+/// How long one `init_transactions` call waits before looking whether the
+/// broker refused the producer id (the call resumes where it was).
+const INIT_STEP: Duration = Duration::from_millis(25);
+
+/// Pause before a fresh producer asks again for a refused producer id.
+const INIT_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// A producer made by `create` with its transactions initialised, within
+/// `timeout`.
+///
+/// When a dead process left a transaction open under the same
+/// transactional id, the broker answers the first request for a producer
+/// id with `CONCURRENT_TRANSACTIONS` while it aborts that transaction
+/// (milliseconds), and librdkafka asks again only after its fixed 500 ms
+/// PID timer: most of a restart's time (issue 45). The producer's log says
+/// when its request was refused (`GETPID`, the flag `create` hands back);
+/// a fresh producer then asks again 20 ms later, as the Java client's
+/// 20 ms retry does. Without that log line this is one long wait, as
+/// before.
+fn init_transactions(
+    create: impl Fn() -> Result<(ThreadedProducer<SinkContext>, Arc<AtomicBool>), String>,
+    timeout: Duration,
+) -> Result<ThreadedProducer<SinkContext>, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (producer, refused) = create()?;
+        loop {
+            let step = INIT_STEP.min(deadline.saturating_duration_since(Instant::now()));
+            match producer.init_transactions(step) {
+                Ok(()) => return Ok(producer),
+                Err(error) if Instant::now() >= deadline => return Err(error.to_string()),
+                // Still waiting: go on unless the broker refused.
+                Err(error)
+                    if error.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut) =>
+                {
+                    if refused.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                // Refused, and librdkafka gave up on this producer.
+                Err(error)
+                    if error.rdkafka_error_code()
+                        == Some(RDKafkaErrorCode::ConcurrentTransactions)
+                        || matches!(&error, KafkaError::Transaction(e) if e.is_retriable()) =>
+                {
+                    break;
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        drop(producer);
+        std::thread::sleep(INIT_RETRY_PAUSE);
+    }
 }
 
 /// Refuses a `transaction.timeout.ms` above the broker's
@@ -599,6 +791,23 @@ impl Committer for TransactionCommitter {
         let pre_commit: TransactionPreCommit = parse_committable(KAFKA_TRANSACTIONS, committable)?;
         if !pre_commit.opened() {
             return Ok(true);
+        }
+        if let Some(offset) = pre_commit.progress_offset {
+            let started = Instant::now();
+            let found = self
+                .transactions
+                .progress_at(offset, checkpoint, &pre_commit.open_id)
+                .map_err(transaction_error)?;
+            tracing::debug!(
+                checkpoint,
+                offset,
+                found,
+                read_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "progress record looked up at its offset"
+            );
+            if found {
+                return Ok(true);
+            }
         }
         self.transactions
             .progress_committed(checkpoint, &pre_commit.open_id)

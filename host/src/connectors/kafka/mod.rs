@@ -84,6 +84,20 @@ pub(crate) fn connection_properties(
         .collect()
 }
 
+/// Drops `consumer` on a thread of its own. rust-rdkafka's drop of a
+/// consumer with a group id polls for the close in steps of 100 ms: a
+/// reader that only assigned a partition (the progress reads of a
+/// restart) made the restart wait that long for nothing.
+pub(crate) fn close_in_background<C>(consumer: rdkafka::consumer::BaseConsumer<C>)
+where
+    C: rdkafka::consumer::ConsumerContext + 'static,
+{
+    // Should the thread not start, the consumer is dropped here.
+    let _ = std::thread::Builder::new()
+        .name("kafka-close".into())
+        .spawn(move || drop(consumer));
+}
+
 /// Logs a librdkafka log line as rust-rdkafka's default client context
 /// does (target `librdkafka`), for contexts that log it in a span of their
 /// own.

@@ -38,6 +38,24 @@ pub(super) struct SinkContext {
     /// The span the producer was made in (a scaled-out task's): what
     /// librdkafka logs for it, from its own threads, names the task.
     pub(super) span: tracing::Span,
+    /// An exactly-once producer's progress topic, and where its last
+    /// progress record landed (see [`super::exactly_once`]).
+    pub(super) progress: Option<Arc<ProgressDelivery>>,
+    /// Set when the broker refuses a transactional producer's request for
+    /// a producer id (librdkafka logs `GETPID`; see
+    /// [`super::exactly_once`]'s `init_transactions`).
+    pub(super) pid_refused: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Where the last progress record a transactional producer wrote landed:
+/// its offset lets a restore look at that one record instead of reading
+/// the whole progress topic.
+#[derive(Debug)]
+pub(super) struct ProgressDelivery {
+    /// The progress topic.
+    pub(super) topic: String,
+    /// The offset of the last progress record delivered.
+    pub(super) offset: Mutex<Option<i64>>,
 }
 
 /// Waits until nothing is in flight (`in_flight` returns 0), calling
@@ -99,6 +117,14 @@ pub(super) fn message<'a>(
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        // A warning (with `debug` set, librdkafka also logs successes
+        // under this facility, at debug level).
+        if facility == "GETPID"
+            && (level as i32) <= (RDKafkaLogLevel::Warning as i32)
+            && let Some(refused) = &self.pid_refused
+        {
+            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         self.span
             .in_scope(|| super::log_client_message(level, facility, message));
     }
@@ -117,6 +143,11 @@ impl ProducerContext for SinkContext {
         if let Ok(message) = result {
             self.partitions
                 .add_records(message.topic(), message.partition(), 1);
+            if let Some(progress) = &self.progress
+                && message.topic() == progress.topic
+            {
+                *lock(&progress.offset) = Some(message.offset());
+            }
         }
         if let Err((error, message)) = result {
             let mut failure = lock(&self.failure);
@@ -170,6 +201,8 @@ impl KafkaSink {
         let failure = Arc::new(Mutex::new(None));
         let producer = config
             .create_with_context(SinkContext {
+                progress: None,
+                pid_refused: None,
                 failure: failure.clone(),
                 partitions,
                 span: tracing::Span::current(),
