@@ -27,7 +27,7 @@
 //!
 //! Environment: `SLUICE_BIN` (default `$CARGO_TARGET_DIR/release/sluice`),
 //! `RESTARTS` (20), `RATE` (20000), `STATE_KEYS` (1000000), `SKIP_STATELESS`,
-//! `SKIP_STATE`, `SKIP_LOOP`.
+//! `SKIP_STATE`, `SKIP_LOOP`, `SLUICE_KEEP_TEST_DIRS` (keep the runs' logs).
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -194,7 +194,11 @@ impl Setup {
         }
         let bucket = unique_topic("recovery").to_lowercase();
         s3::create_bucket(&bucket);
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-recovery-")
+            .disable_cleanup(std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some())
+            .tempdir()
+            .expect("temporary directory");
         let text = format!(
             r#"[pipeline]
 name = "{name}"
@@ -293,20 +297,27 @@ topic = "{output}"
         killed
     }
 
-    /// Waits for the run's first committed record; `None` after `timeout`.
-    fn first_record(&self, timeout: Duration) -> Option<Instant> {
+    /// Waits for the run's first committed record; `None` after `timeout`
+    /// or when the run ended.
+    fn first_record(&mut self, timeout: Duration) -> Option<Instant> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(first) = self.arrivals.lock().expect("arrivals").first {
                 return Some(first);
+            }
+            if let Some(child) = &mut self.child
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return None;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
         None
     }
 
-    /// The restore's steps, from run `run`'s `restored` log line.
-    fn restore_steps(&self, run: usize) -> Option<[f64; 4]> {
+    /// The restore's steps (ms) and the bytes restored, from run `run`'s
+    /// `restored` log line.
+    fn restore_steps(&self, run: usize) -> Option<[f64; 5]> {
         let log = std::fs::read_to_string(self.log(run)).ok()?;
         let line = log.lines().find(|line| line.contains(" restored "))?;
         let field = |name: &str| -> Option<f64> {
@@ -318,6 +329,7 @@ topic = "{output}"
             field("choose_ms")?,
             field("download_ms")?,
             field("open_ms")?,
+            field("restored_bytes")?,
         ])
     }
 }
@@ -363,7 +375,7 @@ fn kill_to_first_record(setup: &mut Setup, restarts: usize, warm_up: u64) {
         setup.start(killed + DEAD_RUN_GUARD);
         let Some(first) = setup.first_record(RECOVERY_TIMEOUT) else {
             panic!(
-                "no committed record {RECOVERY_TIMEOUT:?} after restart {}: {}",
+                "restart {} ended, or committed nothing within {RECOVERY_TIMEOUT:?}: {}",
                 setup.runs,
                 std::fs::read_to_string(setup.log(setup.runs)).unwrap_or_default()
             );

@@ -422,15 +422,24 @@ impl CheckpointStorage for S3Storage {
                 let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) else {
                     continue;
                 };
-                self.client
+                let result = self
+                    .client
                     .abort_multipart_upload()
                     .bucket(&self.bucket)
                     .key(key)
                     .upload_id(id)
                     .send()
-                    .await
-                    .map_err(|e| self.sdk_error(key, e))?;
-                aborted += 1;
+                    .await;
+                match result {
+                    Ok(_) => aborted += 1,
+                    // Completed or aborted since it was listed: a dead
+                    // run's last request can still reach the server.
+                    Err(error)
+                        if error
+                            .as_service_error()
+                            .is_some_and(|e| e.is_no_such_upload()) => {}
+                    Err(error) => return Err(self.sdk_error(key, error)),
+                }
             }
             Ok(aborted)
         })
