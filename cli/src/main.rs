@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use sluice_cli::{build, checkpoints, client, inspect, run, scaffold, serve, try_plugin};
 use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::connectors::file::FileFormat;
-use sluice_host::runtime::CallMode;
+use sluice_host::runtime::{CacheOutcome, CallMode};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -697,8 +697,15 @@ fn execute(cli: Cli) -> Result<()> {
             } else {
                 route
             };
+            let (compiled, took) = build::compile_for_this_host(&built.path)?;
+            let native = match compiled {
+                CacheOutcome::Hit => "native code cached".to_string(),
+                CacheOutcome::Miss => {
+                    format!("native code compiled in {:.1} s", took.as_secs_f64())
+                }
+            };
             println!(
-                "{} ({} bytes, {}{route})",
+                "{} ({} bytes, {}{route}; {native})",
                 built.path.display(),
                 built.size_bytes,
                 built.language,

@@ -218,6 +218,50 @@ fn plugin_dev_loop(lang: &str, expected_world: &str) {
     );
 }
 
+/// `sluice plugin build` compiles the component to this host's native
+/// code, into the cache `sluice run` reads (issue 45: a Python plugin's
+/// first run compiled 18 MB before its first record). With an empty
+/// compiled-component cache: the build compiles, a second build finds it
+/// cached, and loading it as `sluice run` does (`plugin inspect`) is a hit.
+#[test]
+fn a_built_plugin_is_compiled_for_this_host_before_its_first_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let compiled_cache = dir.path().join("compiled");
+    let output = sluice()
+        .args(["plugin", "new", "precompiled", "--lang", "rust", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{:?}", text(&output));
+    let target = sluice_tests::shared_cache_dir("scaffold-target");
+    let component = dir.path().join("precompiled.wasm");
+    let sluice_with_cache = |args: &[&str]| {
+        let output = sluice()
+            .args(args)
+            .env("SLUICE_CACHE_DIR", &compiled_cache)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&output);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        stdout
+    };
+    let plugin = dir.path().join("precompiled");
+    let build = [
+        "plugin",
+        "build",
+        plugin.to_str().unwrap(),
+        "--output",
+        component.to_str().unwrap(),
+    ];
+    let first = sluice_with_cache(&build);
+    assert!(first.contains("native code compiled in"), "{first}");
+    let second = sluice_with_cache(&build);
+    assert!(second.contains("native code cached"), "{second}");
+    let inspected = sluice_with_cache(&["plugin", "inspect", component.to_str().unwrap()]);
+    assert!(inspected.contains("compiled:    Hit"), "{inspected}");
+}
+
 #[test]
 fn rust_plugin_new_build_test_and_inspect_is_a_working_dev_loop() {
     plugin_dev_loop("rust", "sluice:plugin/fast-projected-transform");
