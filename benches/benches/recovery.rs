@@ -315,9 +315,10 @@ topic = "{output}"
         None
     }
 
-    /// The restore's steps (ms) and the bytes restored, from run `run`'s
-    /// `restored` log line.
-    fn restore_steps(&self, run: usize) -> Option<[f64; 5]> {
+    /// The restore's steps (ms), the bytes restored and those of them
+    /// taken from the dead run's directory, from run `run`'s `restored`
+    /// log line.
+    fn restore_steps(&self, run: usize) -> Option<[f64; 6]> {
         let log = std::fs::read_to_string(self.log(run)).ok()?;
         let line = log.lines().find(|line| line.contains(" restored "))?;
         let field = |name: &str| -> Option<f64> {
@@ -330,6 +331,7 @@ topic = "{output}"
             field("download_ms")?,
             field("open_ms")?,
             field("restored_bytes")?,
+            field("reused_bytes").unwrap_or(0.0),
         ])
     }
 }

@@ -82,6 +82,11 @@ pub struct CheckpointCoordinator {
     /// What the background thread starts from: the uploader (seeded with
     /// the restored files) and the parent of the first checkpoint.
     start: Mutex<Option<(IncrementalUploader, Option<u64>)>>,
+    /// The local snapshot of the last checkpoint uploaded, kept until the
+    /// next one is: a warm restore on this machine takes its files
+    /// (`super::warm`), also those compaction has since removed from the
+    /// database (Flink's local recovery keeps a local copy likewise).
+    kept_snapshot: Mutex<Option<PathBuf>>,
 }
 
 /// What a coordinator needs besides its settings.
@@ -133,6 +138,7 @@ impl CheckpointCoordinator {
             jobs: Mutex::new(None),
             worker: Mutex::new(None),
             start: Mutex::new(Some((uploader, parent))),
+            kept_snapshot: Mutex::new(None),
         })
     }
 
@@ -404,8 +410,10 @@ impl CheckpointCoordinator {
             .snapshot
             .ok_or_else(|| CheckpointError::Other("no state snapshot".into()))?;
         let uploaded = uploader.upload(storage.as_ref(), &dir, id)?;
-        if let Err(error) = std::fs::remove_dir_all(&dir) {
-            tracing::warn!(dir = %dir.display(), %error, "cannot remove a local snapshot");
+        if let Some(previous) = lock(&self.kept_snapshot).replace(dir)
+            && let Err(error) = std::fs::remove_dir_all(&previous)
+        {
+            tracing::warn!(dir = %previous.display(), %error, "cannot remove a local snapshot");
         }
         failpoint::hit(failpoint::Failpoint::AfterStateUpload);
         let sinks = job.sinks.unwrap_or_default();

@@ -30,6 +30,7 @@ pub(crate) mod restore;
 pub(crate) mod s3;
 pub(crate) mod snapshot;
 pub(crate) mod storage;
+pub(crate) mod warm;
 pub(crate) mod workdir;
 
 pub use coordinator::CheckpointCoordinator;

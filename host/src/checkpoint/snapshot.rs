@@ -13,6 +13,7 @@
 
 use super::manifest::{SHARED_DIR, StateFile};
 use super::storage::{CheckpointStorage, StorageError};
+use super::warm::WarmFiles;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -135,24 +136,31 @@ fn is_sst(name: &str) -> bool {
     name.ends_with(".sst")
 }
 
-/// Downloads every file of a snapshot into `dir` (created; must be empty).
+/// Downloads every file of a snapshot into `dir` (created), except those
+/// a warm restore already linked there; returns the bytes downloaded.
 pub(crate) fn download(
     storage: &dyn CheckpointStorage,
     files: &[StateFile],
     dir: &Path,
-) -> Result<(), StorageError> {
+    warm: &WarmFiles,
+) -> Result<u64, StorageError> {
     std::fs::create_dir_all(dir).map_err(|e| StorageError {
         location: dir.display().to_string(),
         message: e.to_string(),
         not_found: false,
     })?;
+    let mut downloaded = 0;
     for (index, file) in files.iter().enumerate() {
         if index == files.len() / 2 {
             super::failpoint::hit(super::failpoint::Failpoint::DuringRestore);
         }
+        if warm.has(file) {
+            continue;
+        }
         storage.get_to_file(&file.object, &dir.join(&file.name))?;
+        downloaded += file.bytes;
     }
-    Ok(())
+    Ok(downloaded)
 }
 
 #[cfg(test)]

@@ -5,11 +5,17 @@
 //! id>/` (a [`RunDirectory`]), because two processes of one pipeline may
 //! briefly run at once (a zombie and its replacement) and RocksDB locks its
 //! directory. A process starting a pipeline removes the directories of that
-//! pipeline whose owner is gone. Nothing here needs to survive: a restore
-//! downloads its state from the checkpoint storage.
+//! pipeline whose owner is gone, after taking from them the state files a
+//! warm restore can use ([`super::warm`]). Nothing here needs to survive: a
+//! restore downloads what it did not find from the checkpoint storage.
 
+use super::manifest::StateFile;
+use super::warm::WarmFiles;
 use crate::state::directory::RunDirectory;
 use std::path::{Path, PathBuf};
+
+/// The RocksDB directory in a run's directory.
+const DB_DIR: &str = "db";
 
 /// A new id for one database open (one process run of a pipeline): time
 /// and randomness, so that object names never collide across restores.
@@ -26,23 +32,33 @@ pub(crate) struct WorkDir {
 }
 
 impl WorkDir {
-    /// Creates the directory of this run under `root`, after removing
-    /// those of earlier, dead runs of the same pipeline.
+    /// Creates the directory of this run under `root`, then removes those
+    /// of earlier, dead runs of the same pipeline, after linking into this
+    /// run's database directory the files of `restoring` that they provably
+    /// hold (see [`super::warm`]).
     pub(crate) fn create(
         root: &Path,
         tenant: &str,
         pipeline: &str,
         open_id: &str,
-    ) -> std::io::Result<Self> {
+        restoring: &[StateFile],
+    ) -> std::io::Result<(Self, WarmFiles)> {
         let prefix = format!("{}.{}.", escape(tenant), escape(pipeline));
-        Ok(WorkDir {
-            dir: RunDirectory::create(root, &prefix, open_id)?,
-        })
+        let mut warm = WarmFiles::default();
+        let dir = RunDirectory::create_salvaging(root, &prefix, open_id, |dead, dead_id, new| {
+            warm.take_from(dead, dead_id, restoring, &new.join(DB_DIR));
+        })?;
+        Ok((WorkDir { dir }, warm))
+    }
+
+    /// The run's directory.
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The RocksDB directory.
     pub(crate) fn db(&self) -> PathBuf {
-        self.dir.path().join("db")
+        self.dir.path().join(DB_DIR)
     }
 
     /// Where local RocksDB checkpoints are made before upload.

@@ -242,25 +242,33 @@ impl Pipeline {
             Some(dir) => loaded.resolve_path(dir),
             None => std::env::temp_dir().join("sluice-state"),
         };
-        let workdir =
-            WorkDir::create(&root, &pipeline.tenant, &pipeline.name, &open_id).map_err(|e| {
-                loaded.error_at(
-                    "pipeline.state_dir",
-                    format!(
-                        "cannot create a state directory under {}: {e}",
-                        root.display()
-                    ),
-                )
-            })?;
+        let restoring = restored.as_ref().map_or(&[][..], |m| &m.state[..]);
+        let state_dir_error = |e: std::io::Error| {
+            loaded.error_at(
+                "pipeline.state_dir",
+                format!(
+                    "cannot create a state directory under {}: {e}",
+                    root.display()
+                ),
+            )
+        };
+        let (workdir, warm) =
+            WorkDir::create(&root, &pipeline.tenant, &pipeline.name, &open_id, restoring)
+                .map_err(state_dir_error)?;
         let mut download_ms = 0.0;
+        let mut downloaded_bytes = 0;
         if let Some(manifest) = &restored {
             let started = std::time::Instant::now();
-            crate::checkpoint::snapshot::download(
+            downloaded_bytes = crate::checkpoint::snapshot::download(
                 storage.as_ref(),
                 &manifest.state,
                 &workdir.db(),
+                &warm,
             )?;
             download_ms = started.elapsed().as_secs_f64() * 1000.0;
+            // For the warm restore of the next run.
+            crate::checkpoint::warm::record_restored(workdir.path(), &manifest.state)
+                .map_err(state_dir_error)?;
         }
         let backend = RocksStateBackend::open(
             &workdir.db(),
@@ -318,6 +326,8 @@ impl Pipeline {
                 fence,
                 storage = %storage.describe(),
                 restored_bytes = manifest.state.iter().map(|file| file.bytes).sum::<u64>(),
+                downloaded_bytes,
+                reused_bytes = warm.bytes(),
                 sinks_ms,
                 choose_ms,
                 download_ms,

@@ -18,20 +18,37 @@ pub(crate) struct RunDirectory {
 }
 
 impl RunDirectory {
-    /// Creates `<root>/<prefix><id>`, after removing the directories
+    /// Creates `<root>/<prefix><id>`, then removes the directories
     /// `<root>/<prefix>*` of dead processes.
     pub(crate) fn create(root: &Path, prefix: &str, id: &str) -> std::io::Result<Self> {
+        Self::create_salvaging(root, prefix, id, |_, _, _| {})
+    }
+
+    /// [`RunDirectory::create`], handing each dead process's directory to
+    /// `salvage` before removing it, with its id (the name after `prefix`)
+    /// and the new directory: a restart takes what it can use.
+    pub(crate) fn create_salvaging(
+        root: &Path,
+        prefix: &str,
+        id: &str,
+        mut salvage: impl FnMut(&Path, &str, &Path),
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(root)?;
-        for entry in std::fs::read_dir(root)?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(prefix) && !owner_alive(&entry.path()) {
-                tracing::info!(dir = %entry.path().display(), "removing the state of a dead run");
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
         let dir = root.join(format!("{prefix}{id}"));
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string())?;
+        for entry in std::fs::read_dir(root)?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(dead_id) = name.strip_prefix(prefix) else {
+                continue;
+            };
+            if entry.path() == dir || owner_alive(&entry.path()) {
+                continue;
+            }
+            salvage(&entry.path(), dead_id, &dir);
+            tracing::info!(dir = %entry.path().display(), "removing the state of a dead run");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
         Ok(RunDirectory { dir })
     }
 
