@@ -62,59 +62,15 @@ impl KafkaTransactions {
         checkpoint: u64,
         open_id: &str,
     ) -> Result<bool, String> {
-        let topic = self.options.progress_topic.as_str();
-        let consumer = self.progress_reader("read_committed")?;
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(topic, 0, Offset::Offset(offset))
-            .map_err(|e| e.to_string())?;
-        consumer.assign(&assignment).map_err(|e| e.to_string())?;
-        let found = self.progress_record_at(&consumer, offset, checkpoint, open_id);
-        close_in_background(consumer);
-        found
-    }
-
-    /// [`Self::progress_at`]'s read, on `consumer` assigned at `offset`.
-    fn progress_record_at(
-        &self,
-        consumer: &BaseConsumer<ProgressReaderContext>,
-        offset: i64,
-        checkpoint: u64,
-        open_id: &str,
-    ) -> Result<bool, String> {
-        let topic = self.options.progress_topic.as_str();
-        let key = progress_key(&self.options);
-        let deadline = Instant::now() + self.options.operation_timeout;
-        while Instant::now() <= deadline {
-            match consumer.poll(Duration::from_millis(200)) {
-                None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    // Either before a transaction still open (the last
-                    // stable offset), or past the record: only the latter
-                    // answers.
-                    let position = consumer.position().ok().and_then(|list| {
-                        list.find_partition(topic, 0)
-                            .and_then(|partition| partition.offset().to_raw())
-                    });
-                    if position.is_some_and(|position| position > offset) {
-                        return Ok(false);
-                    }
-                }
-                Some(Err(error)) => return Err(format!("reading progress: {error}")),
-                Some(Ok(message)) => {
-                    let found = message.offset() == offset
-                        && message.key() == Some(key.as_bytes())
-                        && message
-                            .payload()
-                            .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
-                            .is_some_and(|progress| {
-                                progress.checkpoint == checkpoint && progress.open_id == open_id
-                            });
-                    return Ok(found);
-                }
-            }
-        }
-        Ok(false)
+        let answer = self.read_progress(
+            Offset::Offset(offset),
+            (checkpoint, open_id),
+            |at, ours| Some(at == offset && ours),
+            // Either before a transaction still open (the last stable
+            // offset), or past the record: only the latter answers.
+            |position| (position > offset).then_some(false),
+        )?;
+        Ok(answer.unwrap_or(false))
     }
 
     /// Whether the transaction of `checkpoint`, written by `open_id`,
@@ -147,67 +103,82 @@ impl KafkaTransactions {
         if end <= 0 {
             return Ok(false);
         }
+        let committed = std::cell::Cell::new(false);
+        let answer = self.read_progress(
+            Offset::Beginning,
+            (checkpoint, open_id),
+            |at, ours| {
+                committed.set(committed.get() || ours);
+                (at + 1 >= end).then_some(committed.get())
+            },
+            // The end reported may be the last stable offset: done only
+            // once the read position has passed `end` (past the
+            // transaction markers, which are not delivered).
+            |position| (position >= end).then_some(committed.get()),
+        )?;
+        answer.ok_or_else(|| {
+            format!(
+                "the progress topic {topic} was not read to offset {end} within {:?}: a transaction stayed open",
+                self.options.operation_timeout
+            )
+        })
+    }
+
+    /// Reads the progress topic `read_committed` from `start` until
+    /// `on_record` (given a record's offset and whether it is the progress
+    /// record of `wanted`: checkpoint and open id) or `on_end` (given the
+    /// read position at the end of the partition) answers; `None` when
+    /// neither did within the operation timeout.
+    fn read_progress(
+        &self,
+        start: Offset,
+        wanted: (u64, &str),
+        mut on_record: impl FnMut(i64, bool) -> Option<bool>,
+        mut on_end: impl FnMut(i64) -> Option<bool>,
+    ) -> Result<Option<bool>, String> {
+        let topic = self.options.progress_topic.as_str();
         let consumer = self.progress_reader("read_committed")?;
         let mut assignment = TopicPartitionList::new();
         assignment
-            .add_partition_offset(topic, 0, Offset::Beginning)
+            .add_partition_offset(topic, 0, start)
             .map_err(|e| e.to_string())?;
         consumer.assign(&assignment).map_err(|e| e.to_string())?;
-        let committed = self.progress_record_in(&consumer, end, checkpoint, open_id);
-        close_in_background(consumer);
-        committed
-    }
-
-    /// [`Self::progress_committed`]'s read, on `consumer` assigned at the
-    /// start of the topic, up to `end`.
-    fn progress_record_in(
-        &self,
-        consumer: &BaseConsumer<ProgressReaderContext>,
-        end: i64,
-        checkpoint: u64,
-        open_id: &str,
-    ) -> Result<bool, String> {
-        let topic = self.options.progress_topic.as_str();
         let key = progress_key(&self.options);
         let deadline = Instant::now() + self.options.operation_timeout;
-        let mut committed = false;
-        loop {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the progress topic {topic} was not read to offset {end} within {:?}: a transaction stayed open",
-                    self.options.operation_timeout
-                ));
-            }
-            match consumer.poll(Duration::from_millis(200)) {
-                None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    // The end reported may be the last stable offset: done
-                    // only once the read position has passed `end` (past
-                    // the transaction markers, which are not delivered).
-                    let position = consumer.position().ok().and_then(|list| {
+        let mut answer = Ok(None);
+        while Instant::now() <= deadline {
+            let answered = match consumer.poll(Duration::from_millis(200)) {
+                None => None,
+                Some(Err(KafkaError::PartitionEOF(_))) => consumer
+                    .position()
+                    .ok()
+                    .and_then(|list| {
                         list.find_partition(topic, 0)
                             .and_then(|partition| partition.offset().to_raw())
-                    });
-                    if position.is_some_and(|position| position >= end) {
-                        return Ok(committed);
-                    }
+                    })
+                    .and_then(&mut on_end),
+                Some(Err(error)) => {
+                    answer = Err(format!("reading progress: {error}"));
+                    break;
                 }
-                Some(Err(error)) => return Err(format!("reading progress: {error}")),
                 Some(Ok(message)) => {
-                    if message.key() == Some(key.as_bytes())
-                        && let Some(progress) = message
+                    let ours = message.key() == Some(key.as_bytes())
+                        && message
                             .payload()
                             .and_then(|p| serde_json::from_slice::<Progress>(p).ok())
-                    {
-                        committed |=
-                            progress.checkpoint == checkpoint && progress.open_id == open_id;
-                    }
-                    if message.offset() + 1 >= end {
-                        return Ok(committed);
-                    }
+                            .is_some_and(|progress| {
+                                (progress.checkpoint, progress.open_id.as_str()) == wanted
+                            });
+                    on_record(message.offset(), ours)
                 }
+            };
+            if answered.is_some() {
+                answer = Ok(answered);
+                break;
             }
         }
+        close_in_background(consumer);
+        answer
     }
 }
 
