@@ -36,21 +36,12 @@ const PARTITIONS: i32 = 4;
 /// Latency runs produce this long before measuring.
 const WARM_UP: Duration = Duration::from_secs(2);
 
-fn producer() -> BaseProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer")
-}
-
 fn send(producer: &BaseProducer, topic: &str, key: &[u8], value: &[u8]) {
     sluice_tests::kafka::send(producer, BaseRecord::to(topic).key(key).payload(value));
 }
 
 fn fill(topic: &str) {
-    let producer = producer();
+    let producer = sluice_benches::kafka_producer();
     let value = vec![b'v'; VALUE_BYTES];
     for i in 0..RECORDS {
         send(&producer, topic, format!("{i}").as_bytes(), &value);
@@ -84,7 +75,7 @@ fn plain_loop(input: &str, output: &str) -> Duration {
         .create()
         .expect("consumer");
     consumer.subscribe(&[input]).expect("subscribe");
-    let producer = producer();
+    let producer = sluice_benches::kafka_producer();
     let mut started = None;
     let mut copied = 0;
     while copied < RECORDS {
@@ -210,7 +201,7 @@ fn plain_copier(input: &str, output: &str, stop: &AtomicBool) {
         .create()
         .expect("consumer");
     consumer.subscribe(&[input]).expect("subscribe");
-    let producer = producer();
+    let producer = sluice_benches::kafka_producer();
     while !stop.load(Ordering::Relaxed) {
         if let Some(Ok(message)) = consumer.poll(Duration::from_millis(20)) {
             send(
@@ -281,7 +272,7 @@ fn latency(copier: Copier, rate: f64, seconds: u64) -> Vec<u64> {
     });
     // Let the group form before measuring.
     std::thread::sleep(Duration::from_secs(8));
-    let producer = producer();
+    let producer = sluice_benches::kafka_producer();
     let started = Instant::now();
     let total = (rate * (seconds as f64 + WARM_UP.as_secs_f64())) as u64;
     for i in 0..total {

@@ -89,15 +89,6 @@ fn component(plugin: &str) -> PathBuf {
     output
 }
 
-fn producer() -> BaseProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer")
-}
-
 fn value(i: u64, keys: u64) -> String {
     format!(
         r#"{{"key":"k{}","seq":{i},"payload":"{}"}}"#,
@@ -117,7 +108,7 @@ fn produce(producer: &BaseProducer, topic: &str, range: std::ops::Range<u64>, ke
 /// Produces `rate` records/s to `topic` until `stop`, continuing the
 /// numbering at `next`.
 fn live_input(topic: String, rate: u64, keys: u64, next: u64, stop: Arc<AtomicBool>) {
-    let producer = producer();
+    let producer = sluice_benches::kafka_producer();
     let started = Instant::now();
     let mut sent = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -188,7 +179,7 @@ impl Setup {
         create_topic(&input, PARTITIONS);
         create_topic(&output, PARTITIONS);
         if preload > 0 {
-            let producer = producer();
+            let producer = sluice_benches::kafka_producer();
             produce(&producer, &input, 0..preload, keys);
             producer.flush(Duration::from_secs(120)).expect("flush");
         }

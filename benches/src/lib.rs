@@ -14,3 +14,15 @@ pub fn cpu_seconds() -> f64 {
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
+
+/// An idempotent producer to the benchmark broker (`scripts/dev-services.sh
+/// up`, or `$SLUICE_KAFKA_BOOTSTRAP`), batching for 5 ms: what the Kafka
+/// benches fill their topics with.
+pub fn kafka_producer() -> rdkafka::producer::BaseProducer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", sluice_tests::kafka::bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("Kafka producer")
+}
