@@ -5,7 +5,7 @@
 //! run again (it ends in seconds, reads nothing, changes nothing); a run
 //! killed right after its last record, then run again; and a run killed
 //! after its final checkpoint, then run again (restored at the end of its
-//! input); for Kafka also the same consumer group without the
+//! input, and warm: it takes the killed run's state files); for Kafka also the same consumer group without the
 //! checkpoints (it starts at the group's committed offsets, the end).
 //! Every run has a timeout that fails the test instead of hanging
 //! CI, and every output equals the uninterrupted run's, whose window
@@ -190,6 +190,18 @@ fn records_in(stderr: &str) -> u64 {
         .unwrap_or_else(|| panic!("no record count in the summary:\n{stderr}"))
 }
 
+/// The number `name=N` in the run's `restored` log line.
+fn log_field(stderr: &str, name: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|line| line.contains(" restored "))
+        .find_map(|line| {
+            let start = line.find(&format!(" {name}="))? + name.len() + 2;
+            line[start..].split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no {name} in the restore's log line:\n{stderr}"))
+}
+
 /// The four runs of the module docs for one bounded source.
 fn bounded_input_ends(input: Input) {
     let parent = tempfile::tempdir().expect("temporary directory");
@@ -237,7 +249,17 @@ fn bounded_input_ends(input: Input) {
     // Killed after the final checkpoint: the restart has nothing to read.
     let mut after_final = Job::new(parent.path(), &input, "after-final-checkpoint");
     after_final.kill_at("after-final-checkpoint");
-    assert_eq!(after_final.run_to_end(FINISHED_TIMEOUT), 0);
+    let (success, stderr) = after_final.run(&[("SLUICE_LOG", "info")], FINISHED_TIMEOUT);
+    assert!(success, "the run failed:\n{stderr}");
+    assert_eq!(records_in(&stderr), 0);
+    // A warm restore: the killed run's SST files are taken, not downloaded.
+    let reused = log_field(&stderr, "reused_bytes");
+    assert!(
+        reused > 0
+            && reused
+                == log_field(&stderr, "restored_bytes") - log_field(&stderr, "downloaded_bytes"),
+        "the restore did not take the dead run's state files:\n{stderr}"
+    );
     assert_eq!(
         after_final.outputs(),
         expected,
