@@ -411,8 +411,14 @@ fn check_broker(options: &KafkaTransactionOptions) -> Result<(), String> {
 /// broker refused the producer id (the call resumes where it was).
 const INIT_STEP: Duration = Duration::from_millis(25);
 
-/// Pause before a fresh producer asks again for a refused producer id.
+/// Pause before a fresh producer asks again for a refused producer id; it
+/// doubles with every refusal, up to librdkafka's own 500 ms, so that a
+/// broker that keeps refusing (one that is down) does not see a new client
+/// every few milliseconds.
 const INIT_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// The longest pause between fresh producers.
+const INIT_RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
 
 /// A producer made by `create` with its transactions initialised, within
 /// `timeout`.
@@ -424,13 +430,14 @@ const INIT_RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// PID timer: most of a restart's time (issue 45). The producer's log says
 /// when its request was refused (`GETPID`, the flag `create` hands back);
 /// a fresh producer then asks again 20 ms later, as the Java client's
-/// 20 ms retry does. Without that log line this is one long wait, as
-/// before.
+/// 20 ms retry does (then 40, 80, ... up to 500 ms, should the broker go on
+/// refusing). Without that log line this is one long wait, as before.
 fn init_transactions(
     create: impl Fn() -> Result<(ThreadedProducer<SinkContext>, Arc<AtomicBool>), String>,
     timeout: Duration,
 ) -> Result<ThreadedProducer<SinkContext>, String> {
     let deadline = Instant::now() + timeout;
+    let mut pause = INIT_RETRY_PAUSE;
     loop {
         let (producer, refused) = create()?;
         loop {
@@ -458,7 +465,8 @@ fn init_transactions(
             }
         }
         drop(producer);
-        std::thread::sleep(INIT_RETRY_PAUSE);
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(INIT_RETRY_PAUSE_MAX);
     }
 }
 
