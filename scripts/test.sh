@@ -2,40 +2,47 @@
 # The test command: installs what is missing, starts a real Kafka broker,
 # an S3-compatible server and PostgreSQL, then checks formatting, lints and runs every test
 # (unit, integration against real plugin components, the broker and S3,
-# CLI processes killed mid-stream).
+# CLI processes killed mid-stream). Ends with how long each step took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup-toolchain.sh
+step_lines=()
+step() { # name, command...
+  local name="$1" start=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  step_lines+=("$(printf '%-40s %5d s' "$name" $((SECONDS - start)))")
+}
+print_steps() {
+  echo "== steps (total ${SECONDS} s)"
+  printf '%s\n' "${step_lines[@]}"
+}
 
-echo "== cargo fmt"
-cargo fmt --all -- --check
-(cd plugins && cargo fmt --all -- --check)
+step "setup-toolchain.sh" scripts/setup-toolchain.sh
 
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "cargo fmt" bash -c 'cargo fmt --all -- --check && cd plugins && cargo fmt --all -- --check'
+
+step "cargo clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # Doc links that point nowhere or at private items fail, as lints do.
-echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+step "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-echo "== Kubernetes manifests"
-scripts/check-manifests.sh
+step "Kubernetes manifests" scripts/check-manifests.sh
 
-echo "== services"
-scripts/dev-services.sh up
-trap 'scripts/dev-services.sh down' EXIT
+step "services" scripts/dev-services.sh up
+trap 'print_steps; scripts/dev-services.sh down' EXIT
 
 # The hostile-plugin tests run once, below, under load.
-echo "== cargo test"
-cargo test --workspace -- --skip hostile_plugins::
+# SLUICE_CARGO_TIMINGS=1: cargo's per-crate report of this build in target/cargo-timings/.
+step "cargo test (build)" cargo test --workspace --no-run --quiet ${SLUICE_CARGO_TIMINGS:+--timings}
+step "cargo test" cargo test --workspace -- --skip hostile_plugins::
 
 # Fault isolation must hold on a loaded machine: the hostile-plugin tests,
 # with a busy process per core running beside each test. `--workspace`
 # reuses the test binary built above (`-p` would build another).
-echo "== hostile-plugin tests under CPU load"
-SLUICE_TEST_CPU_LOAD=1 cargo test --workspace --test all -- hostile_plugins::
+step "hostile-plugin tests under CPU load" \
+  env SLUICE_TEST_CPU_LOAD=1 cargo test --workspace --test all -- hostile_plugins::
 
 # A short fuzz run of the packed-format decoders (longer: scripts/fuzz.sh 600).
-echo "== fuzz"
-scripts/fuzz.sh 15
+step "fuzz" scripts/fuzz.sh 15
