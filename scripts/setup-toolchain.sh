@@ -2,6 +2,13 @@
 # Installs what building and testing Sluice needs on a fresh Debian machine.
 # Idempotent: installs only what is missing.
 #
+#   scripts/setup-toolchain.sh               everything: every plugin language,
+#                                            the lakehouse example's Python tools,
+#                                            what the tests drive (the test command runs this)
+#   scripts/setup-toolchain.sh --quickstart  only what the quickstart needs: the
+#                                            host's build prerequisites and the
+#                                            Rust plugin target (README command 1)
+#
 # Plugin toolchains (see cli/src/build/):
 # * Rust: rustup's wasm32-wasip2 target, or — where rustup cannot download
 #   targets — Debian's rustc-web with its std sources and lld-19.
@@ -11,6 +18,12 @@
 # * C: Debian's clang-19 with its wasm32 runtime, and wasi-libc.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+quickstart=false
+case "${1:-}" in
+  --quickstart) quickstart=true ;;
+  "") ;;
+  *) echo "usage: setup-toolchain.sh [--quickstart]" >&2; exit 2 ;;
+esac
 
 apt_missing=()
 want_apt() {
@@ -18,38 +31,50 @@ want_apt() {
     dpkg -s "$package" >/dev/null 2>&1 || apt_missing+=("$package")
   done
 }
+install_apt_missing() {
+  if [ "${#apt_missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${apt_missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_missing[@]}"
+  fi
+}
 
 # Native build prerequisites (wasmtime and friends build with a C toolchain).
 command -v cc >/dev/null 2>&1 || want_apt gcc
 command -v pkg-config >/dev/null 2>&1 || want_apt pkg-config
 
+rustup_target=true
 if rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   echo "setup: rustup target wasm32-wasip2 present"
 elif timeout 300 rustup target add wasm32-wasip2; then
   echo "setup: installed rustup target wasm32-wasip2"
 else
+  rustup_target=false
   echo "setup: rustup could not install wasm32-wasip2; plugins will use Debian rustc-web + build-std"
 fi
-# The build-std route is always installed: it is the fallback where rustup
-# cannot download targets, and the tests check that both routes build
-# plugins that behave identically.
-want_apt rustc-web rust-web-src lld-19
+# The build-std route is installed except for the quickstart with the rustup
+# target: it is the fallback where rustup cannot download targets, and the
+# tests check that both routes build plugins that behave identically.
+if ! $quickstart || ! $rustup_target; then
+  want_apt rustc-web rust-web-src lld-19
+fi
 # RocksDB state: linked from Debian's library (see .cargo/config.toml).
 want_apt librocksdb-dev libclang-dev
 # JSON records are checked and their fields found with simdjson (the host's
 # sluice-json crate, json/src/scan.rs), linked from Debian's library; g++ builds its C++ half.
 want_apt libsimdjson-dev g++
+if $quickstart; then
+  install_apt_missing
+  echo "setup: ready for the quickstart (scripts/setup-toolchain.sh without --quickstart installs the rest)"
+  exit 0
+fi
 # C plugins.
 want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
 # Observability tests: `promtool check metrics` (Prometheus) and a real
 # browser for the dashboard (Debian's chromium, driven by playwright-core).
 want_apt prometheus chromium
 
-if [ "${#apt_missing[@]}" -gt 0 ]; then
-  echo "setup: installing ${apt_missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_missing[@]}"
-fi
+install_apt_missing
 
 # Python plugins.
 componentize_py_version=0.25.1

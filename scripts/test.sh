@@ -44,5 +44,6 @@ step "cargo test" cargo test --workspace -- --skip hostile_plugins::
 step "hostile-plugin tests under CPU load" \
   env SLUICE_TEST_CPU_LOAD=1 cargo test --workspace --test all -- hostile_plugins::
 
-# A short fuzz run of the packed-format decoders (longer: scripts/fuzz.sh 600).
-step "fuzz" scripts/fuzz.sh 15
+# A short fuzz run of the packed-format decoders where nightly and cargo-fuzz
+# are installed (longer, installing cargo-fuzz if missing: scripts/fuzz.sh 600).
+step "fuzz" scripts/fuzz.sh --if-installed 15

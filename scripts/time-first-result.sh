@@ -6,6 +6,7 @@
 #
 #   scripts/time-first-result.sh 1      README command 1 (the quickstart)
 #   scripts/time-first-result.sh 2      README command 2 (every test)
+#   scripts/time-first-result.sh release the optimised build (cargo build --release)
 #
 # Prints one line per step and the total; cargo's per-crate timings of the
 # builds land in $WORK/clone/target/cargo-timings/. $WORK defaults to a new
@@ -13,7 +14,7 @@
 # Nothing else should run on the machine meanwhile.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-which="${1:?usage: time-first-result.sh 1|2}"
+which="${1:?usage: time-first-result.sh 1|2|release}"
 work="${WORK:-$(mktemp -d /tmp/sluice-first-result.XXXXXX)}"
 real_home="$HOME"
 
@@ -48,21 +49,25 @@ step() { # name, command...
 total_start=$(date +%s.%N)
 case "$which" in
   1)
-    step "setup-toolchain.sh" scripts/setup-toolchain.sh
-    step "cargo build --release -p sluice-cli" cargo build --release -p sluice-cli --timings
+    step "setup-toolchain.sh --quickstart" scripts/setup-toolchain.sh --quickstart
+    step "cargo build -p sluice-cli" cargo build -p sluice-cli --timings
     step "the quickstart (plugin builds + run)" \
-      cargo run --release -p sluice-cli -- run examples/quickstart/pipeline.toml
+      cargo run -p sluice-cli -- run examples/quickstart/pipeline.toml
+    ;;
+  release)
+    # The optimised binary the lakehouse example and benchmarks run.
+    step "cargo build --release -p sluice-cli" cargo build --release -p sluice-cli --timings
     ;;
   2)
     # scripts/test.sh prints its own per-step table.
     step "scripts/test.sh" scripts/test.sh
     ;;
-  *) echo "usage: time-first-result.sh 1|2" >&2; exit 2 ;;
+  *) echo "usage: time-first-result.sh 1|2|release" >&2; exit 2 ;;
 esac
 total_end=$(date +%s.%N)
 
 echo
-echo "README command $which from a clean clone with empty caches ($(nproc) cores, $(git rev-parse --short HEAD)):"
+echo "time-first-result.sh $which: from a clean clone with empty caches ($(nproc) cores, $(git rev-parse --short HEAD)):"
 printf '%s\n' "${steps[@]}"
 printf '%-44s %7.1f s\n' "total" "$(echo "$total_end - $total_start" | bc)"
 echo "(kept: $work)"

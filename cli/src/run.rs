@@ -338,6 +338,14 @@ pub fn summary(report: &RunReport) -> String {
     if let Some(peak) = peak_resident_mib() {
         let _ = writeln!(text, "peak resident memory {peak} MiB");
     }
+    if cfg!(debug_assertions) {
+        // The README's quickstart runs a debug build (it shares the test
+        // build and compiles in half the time); its rates are not Sluice's.
+        let _ = writeln!(
+            text,
+            "debug build: rates and memory are not representative (`cargo run --release` builds the optimised binary)"
+        );
+    }
     let checkpoints = &s.checkpoints;
     if checkpoints.completed + checkpoints.failed > 0 {
         let _ = write!(

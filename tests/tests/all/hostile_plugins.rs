@@ -3,17 +3,46 @@
 //! records are dead-lettered, the operator goes on, and other tenants'
 //! plugins are unaffected.
 //!
-//! `.ci/run` runs these tests twice: idle, and with every core saturated by
-//! busy processes (`SLUICE_TEST_CPU_LOAD`, see [`sluice_tests::cpu_load`]),
-//! where a deadline counted in wall time would punish healthy plugins.
+//! `.ci/run` runs these tests with every core saturated by busy processes
+//! (`SLUICE_TEST_CPU_LOAD`, see [`sluice_tests::cpu_load`]), where a
+//! deadline counted in wall time would punish healthy plugins.
 
 use sluice_host::dataflow::{Collector, FaultPolicy, OnFaultStorm, Operator};
 use sluice_host::record::dead_letter_headers as h;
 use sluice_host::runtime::PluginLimits;
 use sluice_host::{Record, SourcePosition};
-use sluice_tests::{cpu_load, operator, runtime, state_backend};
+use sluice_tests::{CpuLoad, cpu_load, operator, runtime, state_backend};
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// Every plugin these tests run.
+const PLUGINS: &[&str] = &[
+    "identity",
+    "hostile-loop",
+    "hostile-alloc",
+    "hostile-trap",
+    "hostile-contract",
+    "python/hostile",
+    "js/hostile",
+];
+
+/// The CPU load of a test, started once every plugin of this module is built
+/// and compiled (into the shared component cache): the load is there for the
+/// plugins' calls and faults, not their builds, which on a cold cache took
+/// minutes under it. Tests that arrive while the builds run wait for them.
+fn load_after_builds() -> CpuLoad {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let runtime = runtime();
+        for name in PLUGINS {
+            runtime
+                .load(sluice_tests::plugin(name))
+                .unwrap_or_else(|error| panic!("loading {name}: {error}"));
+        }
+    });
+    cpu_load()
+}
 
 fn batch(values: &[&str]) -> Vec<Record> {
     values
@@ -121,7 +150,7 @@ fn hostile_metrics(op: &sluice_host::dataflow::TransformOperator) -> (u64, u64) 
 
 #[test]
 fn infinite_loop_is_interrupted_at_its_cpu_deadline() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let limits = PluginLimits {
         deadline: Duration::from_millis(50),
         ..PluginLimits::default()
@@ -136,7 +165,7 @@ fn infinite_loop_is_interrupted_at_its_cpu_deadline() {
 
 #[test]
 fn unbounded_allocation_is_stopped_at_its_memory_limit() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let limits = PluginLimits {
         memory_bytes: 16 << 20,
         ..PluginLimits::default()
@@ -153,7 +182,7 @@ fn unbounded_allocation_is_stopped_at_its_memory_limit() {
 /// dead-lettered or is retried.
 #[test]
 fn a_leaking_plugin_is_replaced_between_batches_before_its_memory_limit() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let runtime = runtime();
     let store = state_backend();
     let limits = PluginLimits {
@@ -185,7 +214,7 @@ fn a_leaking_plugin_is_replaced_between_batches_before_its_memory_limit() {
 
 #[test]
 fn trap_is_isolated_to_its_record() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     for reason in survives_faulting("hostile-trap", "trap", PluginLimits::default()) {
         assert!(reason.starts_with("plugin trapped: "), "{reason}");
         assert!(
@@ -239,7 +268,7 @@ fn interpreted_plugin_is_contained(language: &str, throw_command: &str, thrown: 
 
 #[test]
 fn python_plugin_is_held_to_the_same_limits() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     interpreted_plugin_is_contained(
         "python",
         "raise",
@@ -249,7 +278,7 @@ fn python_plugin_is_held_to_the_same_limits() {
 
 #[test]
 fn javascript_plugin_is_held_to_the_same_limits() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     interpreted_plugin_is_contained("js", "throw", "Error: hostile plugin threw on purpose");
 }
 
@@ -269,7 +298,7 @@ fn emitted(plugin: &str, limits: PluginLimits, commands: &[&str]) -> Vec<String>
 
 #[test]
 fn python_plugin_gets_no_files_network_or_clock_unless_granted() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let seen = emitted(
         "python/hostile",
         PluginLimits::default(),
@@ -290,7 +319,7 @@ fn python_plugin_gets_no_files_network_or_clock_unless_granted() {
 
 #[test]
 fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let seen = emitted("js/hostile", PluginLimits::default(), &["clock"]);
     assert_eq!(seen[0], "0", "the clock reads zero without a grant");
     // Built without HTTP: the component cannot even ask for the network (it
@@ -315,7 +344,7 @@ fn javascript_plugin_gets_no_network_or_clock_unless_granted() {
 
 #[test]
 fn a_faulting_call_leaves_no_state_behind() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let mut op = hostile_trap();
     let mut out = Collector::default();
     // The batch call counts ok-1 and then traps on `trap`; the retry counts
@@ -335,7 +364,7 @@ fn a_faulting_call_leaves_no_state_behind() {
 
 #[test]
 fn python_stderr_reaches_the_host_and_the_dead_letter_reason() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let (reasons, (faults, _)) =
         survives("python/hostile", "print-and-abort", PluginLimits::default());
     assert!(faults >= 1, "abort is a trap");
@@ -369,7 +398,7 @@ fn values(records: &[Record]) -> Vec<String> {
 
 #[test]
 fn packed_output_that_breaks_the_contract_is_a_fault_retried_record_by_record() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let runtime = runtime();
     let store = state_backend();
     let limits = PluginLimits {
@@ -420,7 +449,7 @@ fn packed_output_that_breaks_the_contract_is_a_fault_retried_record_by_record() 
 
 #[test]
 fn a_healthy_stateful_plugin_dead_letters_nothing() {
-    let load = cpu_load();
+    let load = load_after_builds();
     let mut op = hostile_trap();
     let values: Vec<String> = (0..50_000).map(|i| format!("ok-{i}")).collect();
     let mut passed = 0;
@@ -446,7 +475,7 @@ fn a_healthy_stateful_plugin_dead_letters_nothing() {
 
 #[test]
 fn a_trap_storm_of_100k_records_is_dead_lettered_whole_and_then_ends() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let mut op = hostile_trap();
     let storm: Vec<String> = (0..100_000).map(|i| format!("trap-{i}")).collect();
     let (mut main, mut dead) = (0, 0);
@@ -484,7 +513,7 @@ fn a_trap_storm_of_100k_records_is_dead_lettered_whole_and_then_ends() {
 
 #[test]
 fn a_storm_under_stop_fails_the_operator_and_counts_what_it_did_not_process() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let mut op = hostile_trap().with_fault_policy(
         FaultPolicy::default()
             .storm_threshold(4)
@@ -507,7 +536,7 @@ fn a_storm_under_stop_fails_the_operator_and_counts_what_it_did_not_process() {
 
 #[test]
 fn instantiation_and_init_have_their_own_cpu_budget() {
-    let _load = cpu_load();
+    let _load = load_after_builds();
     let runtime = runtime();
     let store = state_backend();
     let component = runtime
