@@ -333,18 +333,38 @@ pub fn sigkill_at_random_moments(
     landed_mid_stream
 }
 
-/// Sends SIGTERM to `child` (a `sluice run`), waits for it, asserts a clean
-/// exit and returns what it printed on stderr.
+/// How long a `sluice run` may take to exit after SIGTERM (its final
+/// checkpoint, on a loaded machine, in a debug build) before
+/// [`sigterm_and_wait`] kills it and fails: a run that never exits fails
+/// its test instead of holding CI until its time limit.
+pub const SIGTERM_EXIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Sends SIGTERM to `child` (a `sluice run`), waits for it (at most
+/// [`SIGTERM_EXIT_LIMIT`]), asserts a clean exit and returns what it
+/// printed on stderr.
 pub fn sigterm_and_wait(child: std::process::Child) -> String {
+    let pid = child.id().to_string();
     let status = std::process::Command::new("kill")
         .arg("-TERM")
-        .arg(child.id().to_string())
+        .arg(&pid)
         .status()
         .unwrap_or_else(|e| panic!("kill: {e}"));
     assert!(status.success(), "kill -TERM failed");
-    let output = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("waiting for sluice: {e}"));
+    // Waited for in a thread that also drains the child's pipes, so that a
+    // run that does not exit can be killed and reported.
+    let (sender, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    let output = match exited.recv_timeout(SIGTERM_EXIT_LIMIT) {
+        Ok(output) => output.unwrap_or_else(|e| panic!("waiting for sluice: {e}")),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            panic!("sluice (pid {pid}) did not exit within {SIGTERM_EXIT_LIMIT:?} of SIGTERM");
+        }
+    };
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         output.status.success(),

@@ -5,7 +5,7 @@
 use super::StartPosition;
 use crate::metrics::PartitionMetrics;
 use crate::sync::lock;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
@@ -30,6 +30,22 @@ pub(super) struct SourceContext {
     pub(super) started: Mutex<HashSet<(String, i32)>>,
     /// Offsets of the checkpoint restored: they win over `start`.
     pub(super) restored: Mutex<HashMap<(String, i32), i64>>,
+    /// Whether the group rebalances cooperatively (incremental assign and
+    /// unassign), from the consumer's `partition.assignment.strategy`.
+    /// Known up front: asking librdkafka (`rebalance_protocol()`) from the
+    /// rebalance callback of a closing consumer once waited forever (the
+    /// question goes to the group's queue, which a closing consumer may no
+    /// longer answer), and a SIGTERMed run never exited.
+    pub(super) cooperative: bool,
+}
+
+/// Whether librdkafka rebalances a group whose members use `strategies`
+/// (its `partition.assignment.strategy`) cooperatively: only when every
+/// strategy is cooperative (librdkafka refuses a mix).
+pub(super) fn is_cooperative(strategies: &str) -> bool {
+    strategies
+        .split(',')
+        .all(|strategy| strategy.trim() == "cooperative-sticky")
 }
 
 impl SourceContext {
@@ -130,10 +146,7 @@ impl ConsumerContext for SourceContext {
         error: RDKafkaRespErr,
         partitions: &mut TopicPartitionList,
     ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
+        let cooperative = self.cooperative;
         let result = match error {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.apply_start_position(consumer, partitions);
@@ -172,5 +185,19 @@ impl ConsumerContext for SourceContext {
         if let Err(error) = result {
             tracing::error!(%error, "Kafka rebalance could not be applied");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_cooperative;
+
+    #[test]
+    fn only_cooperative_strategies_rebalance_cooperatively() {
+        assert!(is_cooperative("cooperative-sticky"));
+        assert!(is_cooperative(" cooperative-sticky "));
+        assert!(!is_cooperative("range,roundrobin"));
+        assert!(!is_cooperative("range"));
+        assert!(!is_cooperative("cooperative-sticky,range"));
     }
 }

@@ -179,8 +179,12 @@ impl KafkaSource {
                 {
                     config.set("group.instance.id", instance);
                 }
+                let cooperative = config
+                    .get("partition.assignment.strategy")
+                    .is_some_and(group_context::is_cooperative);
                 let consumer: BaseConsumer<SourceContext> = config
                     .create_with_context(SourceContext {
+                        cooperative,
                         log: rebalances.clone(),
                         partitions: partitions.clone(),
                         start: options.start,
