@@ -305,10 +305,11 @@ fn write_component(
 /// wit-bindgen emits) into a component. `wasi_adapter` is the WASI
 /// preview1 adapter for modules that import `wasi_snapshot_preview1`.
 pub fn componentize(module: &[u8], wasi_adapter: Option<&[u8]>) -> Result<Vec<u8>> {
-    let mut encoder = wit_component::ComponentEncoder::default();
-    encoder.module(module)?.validate(true);
+    let mut encoder = wit_component::ComponentEncoder::default()
+        .module(module)?
+        .validate(true);
     if let Some(adapter) = wasi_adapter {
-        encoder.adapter("wasi_snapshot_preview1", adapter)?;
+        encoder = encoder.adapter("wasi_snapshot_preview1", adapter)?;
     }
     encoder.encode()
 }

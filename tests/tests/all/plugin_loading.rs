@@ -23,7 +23,6 @@ fn component_with_version(version: &str) -> Vec<u8> {
         &resolve,
         world,
         wit_component::StringEncoding::UTF8,
-        false,
     )
     .unwrap();
     wit_component::ComponentEncoder::default()
