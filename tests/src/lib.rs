@@ -878,6 +878,17 @@ pub mod s3 {
     }
 }
 
+/// How many SIGKILLs the long chaos tests deal: `SLUICE_CHAOS_KILLS`, or 8.
+/// The test command runs this short version (random moments, so that runs
+/// add up to more schedules); soak runs set 20 or 100
+/// (docs/benchmarks.md, "Chaos runs").
+pub fn chaos_kills() -> usize {
+    std::env::var("SLUICE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
+
 /// Random moments for chaos tests: a small xorshift generator whose seed
 /// (from the clock) is printed, so that a failing schedule can be told.
 pub struct Chaos(u64);

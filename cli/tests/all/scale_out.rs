@@ -769,10 +769,7 @@ fn chaos(cluster: &mut Cluster, kills: usize, zombie: bool, records: u64, until_
 
 #[test]
 fn sigkills_a_zombie_and_a_failpoint_leave_a_key_by_pipeline_exactly_once() {
-    let kills: usize = std::env::var("SLUICE_CHAOS_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let kills = sluice_tests::chaos_kills();
     let mut exact = Cluster::new(Shape::KeyBy);
     eprintln!("run logs in {}", exact.dir.path().display());
     chaos(&mut exact, kills, true, 100_000, false);
