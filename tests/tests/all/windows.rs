@@ -1703,9 +1703,11 @@ path = "{output}"
     assert_eq!(every_batch, default);
     // Each batch of 100 records touches the 50 keys' window: 50 operands
     // a batch, 200 batches; mini-batches of 16,384 records write about one
-    // a window (two when one straddles a mini-batch's end).
+    // a window: two when one straddles a mini-batch's end, more when
+    // firings (which write what is pending before they read) come often,
+    // as on a loaded machine (2,050 with four tests at a time on 2 cores).
     assert!(every_batch_merges >= 9_000, "{every_batch_merges}");
-    assert!(default_merges <= 2_000, "{default_merges}");
+    assert!(default_merges <= 3_000, "{default_merges}");
     let file = dir.path().join("pipeline.toml");
     let out = dir.path().join("never.jsonl");
     std::fs::write(&file, text("state_mini_batch_records = 100000000", &out)).unwrap();
