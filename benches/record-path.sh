@@ -108,6 +108,7 @@ filter_rewrite() {
 
 pipeline "rust-filter-rewrite" "$input" "$(filter_rewrite "$rust_filter")" ""
 pipeline "rust-filter-rewrite-document" "$input" "$(filter_rewrite "$rust_filter" 'config = { mode = "document" }')" ""
+pipeline "rust-filter-rewrite-serde" "$input" "$(filter_rewrite "$rust_filter" 'config = { mode = "serde" }')" ""
 pipeline "c-filter-rewrite" "$input" "$(filter_rewrite "$c_filter")" ""
 pipeline "c-filter-rewrite-typed" "$input" "$(filter_rewrite "$c_filter" 'call_mode = "typed"')" ""
 pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
@@ -122,7 +123,7 @@ pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "$(filter_rewrit
 
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document \
+for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document rust-filter-rewrite-serde \
   c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
   window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite \
   js-filter-rewrite js-filter-rewrite-typed; do
