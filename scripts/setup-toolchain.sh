@@ -8,6 +8,10 @@
 #   scripts/setup-toolchain.sh --quickstart  only what the quickstart needs: the
 #                                            host's build prerequisites and the
 #                                            Rust plugin target (README command 1)
+#   scripts/setup-toolchain.sh --system      everything but the Python and npm
+#                                            packages: what building needs
+#   scripts/setup-toolchain.sh --packages    only the Python and npm packages (the
+#                                            test command installs them while it builds)
 #
 # Plugin toolchains (see cli/src/build/):
 # * Rust: rustup's wasm32-wasip2 target, or — where rustup cannot download
@@ -19,10 +23,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 quickstart=false
+system=true
+packages=true
 case "${1:-}" in
   --quickstart) quickstart=true ;;
+  --system) packages=false ;;
+  --packages) system=false ;;
   "") ;;
-  *) echo "usage: setup-toolchain.sh [--quickstart]" >&2; exit 2 ;;
+  *) echo "usage: setup-toolchain.sh [--quickstart|--system|--packages]" >&2; exit 2 ;;
 esac
 
 apt_missing=()
@@ -39,42 +47,52 @@ install_apt_missing() {
   fi
 }
 
-# Native build prerequisites (wasmtime and friends build with a C toolchain).
-command -v cc >/dev/null 2>&1 || want_apt gcc
-command -v pkg-config >/dev/null 2>&1 || want_apt pkg-config
+install_system() {
+  # Native build prerequisites (wasmtime and friends build with a C toolchain).
+  command -v cc >/dev/null 2>&1 || want_apt gcc
+  command -v pkg-config >/dev/null 2>&1 || want_apt pkg-config
 
-rustup_target=true
-if rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-  echo "setup: rustup target wasm32-wasip2 present"
-elif timeout 300 rustup target add wasm32-wasip2; then
-  echo "setup: installed rustup target wasm32-wasip2"
-else
-  rustup_target=false
-  echo "setup: rustup could not install wasm32-wasip2; plugins will use Debian rustc-web + build-std"
-fi
-# The build-std route is installed except for the quickstart with the rustup
-# target: it is the fallback where rustup cannot download targets, and the
-# tests check that both routes build plugins that behave identically.
-if ! $quickstart || ! $rustup_target; then
-  want_apt rustc-web rust-web-src lld-19
-fi
-# RocksDB state: linked from Debian's library (see .cargo/config.toml).
-want_apt librocksdb-dev libclang-dev
-# JSON records are checked and their fields found with simdjson (the host's
-# sluice-json crate, json/src/scan.rs), linked from Debian's library; g++ builds its C++ half.
-want_apt libsimdjson-dev g++
-if $quickstart; then
+  rustup_target=true
+  if rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+    echo "setup: rustup target wasm32-wasip2 present"
+  elif timeout 300 rustup target add wasm32-wasip2; then
+    echo "setup: installed rustup target wasm32-wasip2"
+  else
+    rustup_target=false
+    echo "setup: rustup could not install wasm32-wasip2; plugins will use Debian rustc-web + build-std"
+  fi
+  # The build-std route is installed except for the quickstart with the rustup
+  # target: it is the fallback where rustup cannot download targets, and the
+  # tests check that both routes build plugins that behave identically.
+  if ! $quickstart || ! $rustup_target; then
+    want_apt rustc-web rust-web-src lld-19
+  fi
+  # RocksDB state: linked from Debian's library (see .cargo/config.toml).
+  want_apt librocksdb-dev libclang-dev
+  # JSON records are checked and their fields found with simdjson (the host's
+  # sluice-json crate, json/src/scan.rs), linked from Debian's library; g++ builds its C++ half.
+  want_apt libsimdjson-dev g++
+  if $quickstart; then
+    install_apt_missing
+    echo "setup: ready for the quickstart (scripts/setup-toolchain.sh without --quickstart installs the rest)"
+    exit 0
+  fi
+  # C plugins.
+  want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
+  # Observability tests: `promtool check metrics` (Prometheus) and a real
+  # browser for the dashboard (Debian's chromium, driven by playwright-core).
+  want_apt prometheus chromium
+
   install_apt_missing
-  echo "setup: ready for the quickstart (scripts/setup-toolchain.sh without --quickstart installs the rest)"
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
+}
+if $system; then
+  install_system
+fi
+if ! $packages; then
+  echo "setup: ready to build (scripts/setup-toolchain.sh --packages installs the Python and npm packages)"
   exit 0
 fi
-# C plugins.
-want_apt clang-19 libclang-rt-19-dev-wasm32 wasi-libc
-# Observability tests: `promtool check metrics` (Prometheus) and a real
-# browser for the dashboard (Debian's chromium, driven by playwright-core).
-want_apt prometheus chromium
-
-install_apt_missing
 
 # Python plugins.
 componentize_py_version=0.25.1
@@ -125,5 +143,4 @@ npm_install "$here/js-toolchain" "$HOME/.cache/sluice/js-toolchain" \
 npm_install "$here/browser-test" "$HOME/.cache/sluice/browser-test" \
   node_modules/playwright-core playwright-core
 
-rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 echo "setup: toolchain ready"

@@ -19,24 +19,34 @@ print_steps() {
   printf '%s\n' "${step_lines[@]}"
 }
 
-step "setup-toolchain.sh" scripts/setup-toolchain.sh
+step "setup-toolchain.sh --system" scripts/setup-toolchain.sh --system
 
-# The services (downloads the first time, JVM start-ups) start in the
-# background while the code is checked and built; their output comes at
-# the "services" step, which waits for them.
-services_log=$(mktemp)
-scripts/dev-services.sh up >"$services_log" 2>&1 &
-services_pid=$!
+# Plugins the tests build, and the code they compile to, are cached beside
+# the test binaries (`sluice_tests::shared_cache_dir`), also for the `sluice`
+# processes the tests start: one cache, not a second in the user's
+# ~/.cache (the same Python plugin compiled twice cost ~12 s of CPU).
+target_dir="${CARGO_TARGET_DIR:-target}"
+[[ "$target_dir" == /* ]] || target_dir="$PWD/$target_dir"
+export SLUICE_CACHE_DIR="${SLUICE_CACHE_DIR:-$target_dir/sluice-test-cache/components}"
+
+# What the tests need but the build does not — the plugin toolchains' Python
+# and npm packages, the services (downloads the first time, JVM start-ups) —
+# is set up in the background while the code is checked and built (mostly
+# waiting on the network, it cost ~60 s in the foreground); the step
+# "packages and services" waits for it and shows its output.
+background_log=$(mktemp)
+(scripts/setup-toolchain.sh --packages && scripts/dev-services.sh up) >"$background_log" 2>&1 &
+background_pid=$!
 stop_services() {
-  kill "$services_pid" 2>/dev/null && wait "$services_pid" 2>/dev/null
+  kill "$background_pid" 2>/dev/null && wait "$background_pid" 2>/dev/null
   scripts/dev-services.sh down
-  rm -f "$services_log"
+  rm -f "$background_log"
 }
 trap 'print_steps; stop_services' EXIT
-services_up() {
+background_ready() {
   local status=0
-  wait "$services_pid" || status=$?
-  cat "$services_log"
+  wait "$background_pid" || status=$?
+  cat "$background_log"
   return "$status"
 }
 
@@ -53,7 +63,7 @@ step "Kubernetes manifests" scripts/check-manifests.sh
 # SLUICE_CARGO_TIMINGS=1: cargo's per-crate report of this build in target/cargo-timings/.
 step "cargo test (build)" cargo test --workspace --no-run --quiet ${SLUICE_CARGO_TIMINGS:+--timings}
 
-step "services (started in the background)" services_up
+step "packages and services (background)" background_ready
 
 # Two tests per core at a time: most of a test's time is spent waiting on
 # the processes, broker and servers it drives (two at a time on 2 cores left

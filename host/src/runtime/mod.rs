@@ -24,8 +24,8 @@ mod projection;
 pub use crate::metrics::FaultKind;
 pub use aggregate::{AggregateError, GroupAdd, PluginAggregator};
 pub use cache::{
-    CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, mark_used, prune_least_recently_used,
-    store_bounded, store_file,
+    CacheOutcome, ComponentCache, DEFAULT_CACHE_MAX_BYTES, DEFAULT_FUNCTION_CACHE_MAX_BYTES,
+    FunctionCache, mark_used, prune_least_recently_used, store_bounded, store_file,
 };
 pub use component::{PluginComponent, PluginWorld};
 pub use cpu_share::CpuShare;
@@ -229,6 +229,9 @@ impl PluginRuntime {
         if std::env::var_os(PERF_MAP_VARIABLE).is_some_and(|v| v == "1") {
             wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
+        let cache = ComponentCache::new(config.cache_dir);
+        wasm.enable_incremental_compilation(cache.functions().clone())
+            .map_err(RuntimeError::Engine)?;
         let engine = Engine::new(&wasm).map_err(RuntimeError::Engine)?;
 
         let mut linker = Linker::new(&engine);
@@ -243,7 +246,7 @@ impl PluginRuntime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
-                cache: ComponentCache::new(config.cache_dir),
+                cache,
                 epoch_tick: config.epoch_tick,
                 ticker: Arc::new(EpochTicker::default()),
                 ticker_started: std::sync::OnceLock::new(),

@@ -1,4 +1,5 @@
-//! Loading checks: the WIT package version, the compiled-component cache.
+//! Loading checks: the WIT package version, the compiled-component and
+//! per-function caches.
 
 use sluice_host::runtime::{
     CacheOutcome, PluginRuntime, RuntimeConfig, RuntimeError, WIT_PACKAGE_VERSION,
@@ -93,4 +94,60 @@ fn a_file_that_is_not_a_component_is_rejected_with_its_path() {
         .err()
         .expect("junk must not load");
     assert!(error.to_string().contains("junk.wasm"), "{error}");
+}
+
+/// A Python plugin this host has never compiled takes the CPython
+/// interpreter's functions from the per-function cache the last Python
+/// plugin filled, compiles only its own, and runs as if compiled whole.
+#[test]
+fn a_new_python_plugin_compiles_only_the_functions_the_last_one_did_not_have() {
+    use sluice_host::dataflow::{Collector, Operator};
+    use sluice_host::runtime::PluginLimits;
+    use sluice_host::{Record, SourcePosition};
+
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: cache.path().to_path_buf(),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let functions = runtime.cache().functions().clone();
+    let first = sluice_tests::plugin("python/field-probe");
+    assert_eq!(runtime.load(&first).unwrap().cache, CacheOutcome::Miss);
+    let (_, compiled_first) = functions.counts();
+    assert!(compiled_first > 5_000, "{compiled_first} functions");
+
+    let state = sluice_tests::state_backend();
+    let mut filter = sluice_tests::operator(
+        &runtime,
+        &state,
+        "t",
+        "python/filter-rewrite",
+        PluginLimits::default(),
+        &[],
+    );
+    let (reused, compiled) = functions.counts();
+    let compiled_second = compiled - compiled_first;
+    assert!(
+        reused >= 9 * compiled_second,
+        "the second plugin reused {reused} functions and compiled {compiled_second}"
+    );
+
+    let values: [&[u8]; 2] = [br#"{"key":3,"text":"abc"}"#, br#"{"key":10,"text":"x"}"#];
+    let batch = values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let position = SourcePosition {
+                topic: "in".into(),
+                partition: 0,
+                offset: i as i64,
+            };
+            Record::from_value(value.to_vec(), position)
+        })
+        .collect();
+    let mut out = Collector::default();
+    filter.process_batch(batch, &mut out).unwrap();
+    let emitted: Vec<&[u8]> = out.main.iter().map(|record| &record.value[..]).collect();
+    assert_eq!(emitted, [&br#"{"key":3,"text":"ABC"}"#[..]]);
 }

@@ -8,10 +8,13 @@
 //!
 //! Loading compiled code runs it without validation, so an artifact is
 //! trusted only if this host wrote it: each one starts with an HMAC-SHA256
-//! of its bytes under a key kept in the cache directory (`.host-key`,
-//! created with mode 0600 on first use). An artifact with a wrong or
-//! missing tag — written by another host, copied in, tampered with — is
-//! compiled again from the component, never loaded.
+//! of its bytes under a key kept in the cache directory ([`host_key`]). An
+//! artifact with a wrong or missing tag — written by another host, copied
+//! in, tampered with — is compiled again from the component, never loaded.
+//!
+//! A component that is not in the cache still compiles only the functions
+//! the host has not compiled before ([`functions`]): a new Python or
+//! JavaScript plugin shares its interpreter's functions with the last one.
 //!
 //! The cache is bounded: after each store the least recently used
 //! artifacts are removed until the directory holds at most
@@ -20,16 +23,18 @@
 //! 35-37 MB each, so without a bound every edit of such a plugin would
 //! leave one behind for good.
 
-use hmac::{Hmac, Mac};
+mod functions;
+mod host_key;
+
+pub use functions::{DEFAULT_FUNCTION_CACHE_MAX_BYTES, FunctionCache};
+
+use host_key::HostKey;
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use wasmtime::Engine;
 use wasmtime::component::Component;
-
-/// Length of the tag that starts every artifact.
-const TAG_LEN: usize = 32;
 
 /// The most compiled artifacts a [`ComponentCache`] keeps, in bytes (about
 /// a hundred Python or JavaScript plugins, thousands of Rust ones).
@@ -124,7 +129,8 @@ pub fn mark_used(path: &Path) {
 pub struct ComponentCache {
     dir: PathBuf,
     max_bytes: u64,
-    key: Arc<OnceLock<Option<[u8; 32]>>>,
+    key: HostKey,
+    functions: Arc<FunctionCache>,
 }
 
 /// Whether a load was served from the cache.
@@ -140,10 +146,13 @@ impl ComponentCache {
     /// A cache in `dir` (created on first store), holding at most
     /// [`DEFAULT_CACHE_MAX_BYTES`] of artifacts.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir: PathBuf = dir.into();
+        let key = HostKey::new(&dir);
         ComponentCache {
-            dir: dir.into(),
+            functions: Arc::new(FunctionCache::new(dir.join("functions"), key.clone())),
+            key,
+            dir,
             max_bytes: DEFAULT_CACHE_MAX_BYTES,
-            key: Arc::new(OnceLock::new()),
         }
     }
 
@@ -172,6 +181,12 @@ impl ComponentCache {
         &self.dir
     }
 
+    /// The per-function cache in `<dir>/functions`, for the engine that
+    /// compiles through this cache (`Config::enable_incremental_compilation`).
+    pub fn functions(&self) -> &Arc<FunctionCache> {
+        &self.functions
+    }
+
     /// The artifact path for `wasm` compiled by `engine`.
     pub fn artifact_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
         let content = hex::encode(Sha256::digest(wasm));
@@ -188,7 +203,7 @@ impl ComponentCache {
         wasm: &[u8],
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let path = self.artifact_path(engine, wasm);
-        if let Some(artifact) = self.read_trusted(&path) {
+        if let Some(artifact) = self.key.read_trusted(&path, artifact_context(&path)) {
             // SAFETY: the artifact carries this host's tag: it was written
             // by `store` below from `Component::serialize` of this same
             // engine configuration (the file name carries its
@@ -200,107 +215,30 @@ impl ComponentCache {
             // An artifact of another engine build: fall through and replace it.
         }
         let component = Component::new(engine, wasm)?;
+        self.functions.prune();
         if let Err(error) = self.store(&path, &component) {
             tracing::warn!(path = %path.display(), %error, "could not cache compiled component");
         }
         Ok((component, CacheOutcome::Miss))
     }
 
-    /// This host's key, read or created on first use; `None` if the
-    /// directory is not writable (nothing is cached then).
-    fn key(&self) -> Option<&[u8; 32]> {
-        self.key
-            .get_or_init(|| match read_or_create_key(&self.dir) {
-                Ok(key) => Some(key),
-                Err(error) => {
-                    tracing::warn!(dir = %self.dir.display(), %error, "no cache key: compiled components are not cached");
-                    None
-                }
-            })
-            .as_ref()
-    }
-
-    fn tag(&self, artifact: &[u8]) -> Option<Hmac<Sha256>> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(self.key()?).ok()?;
-        mac.update(artifact);
-        Some(mac)
-    }
-
-    /// The artifact at `path` if it carries this host's tag.
-    fn read_trusted(&self, path: &Path) -> Option<Vec<u8>> {
-        let mut bytes = std::fs::read(path).ok()?;
-        if bytes.len() < TAG_LEN {
-            return None;
-        }
-        let artifact = bytes.split_off(TAG_LEN);
-        match self.tag(&artifact)?.verify_slice(&bytes) {
-            Ok(()) => Some(artifact),
-            Err(_) => {
-                tracing::warn!(path = %path.display(), "a cached artifact this host did not write (or that was changed): compiling again");
-                None
-            }
-        }
-    }
-
     fn store(&self, path: &Path, component: &Component) -> wasmtime::Result<()> {
         let artifact = component.serialize()?;
-        let tag = self
-            .tag(&artifact)
-            .ok_or_else(|| wasmtime::Error::msg("no cache key"))?
-            .finalize()
-            .into_bytes();
-        let mut bytes = Vec::with_capacity(TAG_LEN + artifact.len());
-        bytes.extend_from_slice(&tag);
-        bytes.extend_from_slice(&artifact);
-        store_bounded(&self.dir, path, &bytes, "cwasm", self.max_bytes)?;
+        let sealed = self
+            .key
+            .seal(artifact_context(path), &artifact)
+            .ok_or_else(|| wasmtime::Error::msg("no cache key"))?;
+        store_bounded(&self.dir, path, &sealed, "cwasm", self.max_bytes)?;
         Ok(())
     }
 }
 
-/// The key in `dir/.host-key`, created (mode 0600, exclusively: two
-/// processes starting at once agree on one) if missing.
-fn read_or_create_key(dir: &Path) -> std::io::Result<[u8; 32]> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let path = dir.join(".host-key");
-    let read = |path: &Path| -> std::io::Result<[u8; 32]> {
-        let bytes = std::fs::read(path)?;
-        bytes.try_into().map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the cache key is not 32 bytes",
-            )
-        })
-    };
-    if let Ok(key) = read(&path) {
-        return Ok(key);
-    }
-    std::fs::create_dir_all(dir)?;
-    let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let temporary = dir.join(format!(".host-key.tmp{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(&key)?;
-    file.sync_all()?;
-    // Another process may have created it meanwhile: keep the first.
-    match std::fs::hard_link(&temporary, &path) {
-        Ok(()) => {
-            let _ = std::fs::remove_file(&temporary);
-            Ok(key)
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-            let _ = std::fs::remove_file(&temporary);
-            read(&path)
-        }
-        Err(error) => {
-            let _ = std::fs::remove_file(&temporary);
-            Err(error)
-        }
-    }
+/// What an artifact's tag binds it to: its file name (the component's
+/// digest and the engine's compatibility hash).
+fn artifact_context(path: &Path) -> &[u8] {
+    path.file_name()
+        .map(|name| name.as_encoded_bytes())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
