@@ -9,7 +9,9 @@
 //! checkpoints (it starts at the group's committed offsets, the end).
 //! Every run has a timeout that fails the test instead of hanging
 //! CI, and every output equals the uninterrupted run's, whose window
-//! counts add up to the records read.
+//! counts add up to the records read. Last, an end whose windows take
+//! longer to fire than the checkpoint timeout still commits its final
+//! checkpoint.
 
 use sluice_tests::{KillOnDrop, comparable_record_line, wait_until_else};
 use std::collections::BTreeMap;
@@ -84,8 +86,6 @@ struct Job {
 
 impl Job {
     fn new(parent: &Path, input: &Input, label: &str) -> Job {
-        let dir = parent.join(label);
-        std::fs::create_dir_all(&dir).expect("job directory");
         let text = format!(
             r#"[pipeline]
 name = "bounded"
@@ -110,7 +110,14 @@ path = "out/windows.jsonl"
             source = input.section(label),
             key = input.key_field(),
         );
-        std::fs::write(dir.join("pipeline.toml"), text).expect("write pipeline");
+        Job::with_pipeline(parent, label, &text)
+    }
+
+    /// A job running the pipeline file text `pipeline`, in `parent/label`.
+    fn with_pipeline(parent: &Path, label: &str, pipeline: &str) -> Job {
+        let dir = parent.join(label);
+        std::fs::create_dir_all(&dir).expect("job directory");
+        std::fs::write(dir.join("pipeline.toml"), pipeline).expect("write pipeline");
         Job { dir, runs: 0 }
     }
 
@@ -327,4 +334,59 @@ fn a_bounded_kafka_read_ends_after_a_restore_at_its_end() {
     }
     plain.flush(timeout).expect("flush");
     bounded_input_ends(Input::Kafka { topic });
+}
+
+/// The end of a bounded input fires every window before the final barrier.
+/// A firing that outlasts the checkpoint timeout (300,000 windows against
+/// 1 s here) must not cost the run its final checkpoint: the output is
+/// committed whole, and a run again reads nothing.
+#[test]
+fn a_final_firing_longer_than_the_checkpoint_timeout_still_commits_the_end() {
+    const WINDOWS: u64 = 300_000;
+    let parent = tempfile::tempdir().expect("temporary directory");
+    let input: String = (0..WINDOWS)
+        .map(|i| format!("{{\"id\":{i},\"key\":\"k{i}\",\"ts\":{}}}\n", T0 + i))
+        .collect();
+    std::fs::write(parent.path().join("input.jsonl"), input).expect("write input");
+    let pipeline = r#"[pipeline]
+name = "long-final-firing"
+state_dir = "state"
+batch_size = 1024
+
+[checkpoints]
+storage = "checkpoints"
+interval_ms = 600000
+timeout_ms = 1000
+
+[source.file]
+path = "../input.jsonl"
+timestamp_field = "ts"
+
+[[operators]]
+name = "per-key"
+window = { tumbling_ms = 3600000 }
+key_field = "key"
+aggregate = { function = "count" }
+
+[sink.file]
+path = "out/windows.jsonl"
+"#;
+    let mut job = Job::with_pipeline(parent.path(), "job", pipeline);
+    let (success, stderr) = job.run(&[], RUN_TIMEOUT);
+    assert!(success, "the run failed:\n{stderr}");
+    assert!(
+        !stderr.contains("not confirmed"),
+        "the final checkpoint was given up:\n{stderr}"
+    );
+    let outputs = job.outputs();
+    assert_eq!(outputs.len() as u64, WINDOWS, "one result per key's window");
+    let counted: u64 = outputs
+        .keys()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).expect("JSON output");
+            value["result"].as_u64().expect("a count")
+        })
+        .sum();
+    assert_eq!(counted, WINDOWS, "the windows count every record once");
+    assert_eq!(job.run_to_end(FINISHED_TIMEOUT), 0, "the end was committed");
 }

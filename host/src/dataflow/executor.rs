@@ -358,6 +358,7 @@ impl SourceReader<'_> {
         if outcome == RunOutcome::Completed && last_watermark != i64::MAX {
             // A bounded input is complete: every event-time window may fire.
             self.send(StreamElement::Watermark(i64::MAX));
+            self.wait_for_the_final_firing(stop)?;
         }
         // A final barrier covers everything read; wait for the chain to flush
         // it (and, with checkpoints, for its checkpoint to complete) so the
@@ -403,12 +404,18 @@ impl SourceReader<'_> {
                         }
                     }
                     Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+                    // The run must not end as if complete: its output since
+                    // the last checkpoint is not committed.
                     Err(RecvTimeoutError::Timeout) => {
-                        tracing::warn!(
-                            checkpoint = final_id,
-                            "final checkpoint not confirmed in time; not committing it"
-                        );
-                        break;
+                        return Err(DataflowError::operator(
+                            "checkpoints",
+                            format!(
+                                "the final checkpoint {final_id} was not confirmed within {} ms: \
+                                 what was read since the last one is not committed (a run again \
+                                 processes it)",
+                                timeout.as_millis()
+                            ),
+                        ));
                     }
                     // The chain stopped (it failed or was dropped): nothing to commit.
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -416,6 +423,27 @@ impl SourceReader<'_> {
             }
         }
         Ok(outcome)
+    }
+
+    /// Waits until the end of the input's watermark has reached the sinks:
+    /// every window has fired. The final barrier follows, and its checkpoint
+    /// timeout then counts the checkpoint alone: issue 45 saw a bounded run
+    /// with 10 M windows give up its final commit because firing them all
+    /// took longer than the timeout. Ends early on a stop or a failure
+    /// (a failed chain stops the run and aborts the checkpoints).
+    fn wait_for_the_final_firing(&mut self, stop: &AtomicBool) -> Result<(), DataflowError> {
+        while self.metrics.watermark.load(Ordering::Relaxed) != i64::MAX
+            && !stop.load(Ordering::Relaxed)
+        {
+            self.check_checkpoints()?;
+            match self.acks.recv_timeout(Duration::from_millis(20)) {
+                Ok(id) => self.source.on_checkpoint_complete(id)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                // The chain is gone: nothing more will fire.
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        Ok(())
     }
 
     /// Fails the source thread (and so the run) if checkpointing failed.
