@@ -184,6 +184,17 @@ path = "out/windows.jsonl"
     }
 }
 
+/// The records the window results (`Job::outputs`) count, all together.
+fn records_counted(outputs: &BTreeMap<String, usize>) -> u64 {
+    outputs
+        .iter()
+        .map(|(line, times)| {
+            let value: serde_json::Value = serde_json::from_str(line).expect("JSON output");
+            value["result"].as_u64().expect("a count") * *times as u64
+        })
+        .sum()
+}
+
 /// The record count a run's summary reports.
 fn records_in(stderr: &str) -> u64 {
     stderr
@@ -220,14 +231,11 @@ fn bounded_input_ends(input: Input) {
     let mut reference = Job::new(parent.path(), &input, "reference");
     assert_eq!(reference.run_to_end(RUN_TIMEOUT), RECORDS);
     let expected = reference.outputs();
-    let counted: u64 = expected
-        .keys()
-        .map(|line| {
-            let value: serde_json::Value = serde_json::from_str(line).expect("JSON output");
-            value["result"].as_u64().expect("a count") * expected[line] as u64
-        })
-        .sum();
-    assert_eq!(counted, RECORDS, "the windows count every record once");
+    assert_eq!(
+        records_counted(&expected),
+        RECORDS,
+        "the windows count every record once"
+    );
 
     // The finished pipeline run again: restored at the end of its input.
     assert_eq!(reference.run_to_end(FINISHED_TIMEOUT), 0);
@@ -380,13 +388,10 @@ path = "out/windows.jsonl"
     );
     let outputs = job.outputs();
     assert_eq!(outputs.len() as u64, WINDOWS, "one result per key's window");
-    let counted: u64 = outputs
-        .keys()
-        .map(|line| {
-            let value: serde_json::Value = serde_json::from_str(line).expect("JSON output");
-            value["result"].as_u64().expect("a count")
-        })
-        .sum();
-    assert_eq!(counted, WINDOWS, "the windows count every record once");
+    assert_eq!(
+        records_counted(&outputs),
+        WINDOWS,
+        "the windows count every record once"
+    );
     assert_eq!(job.run_to_end(FINISHED_TIMEOUT), 0, "the end was committed");
 }
