@@ -4,6 +4,7 @@
 
 mod config;
 mod exactly_once;
+mod line_reader;
 mod sink;
 mod source;
 

@@ -1,11 +1,9 @@
 //! Reads JSON-lines or Avro object container files.
 //!
-//! Lines are read in chunks of [`CHUNK_BYTES`] into buffers that are
-//! reused once every line of them is dropped, and split with `memchr`;
-//! each record's value is a slice of its chunk (nothing copied or
-//! allocated per line). A line that spans two chunks is copied to the
-//! front of the next chunk.
+//! Lines come from a [`LineReader`]: each record's value is a slice of a
+//! reused chunk buffer (nothing copied or allocated per line).
 
+use super::line_reader::{CHUNK_BYTES, LineReader};
 use crate::dataflow::{DataflowError, Source, SourceBatch};
 use crate::record::{
     FieldSpans, ReadFields, Record, SourcePosition, SpanList, Topic, into_dead_letter,
@@ -17,8 +15,7 @@ use sluice_json::fields::{
     FieldPath, FieldValue, Spans, check_json, extract_into, extract_into_with_spans,
     extract_with_names, scan_names,
 };
-use sluice_json::scan::{self as json_scan, FieldNames, JsonDocument};
-use std::io::Read;
+use sluice_json::scan::{FieldNames, JsonDocument};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -87,159 +84,10 @@ enum Parsed {
     /// A `lines` line taken as it is.
     Unchecked,
     /// A JSON line from [`LineReader`] (so followed in its chunk by
-    /// [`json_scan::PADDING`] bytes), not parsed yet.
+    /// [`sluice_json::scan::PADDING`] bytes), not parsed yet.
     JsonLine,
     /// A parsed document (an Avro datum), or why there is none.
     Document(Result<Value, String>),
-}
-
-/// How much of the file is read at a time (more when one line is longer).
-pub(super) const CHUNK_BYTES: usize = 1 << 20;
-
-/// At most this many chunk buffers wait in a source's [`ChunkPool`] (the
-/// records in flight between the source and its operators span a few
-/// chunks; more would only hold memory).
-const POOLED_CHUNKS: usize = 8;
-
-/// The lines of a file, read a chunk at a time; each line is a slice of
-/// its chunk (a [`Bytes`] sharing it), so that making a record copies and
-/// allocates nothing.
-///
-/// A chunk's buffer goes back to the source's [`ChunkPool`] when the last
-/// line of it is dropped, and the next chunk is read into it. Reusing
-/// buffers is what makes this cheap: reading every chunk into fresh memory
-/// cost more in the kernel's copy into untouched pages than copying each
-/// line out of one reused buffer did (ADR 0015, second step), and that in
-/// turn cost an allocation, a copy and a free on another thread per record
-/// (eleventh step). A line that spans two chunks is copied to the front of
-/// the next one.
-///
-/// Each chunk's buffer ends with [`json_scan::PADDING`] zero bytes past its
-/// data, so that every line is followed by that many bytes of its buffer
-/// and the JSON scan reads it where it lies (simdjson reads past a
-/// document's end; ADR 0015, nineteenth step).
-///
-/// A record that lives long keeps its whole chunk: the pool then makes a
-/// new buffer. Operators and sinks copy what they keep (state, output
-/// buffers), so records live about as long as the batches in flight.
-struct LineReader {
-    file: Box<dyn Read + Send>,
-    /// The chunk read last; `chunk[start..]` is not yet returned as lines.
-    chunk: Bytes,
-    start: usize,
-    /// The file has been read to its end.
-    eof: bool,
-    /// Bytes read at a time: [`CHUNK_BYTES`] (smaller in tests).
-    chunk_bytes: usize,
-    pool: ChunkPool,
-}
-
-/// Buffers of chunks none of whose lines is alive any more, for the next
-/// chunks to be read into (shared with the chunks, which return their
-/// buffer when dropped, on whatever thread drops their last line).
-#[derive(Debug, Clone, Default)]
-struct ChunkPool(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
-
-impl ChunkPool {
-    /// A buffer to read a chunk into: an empty one from the pool, or new.
-    fn take(&self, capacity: usize) -> Vec<u8> {
-        let reused = self.0.lock().ok().and_then(|mut free| free.pop());
-        let mut buffer = reused.unwrap_or_default();
-        buffer.clear();
-        buffer.reserve_exact(capacity);
-        buffer
-    }
-
-    fn give_back(&self, buffer: Vec<u8>) {
-        if let Ok(mut free) = self.0.lock()
-            && free.len() < POOLED_CHUNKS
-        {
-            free.push(buffer);
-        }
-    }
-}
-
-/// The buffer behind a chunk's lines: back to its pool when the last line
-/// is dropped.
-struct PooledChunk {
-    buffer: Vec<u8>,
-    pool: ChunkPool,
-}
-
-impl AsRef<[u8]> for PooledChunk {
-    fn as_ref(&self) -> &[u8] {
-        &self.buffer
-    }
-}
-
-impl Drop for PooledChunk {
-    fn drop(&mut self) {
-        self.pool.give_back(std::mem::take(&mut self.buffer));
-    }
-}
-
-impl LineReader {
-    fn new(file: Box<dyn Read + Send>, chunk_bytes: usize) -> Self {
-        LineReader {
-            file,
-            chunk: Bytes::new(),
-            start: 0,
-            eof: false,
-            chunk_bytes,
-            pool: ChunkPool::default(),
-        }
-    }
-
-    /// The next line without its `\n` (`None` at the end of the file). The
-    /// last line needs no `\n`.
-    fn next_line(&mut self) -> std::io::Result<Option<Bytes>> {
-        loop {
-            let pending = &self.chunk[self.start..];
-            if let Some(end) = memchr::memchr(b'\n', pending) {
-                let line = self.chunk.slice(self.start..self.start + end);
-                self.start += end + 1;
-                return Ok(Some(line));
-            }
-            if self.eof {
-                if pending.is_empty() {
-                    return Ok(None);
-                }
-                let line = self.chunk.slice(self.start..);
-                self.start = self.chunk.len();
-                return Ok(Some(line));
-            }
-            self.fill()?;
-        }
-    }
-
-    /// Reads the next chunk into a buffer from the pool, behind a copy of
-    /// the unfinished line.
-    ///
-    /// `read_to_end` reads straight into the buffer's spare capacity (a
-    /// file reads into uninitialised memory), so nothing is zero-filled
-    /// first; it retries interrupted reads.
-    fn fill(&mut self) -> std::io::Result<()> {
-        let pending = &self.chunk[self.start..];
-        let capacity = self.chunk_bytes.max(pending.len() * 2).max(1);
-        let mut buffer = self.pool.take(capacity + json_scan::PADDING);
-        buffer.extend_from_slice(pending);
-        let wanted = capacity - buffer.len();
-        let read = (&mut self.file)
-            .take(wanted as u64)
-            .read_to_end(&mut buffer)?;
-        if read < wanted {
-            self.eof = true;
-        }
-        let data = buffer.len();
-        buffer.resize(data + json_scan::PADDING, 0);
-        self.chunk = Bytes::from_owner(PooledChunk {
-            buffer,
-            pool: self.pool.clone(),
-        })
-        .slice(..data);
-        self.start = 0;
-        Ok(())
-    }
 }
 
 enum Input {
@@ -547,7 +395,9 @@ impl Source for FileSource {
         Ok(serde_json::json!({ "offset": self.offset }))
     }
 
-    /// Reads (and drops) the records before the position.
+    /// Steps over the lines (Avro: datums) before the position, without
+    /// making records of them (a restore at line 1 M had spent 560 ms
+    /// checking and dropping a million records).
     fn restore_position(&mut self, position: &Value) -> Result<(), DataflowError> {
         let target = position
             .get("offset")
@@ -556,10 +406,8 @@ impl Source for FileSource {
                 name: self.name.clone(),
                 message: format!("unreadable file position {position}"),
             })?;
-        // One record at a time: a batch could read past blank lines and
-        // overshoot the position.
         while self.offset < target {
-            if self.next_batch(1)?.is_none() {
+            if !self.skip_one()? {
                 return Err(DataflowError::Source {
                     name: self.name.clone(),
                     message: format!(
@@ -573,6 +421,39 @@ impl Source for FileSource {
     }
 }
 
+impl FileSource {
+    /// Moves past the next line or datum as reading it would (a blank line
+    /// counts, as in [`Source::next_batch`]); `false` at the end.
+    fn skip_one(&mut self) -> Result<bool, DataflowError> {
+        let skipped = match &mut self.input {
+            Input::Done => false,
+            Input::Lines(lines) => lines
+                .next_line()
+                .map_err(|e| DataflowError::Source {
+                    name: self.name.clone(),
+                    message: format!("read error: {e}"),
+                })?
+                .is_some(),
+            Input::Avro(reader) => match reader.next() {
+                None => false,
+                Some(Ok(_)) => true,
+                // As when read: the corrupt block is one dead letter, and
+                // the end of the file.
+                Some(Err(_)) => {
+                    self.input = Input::Done;
+                    self.offset += 1;
+                    return Ok(true);
+                }
+            },
+        };
+        match skipped {
+            true => self.offset += 1,
+            false => self.input = Input::Done,
+        }
+        Ok(skipped)
+    }
+}
+
 fn path_name(path: &Path) -> String {
     PathBuf::from(path).display().to_string()
 }
@@ -580,68 +461,6 @@ fn path_name(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines_of(text: &[u8], chunk_bytes: usize) -> Vec<Vec<u8>> {
-        let mut reader =
-            LineReader::new(Box::new(std::io::Cursor::new(text.to_vec())), chunk_bytes);
-        let mut lines = Vec::new();
-        while let Some(line) = reader.next_line().unwrap() {
-            lines.push(line.to_vec());
-        }
-        lines
-    }
-
-    #[test]
-    fn lines_are_split_alike_whatever_the_chunk_size() {
-        let text = b"{\"a\":1}\n\n{\"b\":22}\r\nlonger line than a chunk\nlast without newline";
-        let expected: Vec<Vec<u8>> = text.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
-        for chunk_bytes in [1, 2, 3, 7, 16, 1 << 20] {
-            assert_eq!(
-                lines_of(text, chunk_bytes),
-                expected,
-                "chunk of {chunk_bytes}"
-            );
-        }
-        assert_eq!(lines_of(b"a\n", 4), vec![b"a".to_vec()]);
-        assert!(lines_of(b"", 4).is_empty());
-    }
-
-    /// The buffers a reader reads chunks of `text` into (by address), when
-    /// its lines are dropped at once or all kept; and the kept lines.
-    fn chunk_buffers(text: &[u8], keep: bool) -> (usize, Vec<Bytes>) {
-        let mut reader = LineReader::new(Box::new(std::io::Cursor::new(text.to_vec())), 64);
-        let mut buffers = std::collections::BTreeSet::new();
-        let mut kept = Vec::new();
-        while let Some(line) = reader.next_line().unwrap() {
-            buffers.insert(reader.chunk.as_ptr() as usize);
-            if keep {
-                kept.push(line);
-            }
-        }
-        (buffers.len(), kept)
-    }
-
-    #[test]
-    fn chunk_buffers_are_reused_once_their_lines_are_dropped() {
-        let text: Vec<u8> = (0..2000)
-            .flat_map(|i| format!("{{\"line\":{i}}}\n").into_bytes())
-            .collect();
-        // Lines dropped as read: two buffers take turns (the next chunk is
-        // read while the reader still holds the last).
-        let (buffers, _) = chunk_buffers(&text, false);
-        assert!(buffers <= 2, "{buffers} buffers");
-        // Lines kept: every chunk has its own buffer, and what is kept is
-        // never overwritten by a later chunk.
-        let (buffers, kept) = chunk_buffers(&text, true);
-        assert!(buffers > 100, "{buffers} buffers");
-        let expected: Vec<Vec<u8>> = text
-            .split(|b| *b == b'\n')
-            .filter(|line| !line.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
-        let kept: Vec<Vec<u8>> = kept.iter().map(|line| line.to_vec()).collect();
-        assert_eq!(kept, expected);
-    }
 
     #[test]
     fn a_line_is_checked_on_its_own_bytes_whatever_follows_it_in_its_chunk() {
@@ -680,6 +499,53 @@ mod tests {
                 .to_vec();
             assert_eq!(refused, expected, "chunks of {chunk_bytes}");
         }
+    }
+
+    #[test]
+    fn a_restore_at_every_position_reads_what_follows_it_in_a_full_read() {
+        let text = "{\"ts\":1}\n\n{\"ts\":2}\nnot json\r\n  \n{\"ts\":3}\n{\"ts\":4}";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let options = || FileSourceOptions {
+            timestamp_field: Some("ts".to_string()),
+            ..FileSourceOptions::default()
+        };
+        // (offset, event time or dead letter) of everything read from `source`.
+        let read_all = |source: &mut FileSource| {
+            let mut read = Vec::new();
+            while let Some(batch) = source.next_batch(2).unwrap() {
+                read.extend(
+                    batch
+                        .records
+                        .iter()
+                        .map(|r| (r.source.offset, r.event_time)),
+                );
+                read.extend(batch.dead_letters.iter().map(|r| (r.source.offset, None)));
+            }
+            read.sort();
+            read
+        };
+        let full = read_all(&mut FileSource::open("file", &path, options()).unwrap());
+        assert_eq!(full.len(), 5, "{full:?}");
+        let lines = text.lines().count() as i64;
+        for position in 0..=lines {
+            let mut source = FileSource::open("file", &path, options()).unwrap();
+            source
+                .restore_position(&serde_json::json!({ "offset": position }))
+                .unwrap();
+            let rest: Vec<_> = full
+                .iter()
+                .filter(|(at, _)| *at >= position)
+                .cloned()
+                .collect();
+            assert_eq!(read_all(&mut source), rest, "restored at {position}");
+        }
+        let mut source = FileSource::open("file", &path, options()).unwrap();
+        let error = source
+            .restore_position(&serde_json::json!({ "offset": lines + 1 }))
+            .unwrap_err();
+        assert!(error.to_string().contains("fewer than"), "{error}");
     }
 
     /// Reads every batch of a JSON-lines file with `options`, the plugin
