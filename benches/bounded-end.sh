@@ -14,13 +14,7 @@ cd "$(dirname "$0")/.."
 
 records="${RECORDS:-2000000}"
 bootstrap="${SLUICE_KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
-if [ -n "${SLUICE_BIN:-}" ]; then
-  sluice="$SLUICE_BIN"
-else
-  cargo build --release -p sluice-cli --quiet
-  sluice="$CARGO_TARGET_DIR/release/sluice"
-fi
+. benches/sluice-binary.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-bounded-end.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 topic="bounded-end-$$-$RANDOM"

@@ -13,13 +13,7 @@ cd "$(dirname "$0")/.."
 
 lines="${LINES:-1000000}"
 repeat="${REPEAT:-3}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
-if [ -n "${SLUICE_BIN:-}" ]; then
-  sluice="$SLUICE_BIN"
-else
-  cargo build --release -p sluice-cli --quiet
-  sluice="$CARGO_TARGET_DIR/release/sluice"
-fi
+. benches/sluice-binary.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-file-restore.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 

@@ -18,13 +18,7 @@ cd "$(dirname "$0")/.."
 keys="${KEYS:-1000000}"
 records="${RECORDS:-$((keys * 2))}"
 caches="${CACHES:-0 16 128}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
-if [ -n "${SLUICE_BIN:-}" ]; then
-  sluice="$SLUICE_BIN"   # a binary to compare (e.g. of an earlier commit)
-else
-  cargo build --release -p sluice-cli --quiet
-  sluice="$CARGO_TARGET_DIR/release/sluice"
-fi
+. benches/sluice-binary.sh
 work="${TMPDIR:-/tmp}/sluice-state-memory"
 mkdir -p "$work"
 
