@@ -22,7 +22,8 @@ use super::{mark_used, prune_least_recently_used, store_file};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The most bytes of compiled functions a [`FunctionCache`] keeps (the
 /// functions of about ten distinct language runtimes).
@@ -40,6 +41,11 @@ pub struct FunctionCache {
     max_bytes: u64,
     hits: AtomicU64,
     stores: AtomicU64,
+    /// Whether the directory exists (created once, at the first store).
+    dir_created: OnceLock<bool>,
+    /// Whether a refused entry was logged: a new host key refuses every
+    /// entry at once, and one line says so.
+    refusal_logged: AtomicBool,
 }
 
 impl FunctionCache {
@@ -51,6 +57,8 @@ impl FunctionCache {
             max_bytes: DEFAULT_FUNCTION_CACHE_MAX_BYTES,
             hits: AtomicU64::new(0),
             stores: AtomicU64::new(0),
+            dir_created: OnceLock::new(),
+            refusal_logged: AtomicBool::new(false),
         }
     }
 
@@ -94,7 +102,9 @@ impl wasmtime::CacheStore for FunctionCache {
         let path = self.path(key);
         let sealed = std::fs::read(&path).ok()?;
         let Some(code) = self.key.open(key, sealed) else {
-            tracing::warn!(path = %path.display(), "a cached function this host did not write (or that was changed): compiling it again");
+            if !self.refusal_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(path = %path.display(), "a cached function this host did not write (or that was changed): compiling it again (further ones are not logged)");
+            }
             return None;
         };
         mark_used(&path);
@@ -106,9 +116,13 @@ impl wasmtime::CacheStore for FunctionCache {
         let Some(sealed) = self.key.seal(key, &value) else {
             return false;
         };
-        let path = self.path(key);
-        let stored = std::fs::create_dir_all(&self.dir).and_then(|()| store_file(&path, &sealed));
-        match stored {
+        let dir_created = *self
+            .dir_created
+            .get_or_init(|| std::fs::create_dir_all(&self.dir).is_ok());
+        if !dir_created {
+            return false;
+        }
+        match store_file(&self.path(key), &sealed) {
             Ok(()) => {
                 self.stores.fetch_add(1, Ordering::Relaxed);
                 true
