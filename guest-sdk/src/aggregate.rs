@@ -268,7 +268,10 @@ pub fn merge<A: Aggregate>(a: Vec<u8>, b: Vec<u8>) -> Vec<u8> {
 #[doc(hidden)]
 pub fn finish<A: Aggregate>(accumulator: Vec<u8>) -> Vec<u8> {
     with_instance::<A, _>(|aggregate| {
-        serde_json::to_vec(&aggregate.finish(decode::<A>(&accumulator))).unwrap_or_default()
+        let mut result = Vec::new();
+        // serde_json's text (an error: nothing, as before).
+        let _ = crate::json::to_writer(&mut result, &aggregate.finish(decode::<A>(&accumulator)));
+        result
     })
 }
 

@@ -44,8 +44,9 @@ impl<'b> Output<'b> {
 }
 
 thread_local! {
-    /// The new value of a replacing emit, or the whole new value off the
-    /// projected path (reused: a component instance is single-threaded).
+    /// The new value of a replacing emit, the whole new value off the
+    /// projected path, or an emitted value's JSON text (reused: a
+    /// component instance is single-threaded).
     static REPLACING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -127,10 +128,17 @@ impl<'o> Emitter<'o> {
     }
 
     /// Serializes `value` as JSON and emits it like [`Emitter::emit_value`].
+    /// The text is serde_json's, byte for byte (written by
+    /// [`crate::json`]'s serializer, which copies strings in one piece).
     pub fn emit_json<T: serde::Serialize>(&mut self, value: &T) -> Result<(), String> {
-        let bytes = serde_json::to_vec(value).map_err(|e| format!("cannot encode JSON: {e}"))?;
-        self.emit_value(&bytes);
-        Ok(())
+        REPLACING.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            scratch.clear();
+            crate::json::to_writer(&mut scratch, value)
+                .map_err(|e| format!("cannot encode JSON: {e}"))?;
+            self.emit_value(&scratch);
+            Ok(())
+        })
     }
 
     /// Emits a record built with [`Output`] to the main output.

@@ -26,6 +26,11 @@
 //! # }
 //! ```
 
+mod scan;
+mod ser;
+
+pub(crate) use ser::to_writer;
+
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer as _};
 use serde_json::value::RawValue;
@@ -201,15 +206,42 @@ impl<'a> JsonField<'a> {
 
 /// `text` as a JSON string literal, quotes included.
 pub fn quote(text: &str) -> String {
-    // Serialising a string into a String cannot fail.
-    serde_json::to_string(text).unwrap_or_default()
+    let mut out = Vec::with_capacity(text.len() + 2);
+    ser::write_str(&mut out, text);
+    // Quotes, the text's own UTF-8 and ASCII escapes: UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Appends `text` as a JSON string literal, quotes included, to `out`
 /// (what [`quote`] returns, without a `String` of its own).
 pub fn quote_into(out: &mut Vec<u8>, text: &str) {
-    // Serialising a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, text);
+    ser::write_str(out, text);
+}
+
+/// Why the fast reader or writer of this module gave up on a value: the
+/// caller then runs serde_json, whose result (or error, with its wording)
+/// is the answer. It carries nothing: serde_json says what went wrong.
+#[derive(Debug)]
+pub(crate) struct Fallback;
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("handed to serde_json")
+    }
+}
+
+impl std::error::Error for Fallback {}
+
+impl serde::ser::Error for Fallback {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Fallback
+    }
+}
+
+impl serde::de::Error for Fallback {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Fallback
+    }
 }
 
 /// Where `part` (a sub-slice of `whole`) starts in `whole`.

@@ -1,0 +1,83 @@
+//! Finding the bytes a JSON string treats specially, eight at a time.
+//!
+//! Writing a string means copying it up to the next byte to escape (`"`,
+//! `\`, a control character). serde_json looks at each byte through a
+//! table: in a plugin, that loop over a
+//! record's strings was 13 % of the README-style plugin's CPU (lab note
+//! `docs/perf/2026-12-07-serde-plugin-path.md`). Here each step reads a
+//! `u64` and flags its interesting bytes with word arithmetic (SWAR), the
+//! same code natively (where the tests run) and in a WebAssembly guest.
+//!
+//! Each flagging function sets the high bit of every byte that matches,
+//! and may set it in bytes *above* a match (a borrow runs upwards), never
+//! below: the lowest flag is always exact, and only the lowest is used.
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// Flags the bytes of `word` equal to `byte` (exact up to the lowest).
+#[inline]
+fn equal_to(word: u64, byte: u8) -> u64 {
+    let differ = word ^ (ONES * u64::from(byte));
+    differ.wrapping_sub(ONES) & !differ & HIGH_BITS
+}
+
+/// Flags the bytes of `word` below `bound` (at most 0x80; exact up to the
+/// lowest).
+#[inline]
+fn below(word: u64, bound: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(bound)) & !word & HIGH_BITS
+}
+
+/// Flags the bytes of `word` (eight bytes read little-endian) that
+/// serde_json escapes when it writes a string: `"`, `\` and the control
+/// characters below 0x20 (exact up to the lowest).
+#[inline]
+pub(crate) fn to_escape(word: u64) -> u64 {
+    equal_to(word, b'"') | equal_to(word, b'\\') | below(word, 0x20)
+}
+
+/// Whether serde_json escapes `byte` in a string: what [`to_escape`]
+/// flags, one byte at a time.
+#[inline]
+pub(crate) fn is_to_escape(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Several flagged bytes in one word (borrows running upwards)
+        /// leave the lowest flag where a byte-by-byte search stops.
+        #[test]
+        fn the_lowest_flag_is_the_first_byte_to_escape(
+            word in prop::array::uniform8(prop::sample::select(vec![
+                b'a', b' ', b'!', b'#', b'"', b'\\', 0x00, 0x01, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xff,
+            ])),
+        ) {
+            let flagged = to_escape(u64::from_le_bytes(word));
+            let lowest = (flagged != 0).then(|| flagged.trailing_zeros() as usize / 8);
+            prop_assert_eq!(lowest, word.iter().position(|&b| is_to_escape(b)));
+        }
+    }
+
+    #[test]
+    fn every_byte_value_at_every_position_of_a_word() {
+        for byte in 0..=255u8 {
+            for position in 0..16 {
+                let mut bytes = [b'a'; 16];
+                bytes[position] = byte;
+                let expected = |is: bool| if is { position } else { 16 };
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&bytes[position / 8 * 8..][..8]);
+                let flagged = to_escape(u64::from_le_bytes(word));
+                let lowest = (flagged != 0)
+                    .then(|| position / 8 * 8 + flagged.trailing_zeros() as usize / 8);
+                assert_eq!(lowest.unwrap_or(16), expected(is_to_escape(byte)));
+            }
+        }
+    }
+}
