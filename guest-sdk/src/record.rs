@@ -103,8 +103,10 @@ impl<'a> Record<'a> {
 
     /// Deserializes the JSON value into `T` (strings may borrow from the
     /// record). The error says what is wrong, ready to be a dead-letter reason.
+    /// The value or error is serde_json's (read by [`crate::json`]'s
+    /// reader, which takes a shorter path through common values).
     pub fn value_json<T: Deserialize<'a>>(&self) -> Result<T, String> {
-        serde_json::from_slice(self.value()).map_err(|e| format!("invalid JSON value: {e}"))
+        crate::json::from_slice(self.value()).map_err(|e| format!("invalid JSON value: {e}"))
     }
 
     /// The JSON value's top-level fields, each kept as its source text: read

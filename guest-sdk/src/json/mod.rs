@@ -26,10 +26,12 @@
 //! # }
 //! ```
 
+mod read;
 mod scan;
-mod ser;
+mod write;
 
-pub(crate) use ser::to_writer;
+pub(crate) use read::from_slice;
+pub(crate) use write::to_writer;
 
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer as _};
@@ -200,14 +202,14 @@ impl<'a> JsonField<'a> {
     /// Deserialises the value into `T` (objects, arrays, anything serde
     /// reads); strings may borrow from the record.
     pub fn deserialize<T: Deserialize<'a>>(&self) -> Result<T, String> {
-        serde_json::from_str(self.raw()).map_err(|e| format!("invalid JSON value: {e}"))
+        from_slice(self.raw().as_bytes()).map_err(|e| format!("invalid JSON value: {e}"))
     }
 }
 
 /// `text` as a JSON string literal, quotes included.
 pub fn quote(text: &str) -> String {
     let mut out = Vec::with_capacity(text.len() + 2);
-    ser::write_str(&mut out, text);
+    write::write_str(&mut out, text);
     // Quotes, the text's own UTF-8 and ASCII escapes: UTF-8.
     String::from_utf8(out).unwrap_or_default()
 }
@@ -215,7 +217,7 @@ pub fn quote(text: &str) -> String {
 /// Appends `text` as a JSON string literal, quotes included, to `out`
 /// (what [`quote`] returns, without a `String` of its own).
 pub fn quote_into(out: &mut Vec<u8>, text: &str) {
-    ser::write_str(out, text);
+    write::write_str(out, text);
 }
 
 /// Why the fast reader or writer of this module gave up on a value: the

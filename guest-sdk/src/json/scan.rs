@@ -1,8 +1,9 @@
 //! Finding the bytes a JSON string treats specially, eight at a time.
 //!
 //! Writing a string means copying it up to the next byte to escape (`"`,
-//! `\`, a control character). serde_json looks at each byte through a
-//! table: in a plugin, that loop over a
+//! `\`, a control character); reading one, finding its closing quote and
+//! whether it has escapes or bytes beyond ASCII. serde_json looks at each
+//! byte through a table: in a plugin, that loop over a
 //! record's strings was 13 % of the README-style plugin's CPU (lab note
 //! `docs/perf/2026-12-07-serde-plugin-path.md`). Here each step reads a
 //! `u64` and flags its interesting bytes with word arithmetic (SWAR), the
@@ -44,6 +45,32 @@ pub(crate) fn is_to_escape(byte: u8) -> bool {
     byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
+/// The index of the first byte at or after `from` that ends a fast read
+/// of a string's text: `"`, `\\`, a control character below 0x20, or a
+/// byte of a multi-byte UTF-8 sequence (0x80 and above); `bytes.len()` if
+/// there is none.
+#[inline]
+pub(crate) fn first_special(bytes: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let flagged = to_escape(word) | (word & HIGH_BITS);
+        if flagged != 0 {
+            return at + (flagged.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while let Some(&byte) = bytes.get(at) {
+        if is_to_escape(byte) || byte >= 0x80 {
+            return at;
+        }
+        at += 1;
+    }
+    bytes.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +88,20 @@ mod tests {
             let flagged = to_escape(u64::from_le_bytes(word));
             let lowest = (flagged != 0).then(|| flagged.trailing_zeros() as usize / 8);
             prop_assert_eq!(lowest, word.iter().position(|&b| is_to_escape(b)));
+        }
+
+        #[test]
+        fn finds_the_first_special_byte_as_a_byte_by_byte_search_does(
+            bytes in prop::collection::vec(prop::sample::select(vec![
+                b'a', b' ', b'"', b'\\', 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xff,
+            ]), 0..40),
+            from in 0usize..41,
+        ) {
+            let from = from.min(bytes.len());
+            let expected = (from..bytes.len())
+                .find(|&i| is_to_escape(bytes[i]) || bytes[i] >= 0x80)
+                .unwrap_or(bytes.len());
+            prop_assert_eq!(first_special(&bytes, from), expected);
         }
     }
 

@@ -563,5 +563,5 @@ impl ser::Serializer for KeySerializer<'_> {
 }
 
 #[cfg(test)]
-#[path = "ser_tests.rs"]
+#[path = "write_tests.rs"]
 mod tests;
