@@ -26,6 +26,8 @@
 //! # }
 //! ```
 
+#[cfg(test)]
+mod generated;
 mod read;
 mod scan;
 mod write;

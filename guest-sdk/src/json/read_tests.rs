@@ -1,6 +1,7 @@
 //! The reader against serde_json, its reference: the same visitor calls,
 //! values and errors, on well-formed and malformed text.
 
+use super::super::generated::json_value;
 use super::*;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -87,36 +88,6 @@ fn both<'a, T: Deserialize<'a> + fmt::Debug>(text: &'a [u8]) -> (String, String)
     let ours = from_slice::<T>(text).map_err(|e| e.to_string());
     let reference = serde_json::from_slice::<T>(text).map_err(|e| e.to_string());
     (format!("{ours:?}"), format!("{reference:?}"))
-}
-
-/// Strings made mostly of the characters that matter when reading.
-fn tricky_string() -> impl Strategy<Value = String> {
-    let character = prop_oneof![
-        4 => prop::sample::select(vec!['a', 'Z', ' ', '/', '1']),
-        2 => prop::sample::select(vec!['"', '\\', '\n', '\t', '\0', '\u{1f}']),
-        1 => prop::sample::select(vec!['é', '€', '😀']),
-        1 => any::<char>(),
-    ];
-    prop::collection::vec(character, 0..20).prop_map(|chars| chars.into_iter().collect())
-}
-
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        (-1e6f64..1e6).prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        tricky_string().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((tricky_string(), inner), 0..6)
-                .prop_map(|fields| Value::Object(fields.into_iter().collect())),
-        ]
-    })
 }
 
 /// Text a writer would produce, and the same with numbers written by

@@ -1,10 +1,10 @@
 //! The serializer against serde_json, its reference: the same bytes, or
 //! the same error, for every value.
 
+use super::super::generated::{json_value, tricky_string};
 use super::*;
 use proptest::prelude::*;
 use serde::Serialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
@@ -22,35 +22,6 @@ fn ours<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
 
 fn reference<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
     serde_json::to_vec(value).map_err(|e| e.to_string())
-}
-
-/// Strings made mostly of the characters that matter when escaping.
-fn tricky_string() -> impl Strategy<Value = String> {
-    let character = prop_oneof![
-        4 => prop::sample::select(vec!['a', 'Z', ' ', '/', '\u{7f}']),
-        2 => prop::sample::select(vec!['"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}', '\0', '\u{1f}']),
-        1 => prop::sample::select(vec!['é', '€', '😀', '\u{2028}']),
-        1 => any::<char>(),
-    ];
-    prop::collection::vec(character, 0..24).prop_map(|chars| chars.into_iter().collect())
-}
-
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        tricky_string().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((tricky_string(), inner), 0..6)
-                .prop_map(|fields| Value::Object(fields.into_iter().collect())),
-        ]
-    })
 }
 
 proptest! {
