@@ -30,7 +30,7 @@ use super::scan::first_special;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer as _, Visitor};
 use serde_json::de::SliceRead;
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Nesting deeper than this is left to serde_json (whose limit is 128).
 const MAX_DEPTH: u32 = 100;
@@ -56,36 +56,48 @@ pub(crate) fn from_slice<'a, T: Deserialize<'a>>(input: &'a [u8]) -> Result<T, s
     serde_json::from_slice(input)
 }
 
-thread_local! {
-    static NUMBERS_AS_SERDE_JSON: Cell<Option<bool>> = const { Cell::new(None) };
-}
+/// What [`reads_numbers_as_serde_json`] found: not asked yet, yes, no.
+/// (A component instance has one thread; atomics cost a plain load there.)
+static NUMBERS_AS_SERDE_JSON: AtomicU8 = AtomicU8::new(NOT_ASKED);
+const NOT_ASKED: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
 
 /// Whether serde_json hands a visitor integers as integers. With its
 /// `arbitrary_precision` feature (which any crate of the plugin may turn
 /// on) it hands them as a map instead: this reader then stays out of the
 /// way. Asked of serde_json once.
 fn reads_numbers_as_serde_json() -> bool {
-    NUMBERS_AS_SERDE_JSON.with(|known| {
-        *known.get().get_or_insert_with(|| {
-            struct IsInteger(bool);
-            impl<'de> Deserialize<'de> for IsInteger {
-                fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                    d.deserialize_any(IsIntegerVisitor)
-                }
-            }
-            struct IsIntegerVisitor;
-            impl<'de> Visitor<'de> for IsIntegerVisitor {
-                type Value = IsInteger;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("an integer")
-                }
-                fn visit_u64<E: de::Error>(self, _: u64) -> Result<IsInteger, E> {
-                    Ok(IsInteger(true))
-                }
-            }
-            matches!(serde_json::from_slice(b"1"), Ok(IsInteger(true)))
-        })
-    })
+    match NUMBERS_AS_SERDE_JSON.load(Ordering::Relaxed) {
+        YES => true,
+        NO => false,
+        _ => {
+            let yes = serde_json_reads_integers();
+            NUMBERS_AS_SERDE_JSON.store(if yes { YES } else { NO }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// Whether serde_json gives a visitor `1` with `visit_u64`.
+fn serde_json_reads_integers() -> bool {
+    struct IsInteger(bool);
+    impl<'de> Deserialize<'de> for IsInteger {
+        fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(IsIntegerVisitor)
+        }
+    }
+    struct IsIntegerVisitor;
+    impl<'de> Visitor<'de> for IsIntegerVisitor {
+        type Value = IsInteger;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<IsInteger, E> {
+            Ok(IsInteger(true))
+        }
+    }
+    matches!(serde_json::from_slice(b"1"), Ok(IsInteger(true)))
 }
 
 /// A number as read: an integer, or the text serde_json reads.

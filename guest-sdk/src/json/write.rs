@@ -12,7 +12,7 @@
 //! against serde_json (`tests` below).
 
 use super::Fallback;
-use super::scan::{is_to_escape, to_escape};
+use super::scan::first_to_escape;
 use serde::ser::{self, Impossible, Serialize};
 use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 
@@ -30,41 +30,27 @@ pub(crate) fn to_writer<T: Serialize + ?Sized>(
     serde_json::to_writer(&mut *out, value).inspect_err(|_| out.truncate(mark))
 }
 
-/// Appends `text` as a JSON string literal, quotes included.
-///
-/// Eight bytes are read at a time and, when none is to be escaped, stored
-/// as they are: copying with a constant size compiles to one load and one
-/// store, where a copy of any other length is a call (in a WebAssembly
-/// guest, a call out to the runtime's `memory.copy`).
+/// Appends `text` as a JSON string literal, quotes included: each run of
+/// bytes up to the next one to escape found by [`first_to_escape`] (the
+/// whole string, most often) and copied in one piece.
 pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    let mut at = 0;
-    while at < bytes.len() {
-        while let Some(chunk) = bytes.get(at..at + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            if to_escape(u64::from_le_bytes(word)) != 0 {
-                break;
-            }
-            out.extend_from_slice(&word);
-            at += 8;
-        }
-        // The word with a byte to escape, or the last bytes: one by one.
-        let stop = bytes.len().min(at + 8);
-        for &byte in &bytes[at..stop] {
-            match is_to_escape(byte) {
-                true => write_escape(out, byte),
-                false => out.push(byte),
-            }
-        }
-        at = stop;
+    let mut start = 0;
+    loop {
+        let at = first_to_escape(bytes, start);
+        out.extend_from_slice(&bytes[start..at]);
+        let Some(&byte) = bytes.get(at) else {
+            break;
+        };
+        write_escape(out, byte);
+        start = at + 1;
     }
     out.push(b'"');
 }
 
-/// Appends the escape of `byte` (one [`is_to_escape`] flags), as
+/// Appends the escape of `byte` (one [`first_to_escape`] stops at), as
 /// serde_json writes it.
 fn write_escape(out: &mut Vec<u8>, byte: u8) {
     let escape = match byte {

@@ -407,12 +407,31 @@ fn fields_found_by_the_file_source_give_the_same_output_as_the_plugins_own_parse
 fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
+    // Most texts are plain ASCII; every third has escapes and characters
+    // beyond ASCII, each after a run of 0..36 plain bytes, so that the
+    // SDK's string scans (16, 8 and 1 bytes a step) meet each at every
+    // offset of a step.
+    let text = |i: u64| {
+        let run = |k: u64| "x".repeat((i * k % 37) as usize);
+        match i % 3 {
+            0 => format!(
+                "{}\\{}\"{}€{}😀{}\t{i}",
+                run(1),
+                run(7),
+                run(11),
+                run(13),
+                run(17)
+            ),
+            _ => format!("some text {i}"),
+        }
+    };
     let lines: Vec<String> = (0..200u64)
         .map(|i| {
             format!(
-                r#"{{"id":{},"key":{},"text":"some text {i}","ts":{},"user":"user-{:04}"}}"#,
+                r#"{{"id":{},"key":{},"text":{},"ts":{},"user":"user-{:04}"}}"#,
                 1_000_000 + i,
                 i * 7 % 1000,
+                serde_json::to_string(&text(i)).unwrap(),
                 1_767_225_600_000 + i,
                 i % 79
             )
@@ -435,6 +454,18 @@ fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
     // Keys that are multiples of 10 (every tenth record) are dropped.
     assert_eq!(fields.len(), 180);
     assert_eq!(fields[0]["text"], "SOME TEXT 1");
+    let upper = |n: usize| "X".repeat(n);
+    assert_eq!(
+        fields[2]["text"],
+        format!(
+            "{}\\{}\"{}€{}😀{}\t3",
+            upper(3),
+            upper(21),
+            upper(33),
+            upper(2),
+            upper(14)
+        )
+    );
     assert_eq!(records("document"), fields);
     assert_eq!(records("serde"), fields);
 }
