@@ -118,15 +118,18 @@ pipeline "window-count-sum-plugin-rocksdb" "$input" "$window_plugin" "state_cach
 pipeline "window-count-sum-python" "$work/records-python.jsonl" "${window_plugin/$rust_count_sum/$python_count_sum}" ""
 pipeline "window-count-sum-js" "$work/records-python.jsonl" "${window_plugin/$rust_count_sum/$js_count_sum}" ""
 pipeline "python-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64')" ""
+pipeline "python-filter-rewrite-json" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64
+config = { mode = "json" }')" ""
 pipeline "js-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter")" ""
+pipeline "js-filter-rewrite-json" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'config = { mode = "json" }')" ""
 pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'call_mode = "typed"')" ""
 
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document rust-filter-rewrite-serde \
   c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
-  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite \
-  js-filter-rewrite js-filter-rewrite-typed; do
+  window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite python-filter-rewrite-json \
+  js-filter-rewrite js-filter-rewrite-json js-filter-rewrite-typed; do
   case "$name" in *"$only"*) ;; *) continue ;; esac
   # Runs moved by up to a third with the shared machine's load: each row
   # is the run with the median CPU time of $REPEAT.

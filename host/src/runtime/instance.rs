@@ -305,9 +305,10 @@ impl PluginInstance {
         &self.host.component
     }
 
-    /// The export batches go through (a projected-path plugin that names
-    /// no fields shows `TextPacked` or `Packed` once its first batch has
-    /// asked).
+    /// The export batches go through (a `projected-packed-transformer`
+    /// plugin that names no fields shows `Packed` once its first batch has
+    /// asked; a plugin that does not read projected batches shows
+    /// `TextPacked` or `Packed` after its first).
     pub fn call_path(&self) -> CallPath {
         self.path
     }
@@ -465,9 +466,13 @@ impl PluginInstance {
 
     fn call_projected(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         use sluice_wire::projected::ProjectedBatchWriter;
-        if self.projected_fields()?.is_empty() {
-            // The plugin reads no fields: the path without projection from
-            // now on.
+        if self.projected_fields()?.is_empty() && self.path == CallPath::ProjectedPacked {
+            // The plugin reads no fields: the packed path from now on (the
+            // same one buffer, without the slots). An interpreted guest
+            // (`projected-transformer`) keeps the projected batch even so:
+            // reading records out of one buffer builds far fewer objects
+            // than `list<input-record>` (Python: 14.0 -> 12.4 µs a record
+            // parsing each value, issue 42).
             self.path = self.path.without_projection();
             return self.call_without_projection(records);
         }
@@ -507,7 +512,9 @@ impl PluginInstance {
             }
         };
         if output.is_empty() {
-            // A plugin that does not read this format version.
+            // A plugin that does not read this format version (or these
+            // fields): the path without projection from now on.
+            self.path = self.path.without_projection();
             return self.call_without_projection(records);
         }
         let projection = Projection {

@@ -6,9 +6,11 @@
 // output, byte for byte, as plugins/filter-rewrite (Rust): only the
 // rewritten field changes, every other byte is the record's own.
 //
-// The two fields are named in `jsonFields`, so the host finds them while it
-// packs the batch and splices the new value in (`out.emitReplacing`): the
-// record is never parsed or written as a whole in JavaScript.
+// `mode = "fields"` (default): the two fields are named in `jsonFields`, so
+// the host finds them while it packs the batch and splices the new value in
+// (`out.emitReplacing`): the record is never parsed or written as a whole in
+// JavaScript. `mode = "json"`: the plugin as the SDK teaches,
+// `record.json()`, `toUpperCase`, `out.emitJson` (issue 42 measures it).
 
 import { JsonNumber, RecordError, exportTransform } from "./sluice.js";
 
@@ -20,7 +22,27 @@ class FilterRewrite {
     this.modulus = config.getInteger("modulus", 10n);
     if (this.modulus <= 0n) throw new Error("config key `modulus`: must be a positive integer");
     this.rewriteField = config.get("rewrite_field") ?? "text";
-    this.jsonFields = [this.filterField, this.rewriteField];
+    const mode = config.get("mode") ?? "fields";
+    if (mode === "fields") {
+      this.jsonFields = [this.filterField, this.rewriteField];
+    } else if (mode === "json") {
+      this.process = this.processJson;
+    } else {
+      throw new Error(`config key \`mode\`: \`${mode}\` is not \`fields\` or \`json\``);
+    }
+  }
+
+  processJson(record, out) {
+    const event = record.json();
+    const key = event?.[this.filterField];
+    if (!(key instanceof JsonNumber) || !key.isInteger) {
+      throw new RecordError(`field \`${this.filterField}\` is not an integer`);
+    }
+    if (key.bigint() % this.modulus === 0n) return;
+    const text = event[this.rewriteField];
+    if (typeof text !== "string") throw new RecordError(`field \`${this.rewriteField}\` is not a string`);
+    event[this.rewriteField] = text.toUpperCase();
+    out.emitJson(event);
   }
 
   process(record, out) {

@@ -373,7 +373,7 @@ fn run_field_probe(
 
 /// The Python SDK's field API reads the same values and writes the same
 /// records whether the host found the fields (projected path) or the
-/// plugin parsed the records itself (text-packed and typed paths).
+/// plugin parsed the records itself (projected with no fields, typed).
 #[test]
 fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     let values = [
@@ -427,12 +427,14 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     assert_eq!(failed[1].0, 3);
     assert!(failed[1].1.starts_with("invalid JSON value"), "{failed:?}");
 
-    for (mode, config) in [
-        (CallMode::Auto, [("project", "no")]),
-        (CallMode::Typed, [("project", "yes")]),
+    // Naming no fields, the batch still comes projected (ADR 0027), with
+    // no fields found: the plugin parses each record, the host splices.
+    for (mode, config, expected_path) in [
+        (CallMode::Auto, [("project", "no")], CallPath::Projected),
+        (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (path, emitted, failed_here) = run_field_probe(probe, &values, mode, &config);
-        assert_ne!(path, CallPath::Projected);
+        assert_eq!(path, expected_path);
         assert_eq!(emitted.len(), projected.len(), "{mode:?} {config:?}");
         for (here, there) in emitted.iter().zip(&projected) {
             if here == there {
@@ -605,15 +607,16 @@ fn a_projected_batch_that_emits_nothing_is_processed_once() {
 
 /// The JavaScript SDK's field API (`record.field`, `out.emitReplacing`)
 /// writes what the Python SDK's does, byte for byte, on each path: the
-/// projected one (the host finds the fields and splices), the text-packed
-/// one (the plugin names no fields: it parses and writes the record) and
-/// the typed one; the same records fail.
+/// projected one (the host finds the fields and splices), the projected
+/// one with no fields (the plugin names none: it parses the record; the
+/// host finds the field it replaces) and the typed one; the same records
+/// fail.
 #[test]
 fn js_field_reads_and_replacing_emits_agree_with_python_on_every_path() {
     let values = FIELD_PROBE_VALUES;
     for (mode, config, expected_path) in [
         (CallMode::Auto, [("project", "yes")], CallPath::Projected),
-        (CallMode::Auto, [("project", "no")], CallPath::TextPacked),
+        (CallMode::Auto, [("project", "no")], CallPath::Projected),
         (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (_, expected, expected_failed) =
