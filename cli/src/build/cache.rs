@@ -96,6 +96,7 @@ impl BuildCache {
             sdk::WIT,
             sdk::PYTHON_SDK,
             sdk::JS_SDK,
+            sdk::JS_JSON,
             sdk::JS_STATE,
             sdk::JS_NO_STATE,
         ] {

@@ -78,6 +78,7 @@ pub(super) fn build(
         }
     }
     sdk::write(&staged, "sluice.js", sdk::JS_SDK)?;
+    sdk::write(&staged, "sluice-json.js", sdk::JS_JSON)?;
     let state = match world {
         sdk::World::Transform => sdk::JS_STATE,
         sdk::World::Aggregate => sdk::JS_NO_STATE,

@@ -55,6 +55,9 @@ pub const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/sluice.py")
 /// `guest-sdk/js/sluice.js`.
 pub const JS_SDK: &str = include_str!("../../../guest-sdk/js/sluice.js");
 
+/// `guest-sdk/js/sluice-json.js`: the SDK's JSON, imported by `sluice.js`.
+pub const JS_JSON: &str = include_str!("../../../guest-sdk/js/sluice-json.js");
+
 /// `guest-sdk/js/sluice-state.js`: host state, for the `transform` world.
 pub const JS_STATE: &str = include_str!("../../../guest-sdk/js/sluice-state.js");
 

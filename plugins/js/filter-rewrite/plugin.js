@@ -33,15 +33,16 @@ class FilterRewrite {
   }
 
   processJson(record, out) {
+    // Objects parse into `Map`s (their key order kept exactly).
     const event = record.json();
-    const key = event?.[this.filterField];
+    const key = event instanceof Map ? event.get(this.filterField) : undefined;
     if (!(key instanceof JsonNumber) || !key.isInteger) {
       throw new RecordError(`field \`${this.filterField}\` is not an integer`);
     }
     if (key.bigint() % this.modulus === 0n) return;
-    const text = event[this.rewriteField];
+    const text = event.get(this.rewriteField);
     if (typeof text !== "string") throw new RecordError(`field \`${this.rewriteField}\` is not a string`);
-    event[this.rewriteField] = text.toUpperCase();
+    event.set(this.rewriteField, text.toUpperCase());
     out.emitJson(event);
   }
 

@@ -439,17 +439,22 @@ fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
     let source = format!("[source.file]\npath = {input:?}\ntimestamp_field = \"ts\"");
-    let filter = plugin_in("rust", "filter-rewrite");
-    let records = |mode: &str| -> Vec<Value> {
+    let records_of = |language: &str, mode: &str| -> Vec<Value> {
         let config = format!("mode = \"{mode}\"");
-        let output = run(&source, &[("filter-rewrite", filter.clone(), &config)]);
-        assert!(output.dead_letters.is_empty(), "{mode}");
+        let filter = plugin_in(language, "filter-rewrite");
+        let output = run(&source, &[("filter-rewrite", filter, &config)]);
+        assert!(
+            output.dead_letters.is_empty(),
+            "{language} {mode}: {:?}",
+            output.dead_letters.first()
+        );
         String::from_utf8(output.main)
             .unwrap()
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
     };
+    let records = |mode: &str| records_of("rust", mode);
     let fields = records("fields");
     // Keys that are multiples of 10 (every tenth record) are dropped.
     assert_eq!(fields.len(), 180);
@@ -468,4 +473,10 @@ fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
     );
     assert_eq!(records("document"), fields);
     assert_eq!(records("serde"), fields);
+    // The Python and JavaScript plugins, reading the fields or parsing the
+    // whole record (projected batches with no fields, ADR 0027).
+    for language in ["python", "js"] {
+        assert_eq!(records_of(language, "fields"), fields, "{language}");
+        assert_eq!(records_of(language, "json"), fields, "{language}");
+    }
 }

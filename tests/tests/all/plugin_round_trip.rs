@@ -640,3 +640,23 @@ fn limits_with(mode: CallMode) -> PluginLimits {
         ..PluginLimits::default()
     }
 }
+
+/// The JavaScript SDK's `parseJson` reads through the engine's own parser
+/// (native code) wherever that reads as the SDK's parser does (issue 42):
+/// `guest-sdk/js/sluice-json.test.mjs` holds it to the SDK's parser, value
+/// for value and error for error, on generated and mutated text.
+#[test]
+fn js_sdk_json_reads_as_its_own_parser_does() {
+    let script = sluice_tests::repo_root().join("guest-sdk/js/sluice-json.test.mjs");
+    let output = std::process::Command::new("node")
+        .arg("--test")
+        .arg(&script)
+        .output()
+        .expect("running node (which componentize-js needs too)");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
