@@ -23,12 +23,14 @@ use wasmtime::{Store, Trap};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CallMode {
-    /// Packed when the plugin offers it, typed otherwise.
+    /// The projected path when the plugin offers it (whether or not it
+    /// names fields, ADR 0027), else packed, else typed.
     #[default]
     Auto,
     /// Always the typed `transformer.process-batch`.
     Typed,
-    /// Always a packed result: `packed-transformer.process-packed`, or
+    /// Always the packed exports, never projected batches:
+    /// `packed-transformer.process-packed`, or
     /// `text-packed-transformer.process-batch-text` (load fails if the
     /// plugin offers neither).
     Packed,
@@ -45,19 +47,17 @@ pub enum CallPath {
     /// packed result out as ISO-8859-1 text.
     TextPacked,
     /// `projected-transformer.process-projected`: a projected batch (the
-    /// fields the plugin reads found by the host) in, the packed result out
-    /// as ISO-8859-1 text; `TextPacked` when the plugin names no fields.
+    /// fields the plugin reads, if it names any, found by the host) in, the
+    /// packed result out as ISO-8859-1 text.
     Projected,
     /// `projected-packed-transformer.process-projected-packed`: a projected
-    /// batch in, the packed result out as bytes; `Packed` when the plugin
-    /// names no fields.
+    /// batch in, the packed result out as bytes.
     ProjectedPacked,
 }
 
 impl CallPath {
-    /// The path a projected path falls back to for a plugin that names no
-    /// fields or does not read a batch's format version (itself for the
-    /// others).
+    /// The path a projected path falls back to for a plugin that does not
+    /// read a batch's format version (itself for the others).
     fn without_projection(self) -> CallPath {
         match self {
             CallPath::Projected => CallPath::TextPacked,
@@ -247,11 +247,13 @@ fn choose_path(component: &PluginComponent, mode: CallMode) -> Result<CallPath, 
     };
     match (mode, offered) {
         (CallMode::Typed, _) => Ok(CallPath::Typed),
-        (CallMode::Packed, CallPath::Typed) => Err(RuntimeError::Instantiate {
+        (CallMode::Packed, _) if component.pre.packed.is_some() => Ok(CallPath::Packed),
+        (CallMode::Packed, _) if component.pre.text_packed.is_some() => Ok(CallPath::TextPacked),
+        (CallMode::Packed, _) => Err(RuntimeError::Instantiate {
             plugin: component.label(),
             message: "call_mode = \"packed\" but the plugin exports neither sluice:plugin/packed-transformer nor sluice:plugin/text-packed-transformer".into(),
         }),
-        (CallMode::Auto | CallMode::Packed, offered) => Ok(offered),
+        (CallMode::Auto, offered) => Ok(offered),
     }
 }
 
@@ -466,16 +468,11 @@ impl PluginInstance {
 
     fn call_projected(&mut self, records: &[Record]) -> Result<BatchResult, PluginFault> {
         use sluice_wire::projected::ProjectedBatchWriter;
-        if self.projected_fields()?.is_empty() && self.path == CallPath::ProjectedPacked {
-            // The plugin reads no fields: the packed path from now on (the
-            // same one buffer, without the slots). An interpreted guest
-            // (`projected-transformer`) keeps the projected batch even so:
-            // reading records out of one buffer builds far fewer objects
-            // than `list<input-record>` (Python: 14.0 -> 12.4 µs a record
-            // parsing each value, issue 42).
-            self.path = self.path.without_projection();
-            return self.call_without_projection(records);
-        }
+        // A plugin that names no fields gets projected batches all the same
+        // (no slots for fields, no value scanned): fixed-width tables read
+        // in place cost less than decoding postcard records or lifting a
+        // typed list (ADR 0027).
+        self.projected_fields()?;
         if records.is_empty() {
             return self.call_without_projection(records);
         }

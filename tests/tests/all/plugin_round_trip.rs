@@ -32,10 +32,11 @@ fn sample(n: i64) -> Vec<Record> {
 }
 
 #[test]
-fn identity_returns_every_record_unchanged_on_both_paths() {
+fn identity_returns_every_record_unchanged_on_every_path() {
     let runtime = runtime();
     let store = state_backend();
-    for mode in [CallMode::Packed, CallMode::Typed] {
+    // Auto: projected batches with no fields (ADR 0027).
+    for mode in [CallMode::Auto, CallMode::Packed, CallMode::Typed] {
         let limits = limits_with(mode);
         let mut identity = operator(&runtime, &store, "t", "identity", limits, &[]);
         let input = sample(300);
@@ -373,7 +374,8 @@ fn run_field_probe(
 
 /// The Python SDK's field API reads the same values and writes the same
 /// records whether the host found the fields (projected path) or the
-/// plugin parsed the records itself (projected with no fields, typed).
+/// plugin parsed the records itself (projected with no fields,
+/// text-packed, typed).
 #[test]
 fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     let values = [
@@ -431,6 +433,7 @@ fn python_field_reads_and_replacing_emits_agree_on_every_path() {
     // no fields found: the plugin parses each record, the host splices.
     for (mode, config, expected_path) in [
         (CallMode::Auto, [("project", "no")], CallPath::Projected),
+        (CallMode::Packed, [("project", "yes")], CallPath::TextPacked),
         (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (path, emitted, failed_here) = run_field_probe(probe, &values, mode, &config);
@@ -527,10 +530,15 @@ fn rust_field_reads_and_replacing_emits_agree_on_every_path() {
         assert!(reason.starts_with("invalid JSON value"), "{failed:?}");
     }
 
-    // The packed and typed paths: the plugin splits the record itself
-    // with the same splice, so the bytes are the same.
+    // Projected with no fields, packed and typed: the plugin splits the
+    // record itself with the same splice, so the bytes are the same.
     for (mode, config, expected) in [
-        (CallMode::Auto, [("project", "no")], CallPath::Packed),
+        (
+            CallMode::Auto,
+            [("project", "no")],
+            CallPath::ProjectedPacked,
+        ),
+        (CallMode::Packed, [("project", "yes")], CallPath::Packed),
         (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (path, emitted, failed_here) = run_field_probe(probe, &values, mode, &config);
@@ -558,7 +566,12 @@ fn c_field_reads_and_replacing_emits_agree_with_rust_on_every_path() {
             [("project", "yes")],
             CallPath::ProjectedPacked,
         ),
-        (CallMode::Auto, [("project", "no")], CallPath::Packed),
+        (
+            CallMode::Auto,
+            [("project", "no")],
+            CallPath::ProjectedPacked,
+        ),
+        (CallMode::Packed, [("project", "yes")], CallPath::Packed),
         (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (path, emitted, failed) = run_field_probe("c/field-probe", &values, mode, &config);
@@ -609,14 +622,15 @@ fn a_projected_batch_that_emits_nothing_is_processed_once() {
 /// writes what the Python SDK's does, byte for byte, on each path: the
 /// projected one (the host finds the fields and splices), the projected
 /// one with no fields (the plugin names none: it parses the record; the
-/// host finds the field it replaces) and the typed one; the same records
-/// fail.
+/// host finds the field it replaces), the text-packed one and the typed
+/// one; the same records fail.
 #[test]
 fn js_field_reads_and_replacing_emits_agree_with_python_on_every_path() {
     let values = FIELD_PROBE_VALUES;
     for (mode, config, expected_path) in [
         (CallMode::Auto, [("project", "yes")], CallPath::Projected),
         (CallMode::Auto, [("project", "no")], CallPath::Projected),
+        (CallMode::Packed, [("project", "yes")], CallPath::TextPacked),
         (CallMode::Typed, [("project", "yes")], CallPath::Typed),
     ] {
         let (_, expected, expected_failed) =
