@@ -34,31 +34,33 @@ class FilterRewrite(sluice.Transform):
         else:
             self.process = self.process_json
 
-    def process_json(self, record, out):
-        event = record.json()
-        key = event.get(self.filter_field) if type(event) is dict else None
-        if not isinstance(key, int) or isinstance(key, bool):
+    def _kept(self, key, text):
+        """``text`` if the record stays (its ``key`` is not a multiple of
+        ``modulus``), None if it is dropped; RecordError if a field is not
+        of its type."""
+        if not isinstance(key, sluice.JsonInt):
             raise sluice.RecordError(f"field `{self.filter_field}` is not an integer")
         if key % self.modulus == 0:
-            return
-        text = event.get(self.rewrite_field)
+            return None
         if not isinstance(text, str):
             raise sluice.RecordError(f"field `{self.rewrite_field}` is not a string")
-        event[self.rewrite_field] = text.upper()
-        out.emit_json(event)
+        return text
+
+    def process_json(self, record, out):
+        event = record.json()
+        if type(event) is not dict:
+            raise sluice.RecordError("invalid JSON value: a record must be a JSON object")
+        text = self._kept(event.get(self.filter_field), event.get(self.rewrite_field))
+        if text is not None:
+            event[self.rewrite_field] = text.upper()
+            out.emit_json(event)
 
     def process(self, record, out):
-        value = record.field(self.filter_field)
-        if not isinstance(value, sluice.JsonInt):
-            raise sluice.RecordError(f"field `{self.filter_field}` is not an integer")
-        if value % self.modulus == 0:
-            return
-        text = record.field(self.rewrite_field)
-        if not isinstance(text, str):
-            raise sluice.RecordError(f"field `{self.rewrite_field}` is not a string")
-        out.emit_replacing(
-            self.rewrite_field, text.encode("utf-8").translate(_ASCII_UPPER).decode("utf-8")
-        )
+        text = self._kept(record.field(self.filter_field), record.field(self.rewrite_field))
+        if text is not None:
+            out.emit_replacing(
+                self.rewrite_field, text.encode("utf-8").translate(_ASCII_UPPER).decode("utf-8")
+            )
 
 
 Transformer = sluice.export(FilterRewrite)
