@@ -304,3 +304,20 @@ fn nesting_deeper_than_serde_json_reads_is_refused_as_it_refuses_it() {
         assert_eq!(ours, reference, "depth {depth}");
     }
 }
+
+proptest! {
+    /// Eight bytes are eight digits exactly when each is one, and their
+    /// value is the decimal number they spell.
+    #[test]
+    fn eight_digits_reads_what_a_byte_loop_reads(
+        chunk in prop::array::uniform8(prop_oneof![
+            4 => b'0'..=b'9',
+            1 => prop::sample::select(vec![b'/', b':', b'.', b'-', b'e', 0x00, 0xb0, 0xff, 0x36 + 0x80]),
+        ]),
+    ) {
+        let by_bytes = chunk.iter().all(u8::is_ascii_digit).then(|| {
+            chunk.iter().fold(0u64, |value, digit| value * 10 + u64::from(digit - b'0'))
+        });
+        prop_assert_eq!(eight_digits(&chunk), by_bytes);
+    }
+}

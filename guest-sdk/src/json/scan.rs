@@ -45,6 +45,36 @@ pub(crate) fn is_to_escape(byte: u8) -> bool {
     byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
+/// Whether any byte of `bytes` (shorter than 16) is one serde_json
+/// escapes, found with a fixed number of loads whatever the length (two
+/// overlapping words, or three bytes): in a WebAssembly guest every turn
+/// of a loop also checks the epoch deadline, which a byte-by-byte loop
+/// over a short string (most keys) pays per byte.
+#[inline]
+pub(crate) fn short_has_escape(bytes: &[u8]) -> bool {
+    let word = |at: usize| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(word)
+    };
+    let half = |at: usize| {
+        let mut half = [0u8; 4];
+        half.copy_from_slice(&bytes[at..at + 4]);
+        u64::from(u32::from_le_bytes(half))
+    };
+    match bytes.len() {
+        0 => false,
+        length @ 1..=3 => {
+            is_to_escape(bytes[0])
+                || is_to_escape(bytes[length / 2])
+                || is_to_escape(bytes[length - 1])
+        }
+        length @ 4..=7 => to_escape(half(0) | half(length - 4) << 32) != 0,
+        length @ 8..=15 => (to_escape(word(0)) | to_escape(word(length - 8))) != 0,
+        _ => first_to_escape(bytes, 0) != bytes.len(),
+    }
+}
+
 /// The index of the first byte at or after `from` that serde_json
 /// escapes in a string (`"`, `\\`, below 0x20), or `bytes.len()`.
 #[inline]
@@ -164,6 +194,7 @@ mod tests {
                 .find(|&i| is_to_escape(bytes[i]))
                 .unwrap_or(bytes.len());
             prop_assert_eq!(first_to_escape(&bytes, from), expected);
+            prop_assert_eq!(short_has_escape(&bytes[from..]), expected != bytes.len());
         }
     }
 

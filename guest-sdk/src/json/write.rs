@@ -12,7 +12,7 @@
 //! against serde_json (`tests` below).
 
 use super::Fallback;
-use super::scan::first_to_escape;
+use super::scan::{first_to_escape, short_has_escape};
 use serde::ser::{self, Impossible, Serialize};
 use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 
@@ -37,6 +37,12 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    if bytes.len() < 16 && !short_has_escape(bytes) {
+        // A short clean string (most keys): checked without a loop.
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     loop {
         let at = first_to_escape(bytes, start);
