@@ -120,6 +120,8 @@ pipeline "window-count-sum-js" "$work/records-python.jsonl" "${window_plugin/$ru
 pipeline "python-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64')" ""
 pipeline "python-filter-rewrite-json" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64
 config = { mode = "json" }')" ""
+pipeline "python-filter-rewrite-batch" "$work/records-python.jsonl" "$(filter_rewrite "$python_filter" 'memory_limit_mb = 64
+config = { mode = "batch" }')" ""
 pipeline "js-filter-rewrite" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter")" ""
 pipeline "js-filter-rewrite-json" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'config = { mode = "json" }')" ""
 pipeline "js-filter-rewrite-typed" "$work/records-python.jsonl" "$(filter_rewrite "$js_filter" 'call_mode = "typed"')" ""
@@ -129,7 +131,7 @@ echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document rust-filter-rewrite-serde \
   c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
   window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite python-filter-rewrite-json \
-  js-filter-rewrite js-filter-rewrite-json js-filter-rewrite-typed; do
+  python-filter-rewrite-batch js-filter-rewrite js-filter-rewrite-json js-filter-rewrite-typed; do
   case "$name" in *"$only"*) ;; *) continue ;; esac
   # Runs moved by up to a third with the shared machine's load: each row
   # is the run with the median CPU time of $REPEAT.

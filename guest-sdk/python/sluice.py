@@ -44,12 +44,22 @@ as serde_json does) and output is byte-identical to the Rust SDK's
 keys in input order, the same string escapes.
 """
 
-import json
-import json.decoder
-import re
 import struct
 import sys
-from json.encoder import encode_basestring as _encode_string
+
+import sluice_json as _json_module
+from sluice_json import (
+    _UNREAD,
+    _C_ENCODE,
+    JsonFloat,
+    JsonInt,
+    RecordError,
+    _encode_string,
+    _json_text,
+    _loads_all,
+    dumps,
+    loads,
+)
 
 from componentize_py_types import Err, Ok
 from wit_world import exports
@@ -64,6 +74,9 @@ except ImportError:
 
 __all__ = [
     "Aggregate",
+    "Batch",
+    "BatchOutput",
+    "BatchTransform",
     "Config",
     "Emitter",
     "JsonFloat",
@@ -79,215 +92,6 @@ __all__ = [
     "loads",
     "state",
 ]
-
-# ---------------------------------------------------------------- errors
-
-
-class RecordError(Exception):
-    """Raised by ``process``: the record goes to the dead-letter output with
-    this message as the reason."""
-
-
-# ---------------------------------------------------------------- JSON
-
-
-class JsonInt(int):
-    """An integer parsed from JSON (within the 64-bit range); ``text`` is its
-    exact source text (a JSON integer has one way to be written, so it is
-    also ``str(number)``)."""
-
-    # No instance dict and no Python-level constructor: the parser makes
-    # one per integer it reads.
-    __slots__ = ()
-
-    @property
-    def text(self):
-        """The number as written in JSON."""
-        return int.__repr__(self)
-
-
-class JsonFloat(float):
-    """A non-integer number parsed from JSON; ``text`` is its source text
-    with the exponent written as serde_json writes it (``1E3`` becomes
-    ``1e+3``)."""
-
-    def __new__(cls, text):
-        number = float.__new__(cls, text)
-        number.text = _normalize_exponent(text)
-        return number
-
-
-def _normalize_exponent(text):
-    for marker in ("e", "E"):
-        mantissa, found, exponent = text.partition(marker)
-        if found:
-            sign = "" if exponent[:1] in ("+", "-") else "+"
-            return f"{mantissa}e{sign}{exponent}"
-    return text
-
-
-_I64_MIN = -(1 << 63)
-_U64_MAX = (1 << 64) - 1
-
-
-def _parse_integer(text):
-    # Classified as serde_json does: integers are those that fit i64 or u64;
-    # others (and "-0") are floating-point numbers. Fewer than 19 digits
-    # always fit.
-    if len(text) < 19 and text != "-0":
-        return JsonInt(text)
-    if text == "-0" or not _I64_MIN <= int(text) <= _U64_MAX:
-        return JsonFloat(text)
-    return JsonInt(text)
-
-
-def _reject_constant(name):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_LONE_SURROGATE_HINT = re.compile(r"\\u[dD][89abAB]|\\u[dD][c-fC-F]")
-
-
-def _has_lone_surrogate(value):
-    if isinstance(value, str):
-        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(item) for item in value)
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    return False
-
-
-# Built once: `json.loads` with hooks builds a decoder on every call.
-_DECODER = json.JSONDecoder(
-    parse_int=_parse_integer,
-    parse_float=JsonFloat,
-    parse_constant=_reject_constant,
-)
-
-
-_SCAN = _DECODER.scan_once
-
-
-def _decode_json(text):
-    """``_DECODER.decode(text)``, calling the C scanner straight for a value
-    with no surrounding whitespace (the common case); anything else, and
-    every error, goes the documented way for its message."""
-    try:
-        value, end = _SCAN(text, 0)
-    except (StopIteration, ValueError):
-        return _DECODER.decode(text)
-    if end != len(text):
-        return _DECODER.decode(text)
-    return value
-
-
-def loads(data):
-    """Parses JSON ``data`` (bytes or str) strictly; numbers keep their text.
-
-    Raises ``RecordError("invalid JSON value: ...")`` on anything that is not
-    one well-formed JSON value (including NaN/Infinity, invalid UTF-8 and
-    unpaired surrogate escapes), as the Rust SDK does.
-    """
-    try:
-        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-        value = _decode_json(text)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise RecordError(f"invalid JSON value: {error}") from None
-    if _LONE_SURROGATE_HINT.search(text) and _has_lone_surrogate(value):
-        raise RecordError("invalid JSON value: unpaired surrogate in a string escape")
-    return value
-
-
-def _write(value, parts):
-    if isinstance(value, str):
-        parts.append(_encode_string(value))
-    elif value is None:
-        parts.append("null")
-    elif value is True:
-        parts.append("true")
-    elif value is False:
-        parts.append("false")
-    elif isinstance(value, (JsonInt, JsonFloat)):
-        parts.append(value.text)
-    elif isinstance(value, int):
-        parts.append(str(value))
-    elif isinstance(value, float):
-        parts.append(json.dumps(value, allow_nan=False))
-    elif isinstance(value, dict):
-        parts.append("{")
-        first = True
-        for key, item in value.items():
-            if not first:
-                parts.append(",")
-            first = False
-            parts.append(_encode_string(str(key)))
-            parts.append(":")
-            _write(item, parts)
-        parts.append("}")
-    elif isinstance(value, (list, tuple)):
-        parts.append("[")
-        for index, item in enumerate(value):
-            if index:
-                parts.append(",")
-            _write(item, parts)
-        parts.append("]")
-    else:
-        raise RecordError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def _not_encodable(value):
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-# The C encoder, for values it writes exactly as `_write` does. Made once
-# (`json.dumps` makes one per call), with the arguments `JSONEncoder`
-# passes it; plain `JSONEncoder.encode` where the C module is missing.
-try:
-    from _json import make_encoder as _make_encoder
-
-    _C_ITERENCODE = _make_encoder(
-        None, _not_encodable, _encode_string, None, ":", ",", False, False, False
-    )
-
-    def _C_ENCODE(value):
-        return "".join(_C_ITERENCODE(value, 0))
-except (ImportError, TypeError):
-    _C_ENCODE = json.JSONEncoder(
-        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
-    ).encode
-
-
-def _c_encodable(value):
-    """Whether the C encoder writes ``value`` byte for byte as ``_write``
-    does: no floats (their source text would be lost) and only string keys
-    (``_write`` and the C encoder spell other keys differently)."""
-    kind = type(value)
-    if kind is str or kind is JsonInt or kind is int or kind is bool or value is None:
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                return False
-            kind = type(item)
-            # Scalars inline: a flat record costs no call per field.
-            if not (kind is str or kind is JsonInt or kind is int or kind is bool
-                    or item is None or _c_encodable(item)):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        for item in value:
-            if not _c_encodable(item):
-                return False
-        return True
-    return False
-
-
-def dumps(value):
-    """Compact JSON as UTF-8 bytes, byte-identical to the Rust SDK's
-    ``serde_json`` output for the same value (parsed numbers keep their
-    text)."""
-    return _json_text(value).encode("utf-8")
 
 
 # ---------------------------------------------------------------- records
@@ -397,10 +201,20 @@ class _ProjectedBatch:
     """One projected batch: the buffer and its tables, shared by its
     records."""
 
-    __slots__ = ("data", "slots", "numbers", "stride", "field_slot")
+    __slots__ = ("data", "slots", "numbers", "stride", "field_slot", "parsed", "json_calls")
+
+    # Whether `record.json()` parses every value of a batch at its first
+    # call (`_loads_all`): yes while the plugin asked for at least half of
+    # the values in the last batch, so that one that parses few records
+    # (after a test on a field) parses no more than it asks for.
+    whole_batches = True
 
     def __init__(self, data, records, fields, names):
         self.data = data
+        # The values parsed at once (`_loads_all`), when they were.
+        self.parsed = None
+        # `record.json()` calls while values are parsed one by one.
+        self.json_calls = 0
         self.stride = 2 * (4 + fields)
         slots_end = 16 + records * self.stride * 4
         view = memoryview(data)
@@ -408,6 +222,21 @@ class _ProjectedBatch:
         self.numbers = view[slots_end:slots_end + records * 24].cast("q")
         # Name -> index of its slot's start within a record's slots.
         self.field_slot = {name: 8 + 2 * i for i, name in enumerate(names)}
+
+    def done(self):
+        """Called when every record of the batch was processed: chooses how
+        the next batch's values are parsed."""
+        parsed, count = self.parsed, len(self.slots) // self.stride
+        if parsed is not None:
+            # Values handed out (and malformed ones) are `_UNREAD`.
+            _ProjectedBatch.whole_batches = 2 * parsed.count(_UNREAD) >= count
+        elif self.json_calls:
+            _ProjectedBatch.whole_batches = 2 * self.json_calls >= count
+
+
+# Makes an instance without calling `__init__` (a Python call less per
+# record, where the fields are set in line).
+_new_object = object.__new__
 
 
 class _ProjectedRecord(Record):
@@ -431,7 +260,10 @@ class _ProjectedRecord(Record):
 
     @property
     def key(self):
-        return self._slot(2)
+        batch = self._batch
+        at = self._base + 2
+        start = batch.slots[at]
+        return None if start == _ABSENT else batch.data[start:batch.slots[at + 1]]
 
     @property
     def value(self):
@@ -472,7 +304,23 @@ class _ProjectedRecord(Record):
             raise RecordError(f"value is not UTF-8: {error}") from None
 
     def json(self):
-        return loads(self.value)
+        # From the batch's values parsed at once, where that pays.
+        batch = self._batch
+        parsed = batch.parsed
+        if parsed is None:
+            if not _ProjectedBatch.whole_batches:
+                batch.json_calls += 1
+                return loads(self.value)
+            data, slots = batch.data, batch.slots
+            parsed = batch.parsed = _loads_all(
+                [data[slots[at]:slots[at + 1]] for at in range(0, len(slots), batch.stride)])
+        index = self._base // batch.stride
+        value = parsed[index]
+        if value is _UNREAD:
+            return loads(self.value)
+        # A second call gives a new value, as `loads` would.
+        parsed[index] = _UNREAD
+        return value
 
     def field(self, name, default=None):
         batch = self._batch
@@ -567,19 +415,31 @@ class _ProjectedEmitter(Emitter):
 
     __slots__ = ()
 
+    def emit_json(self, value, key=None):
+        # `emit(dumps(value))` with the calls in line: Python calls are
+        # most of the cost per record.
+        if not _json_module._json_floats_made:
+            try:
+                text = _C_ENCODE(value)
+            except (TypeError, ValueError):
+                text = _json_text(value)
+        else:
+            text = _json_text(value)
+        if key is None:
+            # `self._record.key` in line.
+            record = self._record
+            batch = record._batch
+            at = record._base + 2
+            start = batch.slots[at]
+            if start != _ABSENT:
+                key = batch.data[start:batch.slots[at + 1]]
+        self._emits.append((_MAIN, text.encode("utf-8"), key, _SAME, None))
+
     def emit_replacing(self, field, value):
         if not self._record._is_object():
             raise RecordError(_NOT_AN_OBJECT_REASON)
         text = _encode_string(value) if type(value) is str else _json_text(value)
         self._emits.append((_REPLACING, field, text.encode("utf-8"), None, None))
-
-
-def _json_text(value):
-    if _c_encodable(value):
-        return _C_ENCODE(value)
-    parts = []
-    _write(value, parts)
-    return "".join(parts)
 
 
 _SAME = object()
@@ -658,6 +518,8 @@ def _packed_emit(out, index, input_record, emit):
         _packed_bytes(out, key)
     _packed_bytes(out, value)
     if headers is _SAME:
+        if isinstance(input_record, Batch):
+            input_record = input_record[index]
         headers = (input_record.headers if isinstance(input_record, Record)
                    else [(h.key, h.value) for h in input_record.headers])
     _varint(out, len(headers))
@@ -774,6 +636,339 @@ def _process(plugin, input_record):
     return out._emits
 
 
+# ---------------------------------------------------------------- batches
+
+
+class BatchTransform:
+    """Base class of a plugin that takes a whole batch per call:
+    ``process_batch(batch, out)`` instead of ``process(record, out)``.
+
+    ``batch.column(name)`` gives a field of every record as one list (for
+    fields named in ``json_fields``, parsed in a few calls for the whole
+    batch: the host found them), ``batch[row]`` a record, and ``out`` says
+    which row each emit is for: ``out.emit_replacing(row, field, value)``,
+    ``out.emit_json(row, value)``, ``out.forward(row)``, ... A plugin whose
+    work is a loop over columns pays Python's per-call costs once a batch
+    instead of once a record.
+
+    Errors: ``out.fail(row, reason)`` fails one row, as raising
+    ``RecordError`` in ``process`` fails a record: it goes to the
+    dead-letter output with the reason and what was emitted for it is
+    dropped. A row whose value is not a JSON object when a column is read
+    (or JSON, by ``batch.json()``) fails the same way, with the reason
+    ``record.json()`` would raise. An exception raised by
+    ``process_batch`` fails every row of the batch with its message."""
+
+    json_fields = ()
+
+    def __init__(self, config):
+        pass
+
+    def process_batch(self, batch, out):
+        raise NotImplementedError
+
+
+class Batch:
+    """The records of one ``process_batch`` call."""
+
+    __slots__ = ("_records", "_projected", "_failed")
+
+    def __init__(self, records, projected=None):
+        # Records (Record or _ProjectedRecord), made when first asked for
+        # in a projected batch.
+        self._records = records
+        self._projected = projected
+        # Row -> reason: failed rows (`out.fail`, a value that is not a
+        # JSON object where a column was read).
+        self._failed = {}
+
+    def __len__(self):
+        projected = self._projected
+        if projected is not None:
+            return len(projected.slots) // projected.stride
+        return len(self._records)
+
+    def __getitem__(self, row):
+        """The record at ``row`` (a ``Record``)."""
+        _check_row(self, row)
+        projected = self._projected
+        if projected is None:
+            return self._records[row]
+        record = _new_object(_ProjectedRecord)
+        record._batch = projected
+        record._base = row * projected.stride
+        return record
+
+    def __iter__(self):
+        return iter([self[row] for row in range(len(self))])
+
+    def column(self, name, default=None):
+        """The top-level field ``name`` of each record's JSON object value,
+        parsed (see ``loads``), as a list with one entry per row:
+        ``default`` where the object has no such field, and where the value
+        is not a JSON object (that row goes to the dead-letter output)."""
+        projected = self._projected
+        if projected is not None and name in projected.field_slot:
+            return _projected_column(projected, self, name, default)
+        values = []
+        for row in range(len(self)):
+            try:
+                values.append(self[row].field(name, default))
+            except RecordError as error:
+                self._failed.setdefault(row, str(error))
+                values.append(default)
+        return values
+
+    def json(self):
+        """Each record's value parsed (see ``loads``), as a list with one
+        entry per row: ``None`` where the value is not JSON (that row goes
+        to the dead-letter output)."""
+        values = []
+        for row in range(len(self)):
+            try:
+                values.append(self[row].json())
+            except RecordError as error:
+                self._failed.setdefault(row, str(error))
+                values.append(None)
+        return values
+
+
+_INT_TYPE = frozenset((int,))
+_STR_TYPE = frozenset((str,))
+
+
+def _check_row(batch, row):
+    """IndexError unless ``row`` is a row of ``batch`` (a negative index
+    would name another record to the host)."""
+    if type(row) is not int or not 0 <= row < len(batch):
+        raise IndexError(f"no row {row!r} in a batch of {len(batch)}")
+
+
+def _projected_column(projected, batch, name, default):
+    """``batch.column(name, default)`` for a field the host found: the
+    fields' texts of the batch parsed as one JSON array (each is one
+    well-formed value: the host checked the whole object)."""
+    slot, stride, slots, data = (projected.field_slot[name], projected.stride,
+                                 projected.slots, projected.data)
+    starts = slots[slot::stride].tolist()
+    ends = slots[slot + 1::stride].tolist()
+    if _ABSENT not in starts:
+        rows = None
+        texts = [data[start:end] for start, end in zip(starts, ends)]
+    else:
+        rows = []
+        texts = []
+        for row, (start, end) in enumerate(zip(starts, ends)):
+            if start != _ABSENT:
+                rows.append(row)
+                texts.append(data[start:end])
+            elif end == _NOT_AN_OBJECT:
+                try:
+                    batch[row].field(name)
+                except RecordError as error:
+                    batch._failed.setdefault(row, str(error))
+    parsed = _loads_all([b"[" + b",".join(texts) + b"]"])[0] if texts else []
+    if parsed is _UNREAD or len(parsed) != len(texts):
+        # A text `loads` reads differently alone (a lone surrogate escape):
+        # each on its own, as `record.field` reads it.
+        parsed = []
+        for row, text in enumerate(texts):
+            try:
+                parsed.append(loads(text))
+            except RecordError as error:
+                batch._failed.setdefault(row if rows is None else rows[row], str(error))
+                parsed.append(default)
+    if rows is None:
+        return parsed
+    values = [default] * len(starts)
+    for row, value in zip(rows, parsed):
+        values[row] = value
+    return values
+
+
+class BatchOutput:
+    """What ``process_batch`` emits, each for a row of the batch."""
+
+    __slots__ = ("_batch", "_emits", "_rows")
+
+    def __init__(self, batch):
+        self._batch = batch
+        # (row, emit), emits as `Emitter` collects them.
+        self._emits = []
+        self._rows = len(batch)
+
+    def forward(self, row):
+        """Emits the record at ``row`` unchanged to the main output."""
+        record = self._batch[row]
+        self._emits.append((row, (_MAIN, record.value, record.key, _SAME, None)))
+
+    def emit(self, row, value, key=None, headers=None, event_time=None):
+        """Emits ``value`` (bytes) to the main output for ``row``; ``key``
+        and ``headers`` default to the row's."""
+        if key is None:
+            key = self._batch[row].key
+        else:
+            _check_row(self._batch, row)
+        self._emits.append((row, (_MAIN, value, key, _SAME if headers is None else headers,
+                                  event_time)))
+
+    def emit_json(self, row, value, key=None):
+        """Emits ``value`` encoded with ``sluice.dumps`` for ``row``."""
+        self.emit(row, dumps(value), key=key)
+
+    def emit_replacing(self, row, field, value):
+        """Emits the record at ``row`` with its top-level JSON field
+        ``field`` set to ``value`` (see ``Emitter.emit_replacing``): in a
+        projected batch the host splices it in."""
+        batch = self._batch
+        projected = batch._projected
+        if projected is not None and projected.field_slot:
+            # `_ProjectedEmitter.emit_replacing` in line.
+            if type(row) is not int or not 0 <= row < self._rows:
+                _check_row(batch, row)
+            slots, at = projected.slots, row * projected.stride + 8
+            if slots[at] == _ABSENT and slots[at + 1] == _NOT_AN_OBJECT:
+                try:
+                    Record.field(batch[row], field)  # raises why it is not an object
+                except RecordError as error:
+                    batch._failed.setdefault(row, str(error))
+                    return
+            text = _encode_string(value) if type(value) is str else _json_text(value)
+            self._emits.append((row, (_REPLACING, field, text.encode("utf-8"), None, None)))
+            return
+        record = batch[row]
+        emitter = _ProjectedEmitter(record) if isinstance(record, _ProjectedRecord) \
+            else Emitter(record)
+        try:
+            emitter.emit_replacing(field, value)
+        except RecordError as error:
+            self._batch._failed.setdefault(row, str(error))
+            return
+        self._emits.append((row, emitter._emits[0]))
+
+    def emit_replacing_rows(self, rows, field, values):
+        """``emit_replacing(row, field, value)`` for each ``row`` of
+        ``rows`` and ``value`` of ``values`` (two sequences of one length),
+        in one call: the values are encoded, and the rows checked, a whole
+        list at a time."""
+        rows, values = list(rows), list(values)
+        if len(rows) != len(values):
+            raise ValueError(f"{len(rows)} rows and {len(values)} values")
+        if not rows:
+            return
+        batch = self._batch
+        projected = batch._projected
+        if (projected is None or not projected.field_slot
+                or not set(map(type, rows)) <= _INT_TYPE
+                or min(rows) < 0 or max(rows) >= self._rows
+                or not set(map(type, values)) <= _STR_TYPE):
+            for row, value in zip(rows, values):
+                self.emit_replacing(row, field, value)
+            return
+        slots, stride = projected.slots, projected.stride
+        # Rows whose value is not an object: each the one-row way (fails it).
+        not_objects = {row for row in rows
+                       if slots[row * stride + 8] == _ABSENT
+                       and slots[row * stride + 9] == _NOT_AN_OBJECT}
+        # Encoded all at once: JSON text never holds a NUL byte (it is
+        # escaped), so the split gives back each value's text.
+        texts = "\x00".join(map(_encode_string, values)).encode("utf-8").split(b"\x00")
+        if not_objects:
+            for row, value, text in zip(rows, values, texts):
+                if row in not_objects:
+                    self.emit_replacing(row, field, value)
+                else:
+                    self._emits.append((row, (_REPLACING, field, text, None, None)))
+            return
+        self._emits.extend([(row, (_REPLACING, field, text, None, None))
+                            for row, text in zip(rows, texts)])
+
+    def side(self, row, name, value):
+        """Emits ``value`` (bytes) to the side output ``name`` for ``row``."""
+        self._emits.append((row, ((_SIDE, name), value, self._batch[row].key, _SAME, None)))
+
+    def fail(self, row, reason):
+        """Fails ``row``, as raising ``RecordError(reason)`` in ``process``
+        fails a record: it goes to the dead-letter output with ``reason``
+        and what was emitted for it is dropped."""
+        _check_row(self._batch, row)
+        self._batch._failed.setdefault(row, str(reason))
+
+    def dead_letter(self, row, reason):
+        """Sends the record at ``row`` to the dead-letter output with
+        ``reason`` (beside what else is emitted for it)."""
+        record = self._batch[row]
+        self._emits.append((row, ((_DEAD_LETTER, reason), record.value, record.key, _SAME, None)))
+
+
+def _run_batch(plugin, batch, out, no_headers):
+    """Runs ``plugin.process_batch`` on ``batch`` and appends its outcomes
+    to the packed output ``out``, in row order as the format wants;
+    ``no_headers[row]``: whether the row's record has no headers."""
+    output = BatchOutput(batch)
+    failed = batch._failed
+    try:
+        plugin.process_batch(batch, output)
+    except Exception as error:  # noqa: BLE001 - every row is dead-lettered
+        reason = str(error) if isinstance(error, RecordError) \
+            else f"{type(error).__name__}: {error}"
+        failed.update((row, reason) for row in range(len(batch)))
+    emits = output._emits
+    if not failed:
+        # The common case, emits in row order: packed as they come, a
+        # replacing emit (the batch API's commonest) in line.
+        start, previous = len(out), -1
+        varints, field_parts = _SMALL_VARINTS, {}
+        for row, emit in emits:
+            if row < previous:
+                del out[start:]
+                break
+            previous = row
+            if emit[0] is _REPLACING and row < 4096 and len(emit[2]) < 4096:
+                field = emit[1]
+                part = field_parts.get(field)
+                if part is None:
+                    name = field.encode("utf-8")
+                    part = field_parts[field] = _varint_bytes(len(name)) + name
+                text = emit[2]
+                out += b"\x02"  # OutputItem::EmitReplacing, index, field, text
+                out += varints[row]
+                out += part
+                out += varints[len(text)]
+                out += text
+            else:
+                _pack_emits(out, row, batch, (emit,), no_headers[row])
+        else:
+            return
+    by_row = {}
+    for row, emit in emits:
+        by_row.setdefault(row, []).append(emit)
+    for row in sorted(by_row.keys() | failed.keys()):
+        reason = failed.get(row)
+        if reason is not None:
+            _packed_failed(out, row, reason)
+        else:
+            _pack_emits(out, row, batch, by_row[row], no_headers[row])
+
+
+def _batch_outcomes(plugin, batch):
+    """``_run_batch`` for the typed interface: per row, its emits (a list)
+    or the reason it failed (a string)."""
+    output = BatchOutput(batch)
+    try:
+        plugin.process_batch(batch, output)
+    except Exception as error:  # noqa: BLE001 - every row is dead-lettered
+        reason = str(error) if isinstance(error, RecordError) \
+            else f"{type(error).__name__}: {error}"
+        return [reason] * len(batch)
+    outcomes = [[] for _ in range(len(batch))]
+    for row, emit in output._emits:
+        outcomes[row].append(emit)
+    for row, reason in batch._failed.items():
+        outcomes[row] = reason
+    return outcomes
+
+
 def export(plugin_class):
     """The ``Transformer`` class componentize-py exports, running
     ``plugin_class``.
@@ -796,6 +991,11 @@ def export(plugin_class):
             plugin = Transformer.plugin
             if plugin is None:
                 raise RuntimeError("process-batch called before init")
+            if hasattr(plugin, "process_batch"):
+                outcomes = _batch_outcomes(plugin, Batch([Record(r) for r in batch]))
+                return [Err(emits) if isinstance(emits, str)
+                        else Ok([_typed_emit(r, e) for e in emits])
+                        for r, emits in zip(batch, outcomes)]
             outcomes = []
             for input_record in batch:
                 emits = _process(plugin, input_record)
@@ -811,6 +1011,10 @@ def export(plugin_class):
             if plugin is None:
                 raise RuntimeError("process-batch-text called before init")
             out = bytearray()
+            if hasattr(plugin, "process_batch"):
+                _run_batch(plugin, Batch([Record(r) for r in batch]), out,
+                           [not r.headers for r in batch])
+                return out.decode("latin-1")
             # `_process` inline: Python calls are most of the cost per record.
             for index, input_record in enumerate(batch):
                 emitter = Emitter(input_record)
@@ -843,12 +1047,20 @@ def export(plugin_class):
                 return ""  # the host sends the batch the text-packed way
             batch = _ProjectedBatch(data, count, fields, names)
             out = bytearray()
+            if hasattr(plugin, "process_batch"):
+                _run_batch(plugin, Batch(None, batch), out,
+                           [start == _ABSENT for start in batch.slots[6::batch.stride].tolist()])
+                if not out and count:
+                    _packed_no_emits(out, count - 1)
+                return out.decode("latin-1")
             # One emitter for the batch, pointed at each record in turn.
             emitter = _ProjectedEmitter(None)
             slots, stride = batch.slots, batch.stride
             for index in range(count):
                 base = index * stride
-                record = _ProjectedRecord(batch, base)
+                record = _new_object(_ProjectedRecord)
+                record._batch = batch
+                record._base = base
                 emitter._record = record
                 emitter._emits = []
                 try:
@@ -860,6 +1072,7 @@ def export(plugin_class):
                     _packed_failed(out, index, f"{type(error).__name__}: {error}")
                     continue
                 _pack_emits(out, index, record, emitter._emits, slots[base + 6] == _ABSENT)
+            batch.done()
             if not out and count:
                 # Nothing emitted: say the batch was read (an empty output
                 # would make the host send it again).

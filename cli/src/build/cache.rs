@@ -95,6 +95,7 @@ impl BuildCache {
         for text in [
             sdk::WIT,
             sdk::PYTHON_SDK,
+            sdk::PYTHON_JSON,
             sdk::JS_SDK,
             sdk::JS_JSON,
             sdk::JS_STATE,

@@ -30,6 +30,7 @@ pub(super) fn build(
     let wit = sdk::write_wit(scratch)?;
     let sdk_dir = scratch.join("sdk");
     sdk::write(&sdk_dir, "sluice.py", sdk::PYTHON_SDK)?;
+    sdk::write(&sdk_dir, "sluice_json.py", sdk::PYTHON_JSON)?;
     let output = scratch.join("component.wasm");
     // Built for the `text-` worlds: the SDK's `export` and
     // `export_aggregate` bind their second export, which returns results as

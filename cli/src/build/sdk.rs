@@ -52,6 +52,9 @@ impl World {
 /// `guest-sdk/python/sluice.py`.
 pub const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/sluice.py");
 
+/// `guest-sdk/python/sluice_json.py`: the SDK's JSON, imported by `sluice.py`.
+pub const PYTHON_JSON: &str = include_str!("../../../guest-sdk/python/sluice_json.py");
+
 /// `guest-sdk/js/sluice.js`.
 pub const JS_SDK: &str = include_str!("../../../guest-sdk/js/sluice.js");
 

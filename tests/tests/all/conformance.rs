@@ -346,6 +346,61 @@ fn filter_rewrite_conforms_on_edge_cases() {
         &lines_source("filter-rewrite.lines"),
         |l| vec![("filter-rewrite", plugin_in(l, "filter-rewrite"), "")],
     );
+    // The Python SDK's batch API (columns parsed for the whole batch, rows
+    // failed one by one) gives the same records and dead letters, and so
+    // does its `record.json()` (a batch's values parsed together,
+    // malformed ones alone) on the lines where `str.upper` and ASCII
+    // upper-casing agree.
+    let run_mode = |language: &str, mode: &str, source: &str| {
+        run(
+            source,
+            &[(
+                "filter-rewrite",
+                plugin_in(language, "filter-rewrite"),
+                &format!("mode = \"{mode}\""),
+            )],
+        )
+    };
+    let edge_cases = lines_source("filter-rewrite.lines");
+    let batch = run_mode("python", "batch", &edge_cases);
+    assert_conforms(
+        "filter-rewrite edge cases",
+        "python batch",
+        &reference,
+        &batch,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ascii = dir.path().join("ascii.lines");
+    let lines =
+        std::fs::read_to_string(repo_root().join("tests/data/conformance/filter-rewrite.lines"))
+            .unwrap();
+    let ascii_lines: Vec<&str> = lines.lines().filter(|line| !line.contains("caf")).collect();
+    assert_eq!(ascii_lines.len() + 1, lines.lines().count());
+    std::fs::write(&ascii, ascii_lines.join("\n")).unwrap();
+    let ascii_source = format!("[source.file]\npath = {ascii:?}\nformat = \"lines\"");
+    assert_conforms(
+        "filter-rewrite edge cases (ASCII)",
+        "python json",
+        &run_mode("rust", "fields", &ascii_source),
+        &run_mode("python", "json", &ascii_source),
+    );
+    // The batch API on the typed and the text-packed exports (records, no
+    // fields found by the host: each column parses its records).
+    for call_mode in ["typed", "packed"] {
+        let other = run_toml(
+            &lines_source("filter-rewrite.lines"),
+            &format!(
+                "[[operators]]\nname = \"filter-rewrite\"\nplugin = {:?}\ncall_mode = \"{call_mode}\"\ndeadline_ms = 5000\nconfig = {{ mode = \"batch\" }}\n",
+                plugin_in("python", "filter-rewrite")
+            ),
+        );
+        assert_conforms(
+            "filter-rewrite edge cases",
+            &format!("python batch, {call_mode}"),
+            &reference,
+            &other,
+        );
+    }
     let main = String::from_utf8(reference.main).unwrap();
     assert_eq!(main.lines().count(), 5, "{main}");
     // Only `text` changes; every other byte is the record's own.
@@ -479,4 +534,6 @@ fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
         assert_eq!(records_of(language, "fields"), fields, "{language}");
         assert_eq!(records_of(language, "json"), fields, "{language}");
     }
+    // Python's batch API, columns of the whole batch.
+    assert_eq!(records_of("python", "batch"), fields);
 }

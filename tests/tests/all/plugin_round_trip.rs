@@ -655,22 +655,35 @@ fn limits_with(mode: CallMode) -> PluginLimits {
     }
 }
 
-/// The JavaScript SDK's `parseJson` reads through the engine's own parser
-/// (native code) wherever that reads as the SDK's parser does (issue 42):
-/// `guest-sdk/js/sluice-json.test.mjs` holds it to the SDK's parser, value
-/// for value and error for error, on generated and mutated text.
-#[test]
-fn js_sdk_json_reads_as_its_own_parser_does() {
-    let script = sluice_tests::repo_root().join("guest-sdk/js/sluice-json.test.mjs");
-    let output = std::process::Command::new("node")
-        .arg("--test")
-        .arg(&script)
+/// Runs an SDK's own test script (`program args... script`, the script a
+/// path in the repository) and fails with its output unless it passes.
+fn sdk_test_script_passes(program: &str, args: &[&str], script: &str) {
+    let output = std::process::Command::new(program)
+        .args(args)
+        .arg(sluice_tests::repo_root().join(script))
         .output()
-        .expect("running node (which componentize-js needs too)");
+        .unwrap_or_else(|e| panic!("running {program} (which the plugin builds need too): {e}"));
     assert!(
         output.status.success(),
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The Python SDK's fast JSON routes (a batch's values parsed in a few
+/// calls, the C encoder) answer as its reference ones do, in a native
+/// Python (`guest-sdk/python/test_sluice_json.py`).
+#[test]
+fn python_sdk_json_reads_and_writes_as_its_reference_does() {
+    sdk_test_script_passes("python3", &[], "guest-sdk/python/test_sluice_json.py");
+}
+
+/// The JavaScript SDK's `parseJson` reads through the engine's own parser
+/// (native code) wherever that reads as the SDK's parser does (issue 42):
+/// `guest-sdk/js/sluice-json.test.mjs` holds it to the SDK's parser, value
+/// for value and error for error, on generated and mutated text.
+#[test]
+fn js_sdk_json_reads_as_its_own_parser_does() {
+    sdk_test_script_passes("node", &["--test"], "guest-sdk/js/sluice-json.test.mjs");
 }
