@@ -485,6 +485,213 @@ function processPacked(plugin, count, capacity, recordAt) {
   return out;
 }
 
+// ------------------------------------------------------------------ batches
+
+/** Base class of a plugin that takes a whole batch per call:
+ * `processBatch(batch, out)` instead of `process(record, out)`.
+ *
+ * `batch.column(name)` is a field of every record as one array (for fields
+ * named in `jsonFields`, found by the host and parsed in one call),
+ * `batch.at(row)` a record, `batch.json()` every value parsed; `out` names
+ * the row of each output: `out.emitReplacing(row, field, value)`,
+ * `out.emitReplacingRows(rows, field, values)`, `out.emitJson(row, value)`,
+ * `out.emit(row, bytes)`, `out.forward(row)`, `out.side(row, name, bytes)`,
+ * `out.deadLetter(row, reason)`. `out.fail(row, reason)` fails one row as
+ * throwing `RecordError` in `process` fails a record (its other outputs
+ * are dropped); a row whose value is not a JSON object fails so when a
+ * column is read; an exception from `processBatch` fails every row. */
+export class BatchTransform {
+  constructor(config) {}
+  processBatch(batch, out) {
+    throw new Error("processBatch is not implemented");
+  }
+}
+
+/** The records of one `processBatch` call. */
+export class Batch {
+  /** `records`: `Record`s; or `projected`: a projected batch of `count`. */
+  constructor(records, projected = undefined, count = records?.length ?? 0) {
+    this.records = records;
+    this.projected = projected;
+    this.length = count;
+    // Row -> reason: rows failed (`out.fail`, not a JSON object).
+    this.failed = new Map();
+  }
+  /** The record at `row`. */
+  at(row) {
+    if (!Number.isInteger(row) || row < 0 || row >= this.length) {
+      throw new RangeError(`no row ${row} in a batch of ${this.length}`);
+    }
+    return this.projected === undefined ? this.records[row] : new ProjectedRecord(this.projected, row);
+  }
+  /** The top-level field `name` of each record's JSON object value, parsed
+   * as `parseJson` does: `fallback` where the object has no such field, and
+   * where the value is not a JSON object (that row fails). */
+  column(name, fallback = undefined) {
+    const projected = this.projected;
+    const slot = projected?.fieldSlot.get(name);
+    if (slot === undefined) return this.eachRow((record) => record.field(name, fallback), fallback);
+    const values = new Array(this.length).fill(fallback);
+    const rows = [];
+    const texts = [];
+    for (let row = 0; row < this.length; row++) {
+      const at = 16 + row * projected.stride + slot;
+      const start = projected.u32(at);
+      if (start !== ABSENT) {
+        rows.push(row);
+        texts.push(utf8Decoder.decode(projected.data.subarray(start, projected.u32(at + 4))));
+      } else if (projected.u32(at + 4) === NOT_AN_OBJECT) {
+        try {
+          this.at(row).field(name);
+        } catch (error) {
+          if (!this.failed.has(row)) this.failed.set(row, message(error));
+        }
+      }
+    }
+    // Each text is one well-formed value (the host checked the object): one
+    // parse of them all as an array; each alone where that fails.
+    let parsed;
+    try {
+      parsed = texts.length === 0 ? [] : parseJson(`[${texts.join(",")}]`);
+    } catch {
+      parsed = undefined;
+    }
+    if (!Array.isArray(parsed) || parsed.length !== texts.length) {
+      parsed = texts.map((text, i) => {
+        try {
+          return parseJson(text);
+        } catch (error) {
+          if (!this.failed.has(rows[i])) this.failed.set(rows[i], message(error));
+          return fallback;
+        }
+      });
+    }
+    rows.forEach((row, i) => {
+      values[row] = parsed[i];
+    });
+    return values;
+  }
+  /** Each record's value parsed with `parseJson`: `undefined` where it is
+   * not JSON (that row fails). */
+  json() {
+    return this.eachRow((record) => record.json(), undefined);
+  }
+  eachRow(read, fallback) {
+    const values = [];
+    for (let row = 0; row < this.length; row++) {
+      try {
+        values.push(read(this.at(row)));
+      } catch (error) {
+        if (!this.failed.has(row)) this.failed.set(row, message(error));
+        values.push(fallback);
+      }
+    }
+    return values;
+  }
+}
+
+/** What `processBatch` emits, each for a row of the batch. */
+export class BatchOutput {
+  constructor(batch) {
+    this.batch = batch;
+    // [row, emit] pairs, emits as `Emitter` collects them.
+    this.emits = [];
+  }
+  emitterOf(row) {
+    const record = this.batch.at(row);
+    return record instanceof ProjectedRecord ? new ProjectedEmitter(record, record) : new Emitter(record.input ?? record, record);
+  }
+  collect(row, act) {
+    const emitter = this.emitterOf(row);
+    try {
+      act(emitter);
+    } catch (error) {
+      if (!(error instanceof RecordError)) throw error;
+      if (!this.batch.failed.has(row)) this.batch.failed.set(row, error.message);
+      return;
+    }
+    for (const emit of emitter.emits) this.emits.push([row, emit]);
+  }
+  /** Emits the record at `row` unchanged to the main output. */
+  forward(row) {
+    this.collect(row, (out) => out.forward());
+  }
+  /** Emits `value` (Uint8Array or string) for `row`; key and headers
+   * default to the row's. */
+  emit(row, value, options) {
+    this.collect(row, (out) => out.emit(value, options));
+  }
+  /** Emits `value` encoded with `stringifyJson` for `row`. */
+  emitJson(row, value, options) {
+    this.collect(row, (out) => out.emitJson(value, options));
+  }
+  /** Emits the record at `row` with its field `field` set to `value` (see
+   * `Emitter.emitReplacing`; the host splices it in a projected batch). */
+  emitReplacing(row, field, value) {
+    this.collect(row, (out) => out.emitReplacing(field, value));
+  }
+  /** `emitReplacing(row, field, value)` for each row of `rows` and value
+   * of `values`, in one call. */
+  emitReplacingRows(rows, field, values) {
+    if (rows.length !== values.length) throw new RangeError(`${rows.length} rows and ${values.length} values`);
+    const projected = this.batch.projected;
+    if (projected === undefined || projected.fieldSlot.size === 0) {
+      rows.forEach((row, i) => this.emitReplacing(row, field, values[i]));
+      return;
+    }
+    // `ProjectedEmitter.emitReplacing` in line: no record or emitter per row.
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i];
+      if (!Number.isInteger(row) || row < 0 || row >= this.batch.length) this.batch.at(row); // throws
+      const at = 16 + row * projected.stride + 32;
+      if (projected.u32(at) === ABSENT && projected.u32(at + 4) === NOT_AN_OBJECT) {
+        this.emitReplacing(row, field, values[i]); // fails the row
+      } else {
+        this.emits.push([row, { replacing: field, json: encodeJson(values[i]) }]);
+      }
+    }
+  }
+  /** Emits `value` to the side output `name` for `row`. */
+  side(row, name, value) {
+    this.collect(row, (out) => out.side(name, value));
+  }
+  /** Sends the record at `row` to the dead-letter output with `reason`. */
+  deadLetter(row, reason) {
+    this.collect(row, (out) => out.deadLetter(reason));
+  }
+  /** Fails `row` with `reason`, as throwing `RecordError` in `process` fails
+   * a record: what was emitted for it is dropped. */
+  fail(row, reason) {
+    this.batch.at(row);
+    if (!this.batch.failed.has(row)) this.batch.failed.set(row, String(reason));
+  }
+}
+
+/** Runs `plugin.processBatch` on `batch`: per row, its emits (an array) or
+ * the reason it failed (a string). */
+function batchOutcomes(plugin, batch) {
+  const outcomes = Array.from({ length: batch.length }, () => []);
+  const out = new BatchOutput(batch);
+  try {
+    plugin.processBatch(batch, out);
+  } catch (error) {
+    return outcomes.map(() => message(error));
+  }
+  for (const [row, emit] of out.emits) outcomes[row].push(emit);
+  for (const [row, reason] of batch.failed) outcomes[row] = reason;
+  return outcomes;
+}
+
+/** `batchOutcomes` packed into a new writer. */
+function packBatch(plugin, batch, capacity) {
+  const out = new PackedWriter(Math.max(capacity, 64));
+  batchOutcomes(plugin, batch).forEach((outcome, index) => {
+    if (typeof outcome === "string") packFailed(out, index, outcome);
+    else packEmits(out, index, outcome);
+  });
+  return out;
+}
+
 /** The `transformer` export running `PluginClass`. `sluice plugin build`
  * also exports the same plugin as `textPackedTransformer` and
  * `projectedTransformer` (the `projected-transform` world), which the host
@@ -500,6 +707,11 @@ export function exportTransform(PluginClass) {
       }
     },
     processBatch(batch) {
+      if (typeof plugin.processBatch === "function") {
+        return batchOutcomes(plugin, new Batch(batch.map((input) => new Record(input)))).map((outcome) =>
+          typeof outcome === "string" ? { tag: "err", val: outcome } : { tag: "ok", val: outcome },
+        );
+      }
       return batch.map((input) => {
         const out = new Emitter(input);
         try {
@@ -514,6 +726,9 @@ export function exportTransform(PluginClass) {
   packedExportsOf.set(transformer, {
     textPackedTransformer: {
       processBatchText(batch) {
+        if (typeof plugin.processBatch === "function") {
+          return packBatch(plugin, new Batch(batch.map((input) => new Record(input))), 256 * batch.length).latin1();
+        }
         const out = processPacked(plugin, batch.length, 256 * batch.length, (index) => {
           const input = batch[index];
           return [new Record(input), new Emitter(input)];
@@ -533,10 +748,13 @@ export function exportTransform(PluginClass) {
         // the batch the text-packed way.
         if (view.getUint32(0, true) !== PROJECTED_FORMAT_VERSION || view.getUint32(8, true) !== names.length) return "";
         const batch = new ProjectedBatch(data, count, names.length, names);
-        const out = processPacked(plugin, count, data.length, (index) => {
-          const record = new ProjectedRecord(batch, index);
-          return [record, new ProjectedEmitter(record, record)];
-        });
+        const out =
+          typeof plugin.processBatch === "function"
+            ? packBatch(plugin, new Batch(undefined, batch, count), data.length)
+            : processPacked(plugin, count, data.length, (index) => {
+                const record = new ProjectedRecord(batch, index);
+                return [record, new ProjectedEmitter(record, record)];
+              });
         if (out.length === 0 && count > 0) {
           // Nothing emitted: say the batch was read (an empty output would
           // make the host send it again).

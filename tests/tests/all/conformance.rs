@@ -362,13 +362,15 @@ fn filter_rewrite_conforms_on_edge_cases() {
         )
     };
     let edge_cases = lines_source("filter-rewrite.lines");
-    let batch = run_mode("python", "batch", &edge_cases);
-    assert_conforms(
-        "filter-rewrite edge cases",
-        "python batch",
-        &reference,
-        &batch,
-    );
+    for language in ["python", "js"] {
+        let batch = run_mode(language, "batch", &edge_cases);
+        assert_conforms(
+            "filter-rewrite edge cases",
+            &format!("{language} batch"),
+            &reference,
+            &batch,
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let ascii = dir.path().join("ascii.lines");
     let lines =
@@ -386,17 +388,22 @@ fn filter_rewrite_conforms_on_edge_cases() {
     );
     // The batch API on the typed and the text-packed exports (records, no
     // fields found by the host: each column parses its records).
-    for call_mode in ["typed", "packed"] {
+    for (language, call_mode) in [
+        ("python", "typed"),
+        ("python", "packed"),
+        ("js", "typed"),
+        ("js", "packed"),
+    ] {
         let other = run_toml(
             &lines_source("filter-rewrite.lines"),
             &format!(
                 "[[operators]]\nname = \"filter-rewrite\"\nplugin = {:?}\ncall_mode = \"{call_mode}\"\ndeadline_ms = 5000\nconfig = {{ mode = \"batch\" }}\n",
-                plugin_in("python", "filter-rewrite")
+                plugin_in(language, "filter-rewrite")
             ),
         );
         assert_conforms(
             "filter-rewrite edge cases",
-            &format!("python batch, {call_mode}"),
+            &format!("{language} batch, {call_mode}"),
             &reference,
             &other,
         );
@@ -534,6 +541,7 @@ fn filter_rewrite_gives_the_same_records_whichever_way_it_reads_them() {
         assert_eq!(records_of(language, "fields"), fields, "{language}");
         assert_eq!(records_of(language, "json"), fields, "{language}");
     }
-    // Python's batch API, columns of the whole batch.
+    // The Python and JavaScript batch APIs, columns of the whole batch.
     assert_eq!(records_of("python", "batch"), fields);
+    assert_eq!(records_of("js", "batch"), fields);
 }
