@@ -870,9 +870,7 @@ class BatchOutput:
         not_objects = {row for row in rows
                        if slots[row * stride + 8] == _ABSENT
                        and slots[row * stride + 9] == _NOT_AN_OBJECT}
-        # Encoded all at once: JSON text never holds a NUL byte (it is
-        # escaped), so the split gives back each value's text.
-        texts = "\x00".join(map(_encode_string, values)).encode("utf-8").split(b"\x00")
+        texts = [text.encode("utf-8") for text in map(_encode_string, values)]
         if not_objects:
             for row, value, text in zip(rows, values, texts):
                 if row in not_objects:
