@@ -109,6 +109,10 @@ filter_rewrite() {
 pipeline "rust-filter-rewrite" "$input" "$(filter_rewrite "$rust_filter")" ""
 pipeline "rust-filter-rewrite-document" "$input" "$(filter_rewrite "$rust_filter" 'config = { mode = "document" }')" ""
 pipeline "rust-filter-rewrite-serde" "$input" "$(filter_rewrite "$rust_filter" 'config = { mode = "serde" }')" ""
+# The same filter and rewrite as a SQL operator (issue 40): no plugin.
+pipeline "sql-filter-rewrite" "$input" '[[operators]]
+name = "filter-rewrite"
+sql = "SELECT id, key, UPPER(text) AS text, ts, user FROM input WHERE key % 10 <> 0"' ""
 pipeline "c-filter-rewrite" "$input" "$(filter_rewrite "$c_filter")" ""
 pipeline "c-filter-rewrite-typed" "$input" "$(filter_rewrite "$c_filter" 'call_mode = "typed"')" ""
 pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
@@ -136,7 +140,7 @@ call_mode = "typed"')" ""
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document rust-filter-rewrite-serde \
-  c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
+  sql-filter-rewrite c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
   window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite python-filter-rewrite-json \
   python-filter-rewrite-batch js-filter-rewrite js-filter-rewrite-json js-filter-rewrite-batch \
   js-filter-rewrite-typed; do

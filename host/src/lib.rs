@@ -19,7 +19,8 @@
 //! 4. Operators: a plugin transform through the [`runtime`] (one shared
 //!    wasmtime engine, CPU deadlines, memory limits, hot swap at a
 //!    barrier), a [`window`] (built-in or plugin aggregates), an interval
-//!    [`join`]. Their keyed [`state`] lives in RocksDB or memory.
+//!    [`join`], a [`sql`] query (compiled by the `sluice-sql` crate). Their
+//!    keyed [`state`] lives in RocksDB or memory.
 //! 5. At each barrier, [`checkpoint`] snapshots state, source positions and
 //!    sink pre-commits to local disk or S3; sinks commit once it is
 //!    published (exactly-once Kafka, files, Iceberg).
@@ -30,7 +31,7 @@
 //!
 //! Layers: each module uses only modules of the layers below it, lowest
 //! first `bounded`, `sync` / `record`, `state` / `time` / `metrics` /
-//! `checkpoint`, `runtime` / `dataflow` / `connectors`, `join`, `window` /
+//! `checkpoint`, `runtime` / `dataflow` / `connectors`, `join`, `sql`, `window` /
 //! `config` / `pipeline` / `tasks` (`tests/tests/all/layers.rs` prints them and fails
 //! on an import circle; ADR 0019).
 
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod record;
 pub mod runtime;
+pub mod sql;
 pub mod state;
 pub mod sync;
 pub mod tasks;

@@ -23,8 +23,9 @@ use std::path::{Component, Path};
 use toml_edit::{DocumentMut, Item, Value};
 
 /// Keys whose string values are paths (or URLs) wherever they appear.
-const PATH_KEYS: [&str; 7] = [
+const PATH_KEYS: [&str; 8] = [
     "path",
+    "sql_file",
     "plugin",
     "catalog",
     "warehouse",

@@ -82,6 +82,117 @@ impl LoadedConfig {
         }
     }
 
+    /// The query of the SQL operator `operators[index]` (from `sql`, or
+    /// read from `sql_file`) and the field it came from.
+    pub fn sql_query(&self, index: usize) -> Result<(String, &'static str), ConfigError> {
+        let operator = &self.config.operators[index];
+        match (&operator.sql, &operator.sql_file) {
+            (Some(sql), None) => Ok((sql.clone(), "sql")),
+            (None, Some(file)) => {
+                let path = self.resolve_path(file);
+                std::fs::read_to_string(&path)
+                    .map(|sql| (sql, "sql_file"))
+                    .map_err(|error| {
+                        self.error_at(
+                            &format!("operators[{index}].sql_file"),
+                            format!("cannot read {}: {error}", path.display()),
+                        )
+                    })
+            }
+            (Some(_), Some(_)) => Err(self.error_at(
+                &format!("operators[{index}].sql_file"),
+                "give the query in `sql` or in `sql_file`, not both",
+            )),
+            (None, None) => Err(self.error_at(
+                &format!("operators[{index}]"),
+                "not a SQL operator (no `sql` or `sql_file`)",
+            )),
+        }
+    }
+
+    /// The query of `operators[index]` compiled, or an error pointing into
+    /// the SQL: in the `.sql` file of `sql_file`, or inside the pipeline
+    /// file's `sql` string where its text stands there as it is (no escapes).
+    pub fn sql_plan(&self, index: usize) -> Result<sluice_sql::Plan, ConfigError> {
+        let (sql, field) = self.sql_query(index)?;
+        let catalog = sluice_sql::Catalog::input(self.config.source.table_names());
+        sluice_sql::compile(&sql, &catalog).map_err(|error| {
+            let shown = error.show(&sql);
+            let excerpt = shown.split_once('\n').map_or("", |(_, rest)| rest);
+            let message = if excerpt.is_empty() {
+                error.message.clone()
+            } else {
+                format!("{}\n{excerpt}", error.message)
+            };
+            let path = format!("operators[{index}].{field}");
+            if field == "sql_file"
+                && let Some(file) = &self.config.operators[index].sql_file
+            {
+                return ConfigError {
+                    file: self.resolve_path(file),
+                    line: usize::try_from(error.line).unwrap_or(0),
+                    column: usize::try_from(error.column).unwrap_or(0),
+                    field: Some(path),
+                    message,
+                };
+            }
+            let mut located = self.error_at(&path, message);
+            if let Some((line, column)) = self.position_in_string(&path, &sql, &error) {
+                located.line = line;
+                located.column = column;
+            }
+            located
+        })
+    }
+
+    /// Where `error`'s position in `sql`, the value of the string field
+    /// `path`, stands in the pipeline file, if the text stands there as it
+    /// is.
+    fn position_in_string(
+        &self,
+        path: &str,
+        sql: &str,
+        error: &sluice_sql::SqlError,
+    ) -> Option<(usize, usize)> {
+        let span = self.fields.span_of(path)?;
+        let field_text = self.fields.text().get(span.clone())?;
+        let start = span.start + field_text.find(sql)?;
+        let line_index = usize::try_from(error.line).ok()?.checked_sub(1)?;
+        let line_start: usize = sql
+            .split_inclusive('\n')
+            .take(line_index)
+            .map(str::len)
+            .sum();
+        let line = sql.get(line_start..)?.lines().next().unwrap_or("");
+        let column_bytes: usize = line
+            .chars()
+            .take(usize::try_from(error.column).ok()?.saturating_sub(1))
+            .map(char::len_utf8)
+            .sum();
+        Some(self.fields.line_column(start + line_start + column_bytes))
+    }
+
+    /// Checks the SQL operator `operators[index]`: a query and nothing a
+    /// plugin, window or join operator takes; the query compiles.
+    fn validate_sql_operator(&self, index: usize) -> Result<(), ConfigError> {
+        let operator = &self.config.operators[index];
+        let others = [
+            ("plugin", operator.plugin.is_some()),
+            ("window", operator.window.is_some()),
+            ("aggregate", operator.aggregate.is_some()),
+            ("aggregates", operator.aggregates.is_some()),
+            ("join", operator.join.is_some()),
+            ("key_field", operator.key_field.is_some()),
+        ];
+        if let Some((field, _)) = others.iter().find(|(_, set)| *set) {
+            return Err(self.error_at(
+                &format!("operators[{index}].{field}"),
+                format!("a SQL operator takes no `{field}`: the query says what it does"),
+            ));
+        }
+        self.sql_plan(index).map(|_| ())
+    }
+
     /// `path` relative to the pipeline file's directory.
     pub fn resolve_path(&self, path: &Path) -> PathBuf {
         if path.is_absolute() {
@@ -355,6 +466,10 @@ impl LoadedConfig {
                     format!("duplicate operator name `{}`", operator.name),
                 ));
             }
+            if operator.is_sql() {
+                self.validate_sql_operator(index)?;
+                continue;
+            }
             if let Some(join) = &operator.join {
                 if operator.plugin.is_some() || operator.window.is_some() {
                     return Err(self.error_at(
@@ -429,7 +544,7 @@ impl LoadedConfig {
                 (None, None, None) => {
                     return Err(self.error_at(
                         &format!("operators[{index}]"),
-                        "an operator needs a `plugin` (transform) or a `window` with an `aggregate`",
+                        "an operator needs a `plugin` (transform), a `window` with an `aggregate`, a `join` or a `sql` query",
                     ));
                 }
             }

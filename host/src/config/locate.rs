@@ -57,6 +57,11 @@ impl FieldMap {
             .map(|(path, _)| path.as_str())
     }
 
+    /// The file's text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     /// Where `path` (e.g. `operators[1].plugin`) stands, if present.
     pub fn span_of(&self, path: &str) -> Option<Range<usize>> {
         self.fields

@@ -410,6 +410,13 @@ pub struct OperatorConfig {
     /// or for a window operator an aggregate (absent with a built-in
     /// `aggregate`).
     pub plugin: Option<PathBuf>,
+    /// Makes this a SQL operator: one query over the operator's input (the
+    /// table `input`), e.g. `SELECT id, UPPER(name) AS name FROM input
+    /// WHERE amount > 10` (docs/sql.md).
+    pub sql: Option<String>,
+    /// As `sql`, the query read from this file (relative to the pipeline
+    /// file).
+    pub sql_file: Option<PathBuf>,
     /// Makes this a window operator: `{ tumbling_ms = .. }`,
     /// `{ sliding_ms = .., slide_ms = .. }` or `{ session_gap_ms = .. }`.
     pub window: Option<WindowConfig>,
@@ -470,7 +477,29 @@ pub struct OperatorConfig {
     pub state_ttl_ms: Option<PositiveDurationMs>,
 }
 
+impl SourceConfig {
+    /// The names a SQL query may read this source's records by, beside
+    /// `input`: a Kafka source's topics, a file source's file stem.
+    pub fn table_names(&self) -> Vec<String> {
+        match self {
+            SourceConfig::Kafka(kafka) => kafka.topics.clone(),
+            SourceConfig::File(file) => file
+                .path
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .map(|stem| vec![stem.to_string()])
+                .unwrap_or_default(),
+            SourceConfig::Generator(_) => Vec::new(),
+        }
+    }
+}
+
 impl OperatorConfig {
+    /// Whether this is a SQL operator (`sql` or `sql_file`).
+    pub fn is_sql(&self) -> bool {
+        self.sql.is_some() || self.sql_file.is_some()
+    }
+
     /// The built-in aggregate this operator names (`aggregate` or
     /// `aggregates`), if any; `Err((field, message))` when it is invalid,
     /// `field` relative to the operator (`aggregate`, `aggregates`).

@@ -252,3 +252,78 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_sql_operator_compiles_its_query_at_load() {
+    let text = GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql = \"SELECT id, UPPER(name) AS name FROM input WHERE amount > 1\"\n\n[sink]",
+    );
+    let loaded = parse(&text).unwrap();
+    assert!(loaded.config.operators[0].is_sql());
+    assert!(matches!(
+        loaded.sql_plan(0),
+        Ok(sluice_sql::Plan::Project(_))
+    ));
+}
+
+#[test]
+fn a_sql_error_points_into_the_query_inside_the_pipeline_file() {
+    // The query's second line holds the error: line 12 of the file, the
+    // column of `UPPR` there.
+    let text = GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql = \"\"\"\nSELECT id,\n       UPPR(name) AS name\nFROM input\"\"\"\n\n[sink]",
+    );
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        (error.line, error.column, error.field.as_deref()),
+        (12, 8, Some("operators[0].sql")),
+        "{error}"
+    );
+    assert!(error.message.contains("unknown function `UPPR`"), "{error}");
+    assert!(
+        error
+            .message
+            .ends_with("         UPPR(name) AS name\n         ^"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_sql_file_error_names_the_sql_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("q.sql"),
+        "SELECT a\nFROM input\nWHERE a +\n",
+    )
+    .unwrap();
+    let file = dir.path().join("p.toml");
+    let text = GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql_file = \"q.sql\"\n\n[sink]",
+    );
+    let error = LoadedConfig::parse(&file, &text).unwrap_err();
+    assert_eq!(error.file, dir.path().join("q.sql"), "{error}");
+    assert_eq!((error.line, error.column), (3, 10), "{error}");
+}
+
+#[test]
+fn a_sql_operator_takes_nothing_a_plugin_or_window_takes() {
+    let text = GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql = \"SELECT * FROM input\"\nwindow = { tumbling_ms = 1000 }\n\n[sink]",
+    );
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        error.field.as_deref(),
+        Some("operators[0].window"),
+        "{error}"
+    );
+    let text = GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql = \"SELECT * FROM input\"\nsql_file = \"q.sql\"\n\n[sink]",
+    );
+    let error = parse(&text).unwrap_err();
+    assert!(error.message.contains("not both"), "{error}");
+}

@@ -9,6 +9,7 @@ use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::OperatorMetrics;
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
+use crate::sql::SqlProjectOperator;
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{OperatorScope, StateBackend, StateMemoryBudget, StateTtl, ttl};
 use crate::window::{
@@ -43,6 +44,9 @@ pub(super) fn build_operator(
         },
         stage_worker.map_or(0, |(stage, _)| stage),
     );
+    if operator.is_sql() {
+        return build_sql_operator(loaded, index, operator_metrics);
+    }
     let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
         ttl: Duration::from_millis(ms.get()),
         clock: ttl::system_clock(),
@@ -140,6 +144,21 @@ pub(super) fn build_operator(
         transform = transform.with_swaps(SwapPort::new(swap.clone(), worker.unwrap_or(0)));
     }
     Ok(Box::new(transform))
+}
+
+/// The SQL operator `operators[index]`: its query compiled at start-up
+/// (an error points into the SQL) onto the operator that runs it.
+fn build_sql_operator(
+    loaded: &LoadedConfig,
+    index: usize,
+    metrics: Arc<OperatorMetrics>,
+) -> Result<Box<dyn Operator>, PipelineError> {
+    let name = &loaded.config.operators[index].name;
+    match loaded.sql_plan(index)? {
+        sluice_sql::Plan::Project(plan) => {
+            Ok(Box::new(SqlProjectOperator::new(name, plan, metrics)))
+        }
+    }
 }
 
 /// Where `operators[index]` sends late records.

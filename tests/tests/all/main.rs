@@ -22,4 +22,5 @@ mod plugin_round_trip;
 mod quickstart;
 mod schema_registry;
 mod shared_reader;
+mod sql;
 mod windows;
