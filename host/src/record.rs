@@ -326,6 +326,19 @@ pub fn into_dead_letter(
     record
 }
 
+/// A record of `value` read at offset 0 of topic `t`, for tests.
+#[cfg(test)]
+pub(crate) fn test_record(value: &str) -> Record {
+    Record::from_value(
+        value.as_bytes().to_vec(),
+        SourcePosition {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -191,23 +191,12 @@ impl Operator for SqlProjectOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::SourcePosition;
+    use crate::record::test_record as record;
 
     fn operator(sql: &str) -> SqlProjectOperator {
         let sluice_sql::Plan::Project(plan) =
             sluice_sql::compile(sql, &sluice_sql::Catalog::input([])).unwrap();
         SqlProjectOperator::new("q", plan, OperatorMetrics::new("q"))
-    }
-
-    fn record(value: &str) -> Record {
-        Record::from_value(
-            value.as_bytes().to_vec(),
-            SourcePosition {
-                topic: "t".into(),
-                partition: 0,
-                offset: 0,
-            },
-        )
     }
 
     #[test]

@@ -81,17 +81,26 @@ function showLogin(message) {
   });
 }
 
+// Each poll has a generation: a request still in flight when the page
+// changes (or polling stops) neither draws nor schedules its next tick, so
+// one pipeline's page is never drawn under another's address.
+let pollGeneration = 0;
+
 function stopPolling() {
+  pollGeneration += 1;
   if (timer) clearTimeout(timer);
   timer = null;
 }
 
 function poll(fn) {
   stopPolling();
+  const generation = pollGeneration;
+  const current = () => generation === pollGeneration;
   const tick = async () => {
     try {
-      await fn();
+      await fn(current);
     } catch (error) {
+      if (!current()) return;
       if (error && error.unauthorized) {
         const hadToken = !!token();
         sessionStorage.removeItem(TOKEN_KEY);
@@ -105,16 +114,17 @@ function poll(fn) {
       note.textContent = (error && error.message) || String(error);
       app.prepend(note);
     }
-    timer = setTimeout(tick, POLL_MS);
+    if (current()) timer = setTimeout(tick, POLL_MS);
   };
   tick();
 }
 
 // ---- the pipelines list -------------------------------------------------
 
-async function renderList() {
+async function renderList(current) {
   const started = performance.now();
   const status = await api("/api/v1/status");
+  if (!current()) return;
   document.getElementById("mode").textContent =
     status.mode === "run" ? "sluice run" : "sluice serve";
   document.getElementById("sign-out").hidden = !token();
@@ -211,8 +221,9 @@ function table(testid, head, rows) {
     <tbody>${rows.join("") || `<tr><td colspan="${head.length}" class="muted">none</td></tr>`}</tbody></table>`;
 }
 
-async function renderPipeline(name) {
+async function renderPipeline(name, current) {
   const s = await api(`/api/v1/pipelines/${encodeURIComponent(name)}/status`);
+  if (!current()) return;
   const serve = !!s.deployments;
   const splits = (s.splits || []).map((p) => `
     <tr class="${p.holding_back ? "holding-back" : ""}" data-testid="split" data-partition="${p.partition}"
@@ -282,11 +293,12 @@ async function renderPipeline(name) {
   for (const button of document.querySelectorAll("button[data-testid=rollback]")) {
     button.addEventListener("click", () => rollback(name, button.dataset.operator));
   }
-  if (serve) await followLogs(name);
+  if (serve) await followLogs(name, current);
 }
 
-async function followLogs(name) {
+async function followLogs(name, current) {
   const answer = await api(`/api/v1/pipelines/${encodeURIComponent(name)}/logs?after=${logsAfter}`);
+  if (!current()) return;
   for (const line of answer.lines || []) {
     logsAfter = Math.max(logsAfter, line.seq);
     logLines.push(`${time(line.at_ms)} ${line.level} ${line.operator}: ${line.message}`);
@@ -330,7 +342,7 @@ function route() {
       logLines = [];
       rollbackMessage = "";
     }
-    poll(() => renderPipeline(name));
+    poll((current) => renderPipeline(name, current));
   } else {
     currentPipeline = null;
     poll(renderList);

@@ -375,18 +375,7 @@ impl Sink for ExactlyOnceFileSink {
 mod tests {
     use super::*;
     use crate::checkpoint::CommitFailure;
-    use crate::record::SourcePosition;
-
-    fn record(value: &str) -> Record {
-        Record::from_value(
-            value.as_bytes().to_vec(),
-            SourcePosition {
-                topic: "t".into(),
-                partition: 0,
-                offset: 0,
-            },
-        )
-    }
+    use crate::record::test_record as record;
 
     #[test]
     fn only_committed_epochs_reach_the_output_and_commits_repeat_safely() {
