@@ -7,6 +7,7 @@
 //! * [`try_plugin`]: `sluice plugin test` — run a component on sample records.
 //! * [`run`]: `sluice run` — run a pipeline file with progress and summary.
 //! * [`checkpoints`]: `sluice checkpoints list|show` — a pipeline's checkpoints.
+//! * [`sql`]: `sluice sql check|explain` — a pipeline file's queries compiled.
 //! * [`serve`]: `sluice serve` — many tenants' pipelines behind a REST API.
 //! * [`client`]: `sluice deploy`, `sluice pipelines`, `sluice tenants` — its client.
 //! * [`observe`]: `/metrics`, the JSON status and the dashboard, for
@@ -20,4 +21,5 @@ pub mod observe;
 pub mod run;
 pub mod scaffold;
 pub mod serve;
+pub mod sql;
 pub mod try_plugin;

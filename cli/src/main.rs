@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use sluice_cli::{build, checkpoints, client, inspect, run, scaffold, serve, try_plugin};
+use sluice_cli::{build, checkpoints, client, inspect, run, scaffold, serve, sql, try_plugin};
 use sluice_host::checkpoint::RestoreFrom;
 use sluice_host::connectors::file::FileFormat;
 use sluice_host::runtime::{CacheOutcome, CallMode};
@@ -58,6 +58,9 @@ enum Command {
     /// Build, scaffold, inspect and try plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Check or explain the SQL operators of a pipeline file.
+    #[command(subcommand)]
+    Sql(SqlCommand),
     /// Run a long-lived host for many tenants' pipelines, with a REST API.
     Serve {
         /// Where pipelines, plugins, checkpoints and tokens live.
@@ -151,6 +154,22 @@ struct ServerArgs {
     /// JSON output for scripts.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Subcommand)]
+enum SqlCommand {
+    /// Compile every query of the pipeline file without running it; an
+    /// error names the line and column in the SQL.
+    Check {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+    },
+    /// Print the operator graph the pipeline file becomes, each query with
+    /// the fields it reads, its condition and its columns.
+    Explain {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -670,6 +689,8 @@ fn execute(cli: Cli) -> Result<()> {
                 .with_health(health);
             eprint!("{}", run::run_file(&pipeline, &options)?);
         }
+        Command::Sql(SqlCommand::Check { pipeline }) => print!("{}", sql::check(&pipeline)?),
+        Command::Sql(SqlCommand::Explain { pipeline }) => print!("{}", sql::explain(&pipeline)?),
         Command::Checkpoints(CheckpointsCommand::List { pipeline, json }) => {
             print!("{}", checkpoints::list(&pipeline, json)?);
         }

@@ -114,6 +114,51 @@ impl<'a> Datum<'a> {
         }
     }
 
+    /// The value of a JSON value's text (a field's span in a record that
+    /// has been checked as JSON): a string without escapes is borrowed, not
+    /// copied; an error if the text is not one JSON value.
+    pub fn of_json_text(text: &'a [u8]) -> Result<Datum<'a>, String> {
+        let invalid = |error: &dyn std::fmt::Display| format!("invalid JSON value: {error}");
+        match text.first() {
+            Some(b'"')
+                if text.len() >= 2 && !text.contains(&b'\\') && text.last() == Some(&b'"') =>
+            {
+                std::str::from_utf8(&text[1..text.len() - 1])
+                    .map(|s| Datum::Str(Cow::Borrowed(s)))
+                    .map_err(|error| invalid(&error))
+            }
+            Some(b'"') => serde_json::from_slice::<String>(text)
+                .map(|s| Datum::Str(Cow::Owned(s)))
+                .map_err(|error| invalid(&error)),
+            Some(b'-' | b'0'..=b'9') => {
+                let plain_integer = text.iter().all(|b| b.is_ascii_digit() || *b == b'-');
+                let parsed = std::str::from_utf8(text).ok().and_then(|text| {
+                    if plain_integer {
+                        text.parse::<i64>().ok().map(Datum::Int)
+                    } else {
+                        text.parse::<f64>()
+                            .ok()
+                            .filter(|f| f.is_finite())
+                            .map(Datum::Double)
+                    }
+                });
+                match parsed {
+                    Some(datum) => Ok(datum),
+                    // An integer beyond 64 bits (kept as JSON), or not a number.
+                    None => serde_json::from_slice::<Value>(text)
+                        .map(|value| Datum::of_json(&value).into_owned())
+                        .map_err(|error| invalid(&error)),
+                }
+            }
+            Some(b't') if text == b"true" => Ok(Datum::Bool(true)),
+            Some(b'f') if text == b"false" => Ok(Datum::Bool(false)),
+            Some(b'n') if text == b"null" => Ok(Datum::Null),
+            _ => serde_json::from_slice::<Value>(text)
+                .map(|value| Datum::of_json(&value).into_owned())
+                .map_err(|error| invalid(&error)),
+        }
+    }
+
     /// The type of this value.
     pub fn sql_type(&self) -> SqlType {
         match self {
@@ -232,6 +277,38 @@ mod tests {
                 SqlType::Json
             ]
         );
+    }
+
+    #[test]
+    fn json_text_reads_as_its_value_borrowing_plain_strings() {
+        let cases: [(&[u8], Datum<'_>); 9] = [
+            (b"\"abc\"", Datum::Str(Cow::Borrowed("abc"))),
+            (b"\"a\\\"b\"", Datum::Str("a\"b".into())),
+            (b"-12", Datum::Int(-12)),
+            (b"1.5e2", Datum::Double(150.0)),
+            (b"true", Datum::Bool(true)),
+            (b"null", Datum::Null),
+            (
+                b"18446744073709551615",
+                Datum::Json(Cow::Owned(serde_json::json!(18446744073709551615u64))),
+            ),
+            (b"[1]", Datum::Json(Cow::Owned(serde_json::json!([1])))),
+            (b"\"\\u00e9\"", Datum::Str("\u{e9}".into())),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                Datum::of_json_text(text),
+                Ok(expected),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        assert!(matches!(
+            Datum::of_json_text(b"\"abc\""),
+            Ok(Datum::Str(Cow::Borrowed(_)))
+        ));
+        assert!(Datum::of_json_text(b"nul").is_err());
+        assert!(Datum::of_json_text(b"\"\xff\"").is_err());
     }
 
     #[test]

@@ -57,9 +57,6 @@ pub struct ProjectPlan {
     pub filter: Option<Expr>,
     /// What each passing record becomes.
     pub output: Output,
-    /// Top-level fields whose JSON text output columns copy, in the order
-    /// [`ProjectPlan::write`] takes their spans.
-    pub copied_fields: Vec<String>,
 }
 
 /// The output of a projection.
@@ -80,8 +77,8 @@ pub struct OutputColumn {
     key_json: Vec<u8>,
     /// Its value.
     pub expr: Expr,
-    /// For a plain top-level field: its position in
-    /// [`ProjectPlan::copied_fields`], whose JSON text is copied as it is.
+    /// For a plain top-level field: its column (row position), whose JSON
+    /// text is copied as it is when its span is known.
     pub copied: Option<usize>,
 }
 
@@ -242,7 +239,6 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
         None => None,
     };
     let mut columns = Vec::new();
-    let mut copied_fields: Vec<String> = Vec::new();
     let mut whole_record = false;
     for (position, item) in select.projection.iter().enumerate() {
         let (expr, name) = match item {
@@ -277,17 +273,9 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
             ));
         }
         let (bound, _) = Binder::new(&mut scope).bind(expr)?;
-        let copied = match (&bound, expr) {
-            (Expr::Column(index), _) => match &scope.columns()[*index] {
-                FieldPath::Top(field) => {
-                    Some(match copied_fields.iter().position(|f| f == field) {
-                        Some(at) => at,
-                        None => {
-                            copied_fields.push(field.clone());
-                            copied_fields.len() - 1
-                        }
-                    })
-                }
+        let copied = match &bound {
+            Expr::Column(index) => match &scope.columns()[*index] {
+                FieldPath::Top(_) => Some(*index),
                 FieldPath::Pointer(_) => None,
             },
             _ => None,
@@ -310,7 +298,6 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
         } else {
             Output::Columns(columns)
         },
-        copied_fields,
     }))
 }
 
@@ -385,6 +372,38 @@ fn default_name(expr: &ast::Expr, position: usize) -> String {
 }
 
 impl ProjectPlan {
+    /// What the query became, for `sluice sql explain` and the dashboard:
+    /// the fields read, the condition, the columns.
+    pub fn explain(&self) -> String {
+        let reads = if self.columns.is_empty() {
+            "nothing".to_string()
+        } else {
+            let all: Vec<_> = (0..self.columns.len())
+                .map(|i| Expr::Column(i).to_sql(&self.columns))
+                .collect();
+            all.join(", ")
+        };
+        let filter = match &self.filter {
+            Some(filter) => filter.to_sql(&self.columns),
+            None => "(every record)".to_string(),
+        };
+        let columns = match &self.output {
+            Output::Whole => "* (the record unchanged)".to_string(),
+            Output::Columns(columns) => columns
+                .iter()
+                .map(|column| {
+                    let value = column.expr.to_sql(&self.columns);
+                    match column.copied {
+                        Some(_) => format!("{} = {value} (copied)", column.name),
+                        None => format!("{} = {value}", column.name),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        format!("reads:   {reads}\nwhere:   {filter}\ncolumns: {columns}")
+    }
+
     /// Whether `row` passes the `WHERE` condition.
     pub fn passes(&self, row: Row<'_>) -> Result<bool, EvalError> {
         match &self.filter {
@@ -393,9 +412,22 @@ impl ProjectPlan {
         }
     }
 
+    /// The names of the columns when every one is a top-level field: a
+    /// record's row can then be read from where these lie in its value
+    /// ([`Datum::of_json_text`] of each span), and plain columns copied.
+    pub fn top_level_names(&self) -> Option<Vec<String>> {
+        self.columns
+            .iter()
+            .map(|path| match path {
+                FieldPath::Top(name) => Some(name.clone()),
+                FieldPath::Pointer(_) => None,
+            })
+            .collect()
+    }
+
     /// Writes the output value of a record that passed into `out`: `value`
-    /// is the record's JSON, `spans` where [`ProjectPlan::copied_fields`]
-    /// lie in it (`None`: not known, every column is evaluated).
+    /// is the record's JSON, `spans` where its columns lie in it, one per
+    /// column (`None`: not known, every column is evaluated).
     pub fn write(
         &self,
         row: Row<'_>,

@@ -4,7 +4,8 @@
 // SLUICE_DASHBOARD (JSON):
 //   url, token?, pipeline, operators[], slow_operator?, upstream_of_slow?,
 //   stalled_partition?, forbidden_pipeline?, min_rows?, max_list_ms?,
-//   rollback?, sink_unavailable? (only: the pipeline page shows its sink's
+//   rollback?, sql_operator? ({ name, contains }: its query is shown),
+//   sink_unavailable? (only: the pipeline page shows its sink's
 //   database not answering), screenshots (directory)
 // Exits non-zero with the reason when a check fails; screenshots are kept.
 // playwright-core lives in ~/.cache/sluice/browser-test (SLUICE_NODE_MODULES),
@@ -69,6 +70,12 @@ try {
   await page.waitForSelector("[data-testid=job-graph]", { timeout: WAIT });
   for (const operator of scenario.operators) {
     await page.waitForSelector(`[data-testid=graph-node][data-node="${operator}"]`, { timeout: WAIT });
+  }
+  if (scenario.sql_operator) {
+    const { name, contains } = scenario.sql_operator;
+    const shown = await page.textContent(`[data-testid=operator-sql][data-operator="${name}"]`, { timeout: WAIT });
+    if (!shown.includes(contains)) throw new Error(`the SQL of ${name} is shown as "${shown}"`);
+    console.log(`sql: operator ${name} shows its query`);
   }
   if (scenario.sink_unavailable) {
     // A sink's database is down: records do not move, the page says why.

@@ -76,7 +76,8 @@ fn produce_to_partition_zero(topic: String, stop: Arc<AtomicBool>) -> std::threa
 }
 
 /// `sluice run --http`: Kafka (one partition stalled) -> a plugin that
-/// spins on every record -> blackhole, checkpointing every second.
+/// spins on every record -> a SQL filter -> blackhole, checkpointing every
+/// second.
 ///
 /// The plugin spins ~1 ms per record (~1,000 records/s measured), half the
 /// producer's ~2,000 records/s or less, so that the source is backpressured
@@ -129,6 +130,10 @@ name = "slow"
 plugin = "{slow}"
 config = {{ record_spin_thousands = "5000" }}
 
+[[operators]]
+name = "evens"
+sql = "SELECT n FROM input WHERE n % 2 = 0"
+
 [sink.blackhole]
 "#,
             dir = dir.path().display(),
@@ -156,7 +161,8 @@ config = {{ record_spin_thousands = "5000" }}
     run_browser(json!({
         "url": url,
         "pipeline": "watched",
-        "operators": ["source", "slow", "sinks"],
+        "operators": ["source", "slow", "evens", "sinks"],
+        "sql_operator": { "name": "evens", "contains": "WHERE n % 2 = 0" },
         "slow_operator": "slow",
         "upstream_of_slow": "source",
         "stalled_partition": 1,

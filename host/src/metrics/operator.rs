@@ -148,6 +148,9 @@ pub struct OperatorMetrics {
     pub plugin_memory_bytes: AtomicU64,
     /// The plugin it runs: name and sha256 (empty without a plugin).
     pub plugin: Mutex<Option<PluginIdentity>>,
+    /// The query of a SQL operator, as written (set once, when it is
+    /// built), for the dashboard.
+    pub sql: std::sync::OnceLock<String>,
     /// Plugin faults by kind (`Deadline`, `MemoryLimit`, `Trap`, ...).
     pub faults_by_kind: Mutex<BTreeMap<String, u64>>,
     /// Plugin traps (including deadline and memory-limit traps).
@@ -349,6 +352,7 @@ impl OperatorMetrics {
             plugin_call_seconds: self.plugin_call_seconds.snapshot(),
             plugin_memory_bytes: load(&self.plugin_memory_bytes),
             plugin: lock(&self.plugin).clone(),
+            sql: self.sql.get().cloned(),
             faults_by_kind: lock(&self.faults_by_kind).clone(),
             traps: load(&self.traps),
             deadline_hits: load(&self.deadline_hits),
@@ -400,6 +404,8 @@ pub struct OperatorSnapshot {
     pub plugin_memory_bytes: u64,
     /// The plugin it runs.
     pub plugin: Option<PluginIdentity>,
+    /// The query of a SQL operator.
+    pub sql: Option<String>,
     /// Plugin faults by kind.
     pub faults_by_kind: BTreeMap<String, u64>,
     /// Plugin traps.

@@ -230,10 +230,14 @@ fn graph(s: &PipelineSnapshot, before: Option<&PipelineSnapshot>, seconds: f64) 
     // Operators by name, in chain order, with their workers.
     let mut order: Vec<(&str, usize)> = Vec::new();
     let mut workers: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    let mut queries: BTreeMap<&str, &str> = BTreeMap::new();
     for operator in &s.operators {
         let (name, worker) = OperatorMetrics::operator_and_worker(&operator.name);
         if !order.iter().any(|(n, _)| *n == name) {
             order.push((name, operator.stage));
+        }
+        if let Some(sql) = &operator.sql {
+            queries.insert(name, sql);
         }
         let earlier = before.and_then(|b| b.operators.iter().find(|o| o.name == operator.name));
         let (busy, backpressured) = ratios(operator, earlier, seconds);
@@ -268,6 +272,7 @@ fn graph(s: &PipelineSnapshot, before: Option<&PipelineSnapshot>, seconds: f64) 
             "level": backpressure_level(backpressured),
             "watermark": instances.iter().filter_map(|w| w["watermark"].as_i64()).min(),
             "workers": instances,
+            "sql": queries.get(name),
         }));
     }
     nodes.push(json!({ "id": "sinks", "kind": "sinks", "records_in": s.records_out }));
@@ -404,6 +409,16 @@ mod tests {
         assert_eq!(status["splits"][0]["holding_back"], false);
         assert_eq!(status["splits"][1]["holding_back"], true);
         assert_eq!(status["graph"]["nodes"][0]["id"], "source");
+        history.forget("t", "p");
+
+        // A SQL operator's node carries its query.
+        let query = crate::metrics::OperatorMetrics::new("q");
+        let _ = query.sql.set("SELECT a FROM input".into());
+        metrics.register_operator(query);
+        let third = metrics.snapshot();
+        let status = pipeline_status(&view(third), &history, 3_000, json!({}));
+        assert_eq!(status["graph"]["nodes"][1]["id"], "q");
+        assert_eq!(status["graph"]["nodes"][1]["sql"], "SELECT a FROM input");
         history.forget("t", "p");
         assert!(history.latest("t", "p").is_none());
     }

@@ -154,6 +154,8 @@ fn build_sql_operator(
     metrics: Arc<OperatorMetrics>,
 ) -> Result<Box<dyn Operator>, PipelineError> {
     let name = &loaded.config.operators[index].name;
+    let (query, _) = loaded.sql_query(index)?;
+    let _ = metrics.sql.set(query.trim().to_string());
     match loaded.sql_plan(index)? {
         sluice_sql::Plan::Project(plan) => {
             Ok(Box::new(SqlProjectOperator::new(name, plan, metrics)))

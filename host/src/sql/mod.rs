@@ -19,20 +19,30 @@ use sluice_json::FieldPath;
 use sluice_json::fields::{FieldValue, Spans, extract_into, extract_with_names, scan_names};
 use sluice_json::scan::FieldNames;
 use sluice_sql::ProjectPlan;
+use sluice_sql::expr::Row;
 use std::sync::Arc;
+
+/// How the operator reads a record's columns.
+enum Columns {
+    /// Every column is a top-level field: their spans are found (by the
+    /// source's pass, or one scan here) and each value is read from its
+    /// text, strings without escapes borrowed rather than copied.
+    Spans {
+        /// The columns' names, shared with the source that finds them.
+        names: Arc<[String]>,
+        /// `names` laid out for the scan.
+        scan_names: Option<FieldNames>,
+    },
+    /// Some column is nested: the values are read from a parse of the
+    /// whole value.
+    Values(Arc<[FieldPath]>),
+}
 
 /// Runs a compiled `SELECT ... [WHERE ...]` on every record.
 pub struct SqlProjectOperator {
     name: String,
     plan: ProjectPlan,
-    /// The fields the query reads, shared with the source that reads them
-    /// ahead.
-    columns: Arc<[FieldPath]>,
-    /// The top-level fields whose JSON text output columns copy.
-    copied: Arc<[String]>,
-    /// `columns` and `copied` laid out for the scan, when every column is
-    /// a top-level field (else each value is parsed whole).
-    scan_names: Option<FieldNames>,
+    columns: Columns,
     metrics: Arc<OperatorMetrics>,
     /// Reused per record.
     found: Vec<Option<FieldValue>>,
@@ -42,70 +52,124 @@ pub struct SqlProjectOperator {
 impl SqlProjectOperator {
     /// An operator `name` running `plan`.
     pub fn new(name: &str, plan: ProjectPlan, metrics: Arc<OperatorMetrics>) -> Self {
-        let columns: Arc<[FieldPath]> = plan.columns.clone().into();
-        let copied: Arc<[String]> = plan.copied_fields.clone().into();
-        let scan_names = scan_names(&columns, &copied);
+        let columns = match plan.top_level_names() {
+            Some(names) => {
+                let names: Arc<[String]> = names.into();
+                let scan_names = scan_names::<FieldPath>(&[], &names);
+                Columns::Spans { names, scan_names }
+            }
+            None => Columns::Values(plan.columns.clone().into()),
+        };
         SqlProjectOperator {
             name: name.to_string(),
             plan,
             columns,
-            copied,
-            scan_names,
             metrics,
             found: Vec::new(),
             spans: Vec::new(),
         }
     }
 
-    /// Reads the query's fields (and the copied fields' spans) of `record`
-    /// into `self.found` and `self.spans`: from what the source read ahead
-    /// when it did, else from the value. Returns whether the spans are
-    /// known; an error when the value is not a JSON object.
-    fn read(&mut self, record: &mut Record) -> Result<bool, String> {
+    /// Finds the query's columns in `record`: their spans into
+    /// `self.spans`, or their values into `self.found`; from what the
+    /// source found when it did, else from the value. An error when the
+    /// value is not a JSON object.
+    fn find_columns(&mut self, record: &mut Record) -> Result<(), String> {
         self.found.clear();
         self.spans.clear();
+        let value = &record.value;
         // A nested path is read from a whole parse, which finds nothing
         // (rather than failing) in an array or a scalar: the query's
         // columns are an object's fields, so anything else fails here.
-        let first = record.value.iter().find(|b| !b.is_ascii_whitespace());
-        if !self.columns.is_empty() && first != Some(&b'{') {
+        let first = value.iter().find(|b| !b.is_ascii_whitespace());
+        if !self.plan.columns.is_empty() && first != Some(&b'{') {
             return Err("the value is not a JSON object".to_string());
         }
-        if let Some(read) = record.read_fields.as_deref_mut() {
-            let spans = read
-                .spans
-                .as_ref()
-                .and_then(|spans| spans.of(&self.copied).map(<[_]>::to_vec));
-            let copied_known = self.copied.is_empty() || spans.is_some();
-            if copied_known && let Some(values) = read.take_values_of(&self.columns) {
-                self.found = values;
-                if let Some(spans) = spans {
-                    self.spans = spans;
+        match &self.columns {
+            Columns::Spans { names, scan_names } => {
+                let found_ahead = record
+                    .read_fields
+                    .as_deref()
+                    .and_then(|read| read.spans.as_ref()?.of(names));
+                if let Some(spans) = found_ahead {
+                    self.spans.extend_from_slice(spans);
+                    return Ok(());
                 }
-                return Ok(true);
-            }
-        }
-        match &self.scan_names {
-            Some(names) => {
-                self.spans.resize(self.copied.len(), None);
+                self.spans.resize(names.len(), None);
                 let spans = Spans {
-                    names: &self.copied,
+                    names,
                     found: &mut self.spans,
                 };
-                extract_with_names(
-                    &record.value[..],
-                    names,
-                    &self.columns,
-                    &mut self.found,
-                    Some(spans),
-                )?;
-                Ok(true)
+                match scan_names {
+                    Some(scan_names) => {
+                        extract_with_names::<FieldPath>(
+                            &value[..],
+                            scan_names,
+                            &[],
+                            &mut self.found,
+                            Some(spans),
+                        )?;
+                    }
+                    None => {
+                        sluice_json::fields::extract_into_with_spans::<FieldPath>(
+                            &value[..],
+                            &[],
+                            &mut self.found,
+                            spans,
+                        )?;
+                    }
+                }
+                Ok(())
             }
-            None => {
-                extract_into(&record.value[..], &self.columns, &mut self.found)?;
-                Ok(false)
+            Columns::Values(paths) => {
+                let read_ahead = record
+                    .read_fields
+                    .as_deref_mut()
+                    .and_then(|read| read.take_values_of(paths));
+                match read_ahead {
+                    Some(values) => {
+                        self.found = values;
+                        Ok(())
+                    }
+                    None => extract_into(&record.value[..], paths, &mut self.found),
+                }
             }
         }
+    }
+
+    /// The row of a record whose columns [`Self::find_columns`] found in
+    /// `text` (its value).
+    fn row<'r>(&'r self, text: &'r [u8]) -> Row<'r> {
+        match &self.columns {
+            Columns::Spans { .. } => Row::Spans {
+                text,
+                spans: &self.spans,
+            },
+            Columns::Values(_) => Row::Fields(&self.found),
+        }
+    }
+
+    /// What the query makes of `record`: whether it passes (its output
+    /// value appended to `out` if so), or why it cannot be evaluated.
+    fn evaluate(
+        &mut self,
+        record: &mut Record,
+        whole: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, String> {
+        self.find_columns(record)?;
+        let value = &record.value[..];
+        let row = self.row(value);
+        if !self.plan.passes(row).map_err(|error| error.to_string())? {
+            return Ok(false);
+        }
+        if !whole {
+            let spans = matches!(self.columns, Columns::Spans { .. }).then_some(&self.spans[..]);
+            self.plan
+                .write(row, value, spans, out)
+                .map_err(|error| error.to_string())?;
+        }
+        Ok(true)
     }
 }
 
@@ -131,22 +195,7 @@ impl Operator for SqlProjectOperator {
         let mut passed: Vec<(Record, std::ops::Range<usize>)> = Vec::new();
         for mut record in batch {
             let start = values.len();
-            let outcome = match self.read(&mut record) {
-                Err(reason) => Err(reason),
-                Ok(spans_known) => {
-                    let spans = spans_known.then_some(&self.spans[..]);
-                    match self.plan.passes(&self.found) {
-                        Ok(false) => Ok(false),
-                        Ok(true) if whole => Ok(true),
-                        Ok(true) => self
-                            .plan
-                            .write(&self.found, &record.value, spans, &mut values)
-                            .map(|()| true)
-                            .map_err(|error| error.to_string()),
-                        Err(error) => Err(error.to_string()),
-                    }
-                }
-            };
+            let outcome = self.evaluate(&mut record, whole, &mut values);
             record.read_fields = None;
             match outcome {
                 Ok(false) => {}
@@ -165,7 +214,7 @@ impl Operator for SqlProjectOperator {
             }
         }
         let values = Bytes::from(values);
-        let emitted = passed.len() as u64;
+        let emitted = passed.len();
         out.main
             .extend(passed.into_iter().map(|(mut record, range)| {
                 if !whole {
@@ -173,18 +222,24 @@ impl Operator for SqlProjectOperator {
                 }
                 record
             }));
-        let emitted_records = &out.main[out.main.len() - emitted as usize..];
+        let emitted_records = &out.main[out.main.len() - emitted..];
         self.metrics
-            .count_out_many(emitted, record_bytes(emitted_records));
+            .count_out_many(emitted as u64, record_bytes(emitted_records));
         Ok(())
     }
 
     fn reads_fields(&self) -> Option<Arc<[FieldPath]>> {
-        (!self.columns.is_empty()).then(|| self.columns.clone())
+        match &self.columns {
+            Columns::Values(paths) if !paths.is_empty() => Some(paths.clone()),
+            _ => None,
+        }
     }
 
     fn projects_fields(&self) -> Option<Arc<[String]>> {
-        (!self.copied.is_empty()).then(|| self.copied.clone())
+        match &self.columns {
+            Columns::Spans { names, .. } if !names.is_empty() => Some(names.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -234,20 +289,32 @@ mod tests {
             "[0, \"not an object\"]\n{\"id\":1,\"amount\":20,\"name\":\"a\"}\n\"str\"\n{\"id\":2,\"amount\":\"3\",\"name\":\"b\"}\n",
         )
         .unwrap();
-        let mut op = operator(
-            "SELECT id, UPPER(name) AS name, p.q AS q FROM input WHERE amount > 10 AND name IS NOT NULL",
-        );
-        let mut source = FileSource::open("file", &path, FileSourceOptions::default()).unwrap();
-        source.read_ahead(op.reads_fields().unwrap());
-        source.project_ahead(op.projects_fields().unwrap());
-        let batch = source.next_batch(10).unwrap().unwrap();
-        let mut out = Collector::default();
-        op.process_batch(batch.records, &mut out).unwrap();
-        assert_eq!(out.main.len(), 1, "{out:?}");
-        assert_eq!(
-            &out.main[0].value[..],
-            b"{\"id\":1,\"name\":\"A\",\"q\":null}"
-        );
-        assert_eq!(out.dead_letter.len(), 3, "{out:?}");
+        // Nested columns (values read ahead) and top-level ones (spans).
+        for (sql, expected) in [
+            (
+                "SELECT id, UPPER(name) AS name, p.q AS q FROM input WHERE amount > 10 AND name IS NOT NULL",
+                &b"{\"id\":1,\"name\":\"A\",\"q\":null}"[..],
+            ),
+            (
+                "SELECT id, UPPER(name) AS name FROM input WHERE amount > 10 AND name IS NOT NULL",
+                &b"{\"id\":1,\"name\":\"A\"}"[..],
+            ),
+        ] {
+            let mut op = operator(sql);
+            let mut source = FileSource::open("file", &path, FileSourceOptions::default()).unwrap();
+            assert!(op.reads_fields().is_some() != op.projects_fields().is_some());
+            if let Some(fields) = op.reads_fields() {
+                source.read_ahead(fields);
+            }
+            if let Some(names) = op.projects_fields() {
+                source.project_ahead(names);
+            }
+            let batch = source.next_batch(10).unwrap().unwrap();
+            let mut out = Collector::default();
+            op.process_batch(batch.records, &mut out).unwrap();
+            assert_eq!(out.main.len(), 1, "{out:?}");
+            assert_eq!(&out.main[0].value[..], expected);
+            assert_eq!(out.dead_letter.len(), 3, "{out:?}");
+        }
     }
 }

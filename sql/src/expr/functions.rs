@@ -9,6 +9,7 @@ use super::{CastTarget, EvalError, EvalResult, Expr, Row, describe, fail};
 use crate::datum::{Datum, SqlType};
 use crate::time::{DatePattern, parse_timestamp, to_timestamp_ltz};
 use regex::Regex;
+use smallvec::SmallVec;
 use std::borrow::Cow;
 
 /// Which end `TRIM` trims.
@@ -107,7 +108,7 @@ impl Function {
 
     /// Calls the function on `args` evaluated over `row`.
     pub(crate) fn call<'r>(&'r self, args: &'r [Expr], row: Row<'r>) -> EvalResult<'r> {
-        let mut values = Vec::with_capacity(args.len());
+        let mut values: SmallVec<[Datum<'r>; 3]> = SmallVec::with_capacity(args.len());
         for arg in args {
             values.push(arg.eval(row)?);
         }
@@ -123,8 +124,21 @@ impl Function {
             return Ok(Datum::Null);
         }
         match self {
-            Function::Upper => map_text(values, name, |s| s.to_uppercase()),
-            Function::Lower => map_text(values, name, |s| s.to_lowercase()),
+            // ASCII text (most of it) is mapped byte by byte.
+            Function::Upper => map_text(values, name, |s| {
+                if s.is_ascii() {
+                    s.to_ascii_uppercase()
+                } else {
+                    s.to_uppercase()
+                }
+            }),
+            Function::Lower => map_text(values, name, |s| {
+                if s.is_ascii() {
+                    s.to_ascii_lowercase()
+                } else {
+                    s.to_lowercase()
+                }
+            }),
             Function::CharLength => {
                 let s = text(&values[0], name)?;
                 Ok(Datum::Int(s.chars().count() as i64))
@@ -275,7 +289,7 @@ fn integer(value: &Datum<'_>, function: &str) -> Result<i64, EvalError> {
 }
 
 fn map_text<'r>(
-    values: Vec<Datum<'r>>,
+    values: SmallVec<[Datum<'r>; 3]>,
     function: &str,
     map: impl Fn(&str) -> String,
 ) -> EvalResult<'r> {

@@ -88,7 +88,7 @@ mod tests {
     fn like(text: &str, pattern: &str, escape: Option<char>) -> bool {
         LikePattern::compile(pattern, escape)
             .unwrap()
-            .matches(text, &[])
+            .matches(text, Row::Fields(&[]))
             .unwrap()
             .unwrap()
     }

@@ -14,6 +14,7 @@
 pub(crate) mod bind;
 mod functions;
 mod like;
+mod show;
 
 pub use bind::{Binder, SUPPORTED_FUNCTIONS, Scope};
 pub use functions::Function;
@@ -24,9 +25,40 @@ use sluice_json::FieldValue;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-/// The fields a record's expressions read, in the order of
-/// [`Scope::columns`] (`None`: the field is missing).
-pub type Row<'r> = &'r [Option<FieldValue>];
+/// A record's columns, in the order of [`Scope::columns`], as an
+/// expression reads them: each value is read when the expression reaches
+/// its column, so that a column only copied to the output (or not reached)
+/// is never parsed.
+#[derive(Debug, Clone, Copy)]
+pub enum Row<'r> {
+    /// The fields' values, read already (`None`: missing).
+    Fields(&'r [Option<FieldValue>]),
+    /// A record's JSON text and where each column's value lies in it
+    /// (`None`: missing): read with [`Datum::of_json_text`], strings
+    /// without escapes borrowed.
+    Spans {
+        /// The record's JSON value.
+        text: &'r [u8],
+        /// One per column.
+        spans: &'r [Option<(usize, usize)>],
+    },
+}
+
+impl<'r> Row<'r> {
+    /// The value of column `index`.
+    pub fn column(self, index: usize) -> EvalResult<'r> {
+        match self {
+            Row::Fields(fields) => Ok(Datum::of_field(fields.get(index).and_then(Option::as_ref))),
+            Row::Spans { text, spans } => match spans.get(index).copied().flatten() {
+                None => Ok(Datum::Null),
+                Some((start, end)) => match text.get(start..end) {
+                    Some(value) => Datum::of_json_text(value).map_err(EvalError),
+                    None => fail("a field's span lies outside the record"),
+                },
+            },
+        }
+    }
+}
 
 /// Why an expression failed on one record (the dead-letter reason).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -211,7 +243,7 @@ impl Expr {
     /// The value of the expression for `row`.
     pub fn eval<'r>(&'r self, row: Row<'r>) -> EvalResult<'r> {
         match self {
-            Expr::Column(index) => Ok(Datum::of_field(row.get(*index).and_then(Option::as_ref))),
+            Expr::Column(index) => row.column(*index),
             Expr::Literal(value) => Ok(borrow(value)),
             Expr::Not(expr) => Ok(match truth(expr.eval(row)?, "NOT")? {
                 Some(b) => Datum::Bool(!b),
@@ -397,7 +429,7 @@ impl CompareOp {
 }
 
 /// A literal's value, borrowed from the expression.
-fn borrow<'r>(value: &'r Datum<'static>) -> Datum<'r> {
+fn borrow<'r>(value: &'r Datum<'_>) -> Datum<'r> {
     match value {
         Datum::Str(s) => Datum::Str(Cow::Borrowed(s.as_ref())),
         Datum::Json(v) => Datum::Json(Cow::Borrowed(v.as_ref())),

@@ -259,6 +259,8 @@ async function renderPipeline(name, current) {
       <td class="num">${ms(d.pause_ms)}</td><td>${esc(d.status)}</td>
       <td><button data-testid="rollback" data-operator="${esc(d.operator)}">roll back</button></td></tr>`);
   const history = s.history || [];
+  const queries = s.graph.nodes.filter((n) => n.sql).map((n) => `
+    <h4>${esc(n.id)} (SQL)</h4><pre class="sql" data-testid="operator-sql" data-operator="${esc(n.id)}">${esc(n.sql)}</pre>`).join("");
   document.getElementById("app").innerHTML = `
     <p><a href="#/">← pipelines</a></p>
     <div class="card"><h2 data-testid="pipeline-name">${esc(s.name)} <span class="pill ${esc(s.state)}">${esc(s.state)}</span></h2>
@@ -274,7 +276,7 @@ async function renderPipeline(name, current) {
         <div class="stat"><b data-testid="checkpoints-completed">${num(s.checkpoints.completed)}</b><span>checkpoints (${num(s.checkpoints.failed)} failed), last ${ms(s.checkpoints.last_age_ms)} ago</span></div>
         ${s.sink_unavailable_ms == null ? "" : `<div class="stat warn"><b data-testid="sink-unavailable">${ms(s.sink_unavailable_ms)}</b><span>a sink's database not answering (retries: ${num(s.sink_retries)})</span></div>`}
       </div></div>
-    <div class="card"><h3>Job graph</h3>${graphSvg(s.graph)}</div>
+    <div class="card"><h3>Job graph</h3>${graphSvg(s.graph)}${queries}</div>
     <div class="grid">
       <div class="card"><h3>Throughput (records/s)</h3>${chartSvg(history, [
         { key: "in_per_s", cls: "series-in", label: "in" }, { key: "out_per_s", cls: "series-out", label: "out" }], "throughput-chart")}</div>
