@@ -36,13 +36,17 @@ pub fn explain(pipeline: &Path) -> anyhow::Result<String> {
             for line in query.trim().lines() {
                 text.push_str(&format!("    | {line}\n"));
             }
-            match loaded.sql_plan(index)? {
-                sluice_sql::Plan::Project(plan) => {
-                    text.push_str("  becomes a projection: one record per record that passes\n");
-                    for line in plan.explain().lines() {
-                        text.push_str(&format!("  {line}\n"));
-                    }
+            let plan = loaded.sql_plan(index)?;
+            text.push_str(match plan {
+                sluice_sql::Plan::Project(_) => {
+                    "  becomes a projection: one record per record that passes\n"
                 }
+                sluice_sql::Plan::Window(_) => {
+                    "  becomes a window operator keyed by the GROUP BY keys: one record per window and group as the watermark passes the window's end\n"
+                }
+            });
+            for line in plan.explain().lines() {
+                text.push_str(&format!("  {line}\n"));
             }
         }
     }

@@ -14,10 +14,13 @@
 //! * [`plan`]: the statement checked against the supported subset and
 //!   compiled ([`compile`]); everything else refused with its position
 //!   ([`SqlError`]).
+//! * [`aggregate`]: the aggregate functions of window queries and their
+//!   accumulators.
 //! * [`expr`]: scalar expressions, bound once and evaluated per record
 //!   over the fields the source's parse already found.
 //! * [`datum`] and [`time`]: SQL values over JSON, and time functions.
 
+pub mod aggregate;
 pub mod datum;
 pub mod dialect;
 mod error;
@@ -28,4 +31,4 @@ pub mod time;
 pub use datum::{Datum, SqlType};
 pub use error::SqlError;
 pub use expr::{EvalError, Expr};
-pub use plan::{Catalog, Output, Plan, ProjectPlan, compile};
+pub use plan::{Catalog, Output, Plan, ProjectPlan, ROWTIME, WindowFunction, WindowPlan, compile};

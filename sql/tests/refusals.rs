@@ -42,7 +42,7 @@ fn refused_constructs_name_their_position_and_the_alternative() {
             "SELECT a, COUNT(*) FROM input GROUP BY a",
             1,
             40,
-            "GROUP BY is supported over a window table function",
+            "GROUP BY needs a window table function",
         ),
         (
             "SELECT COUNT(*) FROM input",
@@ -151,10 +151,16 @@ fn refused_constructs_name_their_position_and_the_alternative() {
             "interval unit `MONTH`",
         ),
         (
-            "SELECT * FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "SELECT * FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(rowtime), INTERVAL '1' SECOND))",
             1,
-            21,
-            "do not run in this version yet",
+            1,
+            "a window table function without GROUP BY",
+        ),
+        (
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND))\nGROUP BY window_start, window_end",
+            1,
+            59,
+            "`ts` is not the event time",
         ),
         ("SELECT a FROM input WITH x", 1, 21, "Expected"),
     ];

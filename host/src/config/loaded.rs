@@ -58,11 +58,20 @@ impl LoadedConfig {
                 message: message.to_string(),
             });
         }
-        let loaded = LoadedConfig {
+        let mut loaded = LoadedConfig {
             config,
             file: file.to_path_buf(),
             fields,
         };
+        // Which SQL operators are keyed, in order (a query's event-time
+        // column depends on the windows before it); a query that does not
+        // compile is reported, located, by `validate`.
+        for index in 0..loaded.config.operators.len() {
+            if loaded.config.operators[index].is_sql() {
+                let keyed = loaded.sql_plan(index).is_ok_and(|plan| plan.is_keyed());
+                loaded.config.operators[index].sql_keyed = keyed;
+            }
+        }
         loaded.validate()?;
         Ok(loaded)
     }
@@ -115,7 +124,7 @@ impl LoadedConfig {
     /// file's `sql` string where its text stands there as it is (no escapes).
     pub fn sql_plan(&self, index: usize) -> Result<sluice_sql::Plan, ConfigError> {
         let (sql, field) = self.sql_query(index)?;
-        let catalog = sluice_sql::Catalog::input(self.config.source.table_names());
+        let catalog = self.sql_catalog(index);
         sluice_sql::compile(&sql, &catalog).map_err(|error| {
             let shown = error.show(&sql);
             let excerpt = shown.split_once('\n').map_or("", |(_, rest)| rest);
@@ -143,6 +152,25 @@ impl LoadedConfig {
             }
             located
         })
+    }
+
+    /// What the query of `operators[index]` may read: its input as
+    /// `input` (and the source's table names), and the event time's
+    /// column — the source's, or `window_time` after a window (whose
+    /// results carry their window's last millisecond as event time).
+    fn sql_catalog(&self, index: usize) -> sluice_sql::Catalog {
+        let source = &self.config.source;
+        let catalog = sluice_sql::Catalog::input(source.table_names());
+        let after_window = self.config.operators[..index]
+            .iter()
+            .any(|op| op.window.is_some() || op.sql_keyed);
+        match after_window {
+            true => catalog.with_time_column("window_time"),
+            false => match source.time_column() {
+                Some(column) => catalog.with_time_column(column),
+                None => catalog,
+            },
+        }
     }
 
     /// Where `error`'s position in `sql`, the value of the string field
@@ -183,6 +211,7 @@ impl LoadedConfig {
             ("aggregates", operator.aggregates.is_some()),
             ("join", operator.join.is_some()),
             ("key_field", operator.key_field.is_some()),
+            ("key_by", operator.key_by.is_some()),
         ];
         if let Some((field, _)) = others.iter().find(|(_, set)| *set) {
             return Err(self.error_at(
@@ -190,7 +219,25 @@ impl LoadedConfig {
                 format!("a SQL operator takes no `{field}`: the query says what it does"),
             ));
         }
-        self.sql_plan(index).map(|_| ())
+        let plan = self.sql_plan(index)?;
+        if !plan.is_keyed() {
+            return Ok(());
+        }
+        if operator.allowed_lateness_ms.get() > 0 {
+            return Err(self.error_at(
+                &format!("operators[{index}].allowed_lateness_ms"),
+                "a SQL window emits each window once, when the watermark passes its end (as Flink SQL does); later records go to `late_output`",
+            ));
+        }
+        if let SourceConfig::Kafka(kafka) = &self.config.source
+            && kafka.scale_out
+        {
+            return Err(self.error_at(
+                &format!("operators[{index}].sql"),
+                "SQL window aggregations do not run in scaled-out pipelines yet; run this pipeline in one process (with `workers`)",
+            ));
+        }
+        Ok(())
     }
 
     /// `path` relative to the pipeline file's directory.

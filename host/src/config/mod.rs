@@ -475,6 +475,11 @@ pub struct OperatorConfig {
     /// Time-to-live of the operator's state after its last write, ms
     /// (processing time); absent keeps state until it is deleted.
     pub state_ttl_ms: Option<PositiveDurationMs>,
+    /// Set when the file is loaded: this is a SQL operator whose query
+    /// keeps state per key (a window aggregation), so it runs where keyed
+    /// operators run.
+    #[serde(skip)]
+    pub sql_keyed: bool,
 }
 
 impl SourceConfig {
@@ -492,12 +497,37 @@ impl SourceConfig {
             SourceConfig::Generator(_) => Vec::new(),
         }
     }
+
+    /// The field of a record its event time comes from, which a SQL
+    /// window's `DESCRIPTOR` may name: the `timestamp_field` of a file or
+    /// Kafka source, the generator's event-time field (`date_time` of
+    /// Nexmark events, `ts` of bronze ones); `None` where the event time is
+    /// no field (Kafka's record timestamps).
+    pub fn time_column(&self) -> Option<String> {
+        use crate::connectors::generator::Profile;
+        match self {
+            SourceConfig::Kafka(kafka) => kafka.timestamp_field.clone(),
+            SourceConfig::File(file) => file.timestamp_field.clone(),
+            SourceConfig::Generator(generator) => match generator.profile {
+                Profile::Nexmark => Some("date_time".to_string()),
+                Profile::Bronze => Some("ts".to_string()),
+                Profile::Payload => None,
+            },
+        }
+    }
 }
 
 impl OperatorConfig {
     /// Whether this is a SQL operator (`sql` or `sql_file`).
     pub fn is_sql(&self) -> bool {
         self.sql.is_some() || self.sql_file.is_some()
+    }
+
+    /// Whether this operator keeps state per key (a window, a join, a SQL
+    /// window aggregation): with several workers it runs once per worker,
+    /// behind a key-by exchange.
+    pub fn is_keyed(&self) -> bool {
+        self.window.is_some() || self.join.is_some() || self.sql_keyed
     }
 
     /// The built-in aggregate this operator names (`aggregate` or

@@ -327,3 +327,50 @@ fn a_sql_operator_takes_nothing_a_plugin_or_window_takes() {
     let error = parse(&text).unwrap_err();
     assert!(error.message.contains("not both"), "{error}");
 }
+
+#[test]
+fn a_sql_window_is_keyed_and_names_the_event_time_the_pipeline_reads() {
+    let per_second = "SELECT customer_id, window_start, window_end, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY customer_id, window_start, window_end";
+    let cascade = |time: &str| {
+        format!(
+            "SELECT window_start, window_end, SUM(n) AS n FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR({time}), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end"
+        )
+    };
+    let operators = |second: &str| {
+        GOOD.replace(
+            "[sink]",
+            &format!(
+                "[[operators]]\nname = \"first\"\nsql = {per_second:?}\n\n[[operators]]\nname = \"second\"\nsql = {second:?}\n\n[sink]"
+            ),
+        )
+    };
+    // The bronze generator's event time is `ts`; after a window it is the
+    // window's `window_time`.
+    let loaded = parse(&operators(&cascade("window_time"))).unwrap();
+    assert!(loaded.config.operators.iter().all(|op| op.is_keyed()));
+    let error = parse(&operators(&cascade("ts"))).unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("operators[1].sql"), "{error}");
+    assert!(
+        error.message.contains("`ts` is not the event time")
+            && error.message.contains("`window_time`"),
+        "{error}"
+    );
+    // A projection is not keyed.
+    let loaded = parse(&GOOD.replace(
+        "[sink]",
+        "[[operators]]\nname = \"q\"\nsql = \"SELECT * FROM input\"\n\n[sink]",
+    ))
+    .unwrap();
+    assert!(!loaded.config.operators[0].is_keyed());
+    // A SQL window fires once: no allowed lateness.
+    let text = GOOD.replace(
+        "[sink]",
+        &format!("[[operators]]\nname = \"q\"\nsql = {per_second:?}\nallowed_lateness_ms = 1000\n\n[sink]"),
+    );
+    let error = parse(&text).unwrap_err();
+    assert_eq!(
+        error.field.as_deref(),
+        Some("operators[0].allowed_lateness_ms"),
+        "{error}"
+    );
+}

@@ -402,10 +402,7 @@ impl Pipeline {
         let count = config.operators.len();
         let workers = config.pipeline.workers.max(1);
         let keyed: Vec<usize> = (0..count)
-            .filter(|&index| {
-                let op = &config.operators[index];
-                op.window.is_some() || op.join.is_some()
-            })
+            .filter(|&index| config.operators[index].is_keyed())
             .collect();
         let head_end = match keyed.first() {
             Some(&first) if workers > 1 => first,

@@ -9,7 +9,7 @@ use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
 use crate::metrics::OperatorMetrics;
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
-use crate::sql::SqlProjectOperator;
+use crate::sql::{SqlProjectOperator, SqlWindowAggregate, SqlWindowOutput, window_spec};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{OperatorScope, StateBackend, StateMemoryBudget, StateTtl, ttl};
 use crate::window::{
@@ -44,16 +44,19 @@ pub(super) fn build_operator(
         },
         stage_worker.map_or(0, |(stage, _)| stage),
     );
-    if operator.is_sql() {
-        return build_sql_operator(loaded, index, operator_metrics);
-    }
     let ttl = operator.state_ttl_ms.map(|ms| StateTtl {
         ttl: Duration::from_millis(ms.get()),
         clock: ttl::system_clock(),
     });
-    let store = state
-        .open(&scope, ttl)
-        .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))?;
+    let open_store = || {
+        state
+            .open(&scope, ttl)
+            .map_err(|error| loaded.error_at(&format!("operators[{index}]"), error.to_string()))
+    };
+    if operator.is_sql() {
+        return build_sql_operator(loaded, index, worker, open_store, operator_metrics);
+    }
+    let store = open_store()?;
     if let Some(join) = &operator.join {
         let (left, right) = join
             .sides()
@@ -109,10 +112,15 @@ pub(super) fn build_operator(
             ),
             None => Box::new(builtin_aggregate(loaded, index)?),
         };
+        let spec = window
+            .spec()
+            .map_err(|message| loaded.error_at(&format!("operators[{index}].window"), message))?;
+        let key = WindowKeyChoice::Field(operator.key_field.clone());
         let mut window = build_window_operator(
             loaded,
             index,
-            window,
+            spec,
+            key,
             worker,
             aggregator,
             store,
@@ -147,10 +155,14 @@ pub(super) fn build_operator(
 }
 
 /// The SQL operator `operators[index]`: its query compiled at start-up
-/// (an error points into the SQL) onto the operator that runs it.
+/// (an error points into the SQL) onto the operator that runs it — a
+/// projection, or the window operator (with its state from `open_store`)
+/// for a window aggregation.
 fn build_sql_operator(
     loaded: &LoadedConfig,
     index: usize,
+    worker: Option<usize>,
+    open_store: impl FnOnce() -> Result<Arc<dyn crate::state::StateStore>, crate::config::ConfigError>,
     metrics: Arc<OperatorMetrics>,
 ) -> Result<Box<dyn Operator>, PipelineError> {
     let name = &loaded.config.operators[index].name;
@@ -159,6 +171,23 @@ fn build_sql_operator(
     match loaded.sql_plan(index)? {
         sluice_sql::Plan::Project(plan) => {
             Ok(Box::new(SqlProjectOperator::new(name, plan, metrics)))
+        }
+        sluice_sql::Plan::Window(plan) => {
+            let plan = Arc::new(plan);
+            let key = WindowKeyChoice::Columns(plan.key_paths());
+            let window = build_window_operator(
+                loaded,
+                index,
+                window_spec(plan.window),
+                key,
+                worker,
+                Box::new(SqlWindowAggregate::new(plan.clone())),
+                open_store()?,
+                metrics,
+            )?;
+            Ok(Box::new(
+                window.with_output(Box::new(SqlWindowOutput::new(plan))),
+            ))
         }
     }
 }
@@ -216,7 +245,7 @@ pub(super) fn state_cache_bytes(loaded: &LoadedConfig) -> usize {
     let keyed = config
         .operators
         .iter()
-        .filter(|operator| operator.window.is_some() || operator.join.is_some())
+        .filter(|operator| operator.is_keyed())
         .count();
     state_memory(loaded).operator_cache_bytes(keyed * config.pipeline.workers.max(1))
 }
@@ -233,12 +262,23 @@ pub(super) fn key_groups(loaded: &LoadedConfig, worker: Option<usize>) -> KeyGro
     }
 }
 
+/// What a window operator built here is keyed by.
+pub(super) enum WindowKeyChoice {
+    /// `key_field` (`None`: the record key).
+    Field(Option<String>),
+    /// A SQL query's `GROUP BY` keys.
+    Columns(Vec<sluice_json::FieldPath>),
+}
+
 /// The window operator of `operators[index]` (its instance for `worker`,
-/// if it runs in several), computing `aggregator`.
+/// if it runs in several), cutting event time as `spec`, keyed by `key`,
+/// computing `aggregator`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn build_window_operator(
     loaded: &LoadedConfig,
     index: usize,
-    window: &crate::config::WindowConfig,
+    spec: crate::window::WindowSpec,
+    key: WindowKeyChoice,
     worker: Option<usize>,
     aggregator: Box<dyn Aggregator>,
     store: Arc<dyn crate::state::StateStore>,
@@ -246,15 +286,14 @@ pub(super) fn build_window_operator(
 ) -> Result<WindowOperator, PipelineError> {
     let pipeline = &loaded.config.pipeline;
     let operator = &loaded.config.operators[index];
-    let at = |field: &str| format!("operators[{index}].{field}");
-    let spec = window
-        .spec()
-        .map_err(|message| loaded.error_at(&at("window"), message))?;
     let late_output = late_output(loaded, index)?;
     let mut options = WindowOperatorOptions::new(operator.name.clone(), spec);
     options.allowed_lateness =
         i64::try_from(operator.allowed_lateness_ms.get()).unwrap_or(i64::MAX);
-    options.key_field = operator.key_field.clone();
+    match key {
+        WindowKeyChoice::Field(field) => options.key_field = field,
+        WindowKeyChoice::Columns(columns) => options.key_columns = Some(columns),
+    }
     options.late_output = late_output;
     options.max_parallelism = pipeline.max_parallelism.get();
     options.key_groups = key_groups(loaded, worker);
@@ -269,13 +308,11 @@ pub(super) fn build_window_operator(
 }
 
 /// How many instances `operators[index]` of `config` runs in: one before
-/// the first keyed operator (window or join), `workers` from it on.
+/// the first keyed operator (window, join, SQL window), `workers` from it
+/// on.
 pub(super) fn operator_instances(config: &crate::config::PipelineConfig, index: usize) -> usize {
     let workers = config.pipeline.workers.max(1);
-    let first_keyed = config
-        .operators
-        .iter()
-        .position(|op| op.window.is_some() || op.join.is_some());
+    let first_keyed = config.operators.iter().position(|op| op.is_keyed());
     match first_keyed {
         Some(first) if workers > 1 && index >= first => workers,
         _ => 1,

@@ -11,7 +11,7 @@ use crate::record::Record;
 pub use crate::runtime::{AggregateError, GroupAdd};
 use crate::state::merge::MergeKind;
 use serde_json::Value;
-use sluice_json::fields::FieldPath;
+use sluice_json::fields::{FieldPath, FieldValue};
 
 pub use super::builtin::AccumulatorEncoding;
 
@@ -56,6 +56,14 @@ pub trait Aggregator: Send {
     /// is parsed once.
     fn input_fields(&self) -> &[FieldPath] {
         &[]
+    }
+
+    /// Whether `record`, whose [`Self::input_fields`] have the values
+    /// `fields`, is aggregated at all (SQL's `WHERE`): a record that is not
+    /// is skipped, neither added nor dead-lettered; `Err`: the record
+    /// cannot be judged (a dead letter). Every record, by default.
+    fn accepts(&self, _record: &Record, _fields: &[Option<FieldValue>]) -> Result<bool, String> {
+        Ok(true)
     }
 
     /// The top-level fields of a JSON record whose text this aggregate's

@@ -7,6 +7,8 @@
 //!   create / add / merge / finish over an accumulator the host stores.
 //! * `states` keeps one accumulator per key and window in the operator's
 //!   store (RocksDB), with recently used keys' windows cached in memory.
+//! * [`WindowOutput`]: what a window emits where that is not a
+//!   [`WindowResult`] (a SQL query's row).
 //! * [`WindowOperator`] assigns records to windows, fires a window when the
 //!   watermark passes its end, keeps it `allowed_lateness` longer so that
 //!   each late record within it re-fires an updated result (marked
@@ -21,6 +23,7 @@ pub(crate) mod aggregate;
 mod builtin;
 pub(crate) mod key;
 mod operator;
+mod output;
 mod plugin_aggregate;
 mod states;
 mod window_map;
@@ -41,6 +44,7 @@ pub use operator::{
     DEFAULT_MINI_BATCH_RECORDS, DEFAULT_WINDOW_CACHE_BYTES, WindowOperator, WindowOperatorOptions,
     WindowResult,
 };
+pub use output::WindowOutput;
 
 /// A window `[start, end)` of event time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,6 +116,15 @@ pub enum WindowSpec {
         /// Inactivity that closes a session, ms.
         gap: i64,
     },
+    /// Within each epoch-aligned span of `size` ms, one window from its
+    /// start to every multiple of `step` (SQL's `CUMULATE`: running totals
+    /// that fire every `step`); `size` is a multiple of `step`.
+    Cumulative {
+        /// Length of the largest window, ms.
+        size: i64,
+        /// Distance between window ends, ms.
+        step: i64,
+    },
 }
 
 impl WindowSpec {
@@ -149,6 +162,21 @@ impl WindowSpec {
                 start: t,
                 end: t.saturating_add(gap),
             }],
+            WindowSpec::Cumulative { size, step } => {
+                let start = t.saturating_sub(t.rem_euclid(size));
+                let last_end = start.saturating_add(size);
+                // The first end past `t`, then every `step` up to the span's.
+                let mut end = start.saturating_add((t - start) / step * step + step);
+                let mut windows = Vec::with_capacity(((last_end - end) / step) as usize + 1);
+                while end <= last_end {
+                    windows.push(Window { start, end });
+                    match end.checked_add(step) {
+                        Some(next) if next > end => end = next,
+                        _ => break,
+                    }
+                }
+                windows
+            }
         }
     }
 
@@ -172,6 +200,10 @@ mod tests {
                 slide: 1000,
             },
             WindowSpec::Session { gap: 500 },
+            WindowSpec::Cumulative {
+                size: 3000,
+                step: 1000,
+            },
         ];
         for spec in specs {
             for t in [MIN_EVENT_TIME, MAX_EVENT_TIME, i64::MIN, i64::MAX, 0] {
@@ -206,6 +238,24 @@ mod tests {
                 assert!(w.start <= t && t < w.end);
             }
             assert_eq!(sliding.assign(t).len(), 2);
+        }
+    }
+
+    #[test]
+    fn cumulative_windows_share_a_start_and_end_every_step_after_the_time() {
+        let spec = WindowSpec::Cumulative { size: 30, step: 10 };
+        let windows = |start, ends: &[i64]| -> Vec<Window> {
+            ends.iter().map(|&end| Window { start, end }).collect()
+        };
+        assert_eq!(spec.assign(0), windows(0, &[10, 20, 30]));
+        assert_eq!(spec.assign(15), windows(0, &[20, 30]));
+        assert_eq!(spec.assign(29), windows(0, &[30]));
+        assert_eq!(spec.assign(30), windows(30, &[40, 50, 60]));
+        assert_eq!(spec.assign(-1), windows(-30, &[0]));
+        for t in -100..100 {
+            for w in spec.assign(t) {
+                assert!(w.start <= t && t < w.end && (w.end - w.start) % 10 == 0);
+            }
         }
     }
 }

@@ -17,8 +17,10 @@ mod like;
 mod show;
 
 pub use bind::{Binder, SUPPORTED_FUNCTIONS, Scope};
+pub(crate) use bind::{Bound, Names};
 pub use functions::Function;
 pub use like::LikePattern;
+pub use show::path_sql;
 
 use crate::datum::{Datum, SqlType};
 use sluice_json::FieldValue;
@@ -42,6 +44,9 @@ pub enum Row<'r> {
         /// One per column.
         spans: &'r [Option<(usize, usize)>],
     },
+    /// Values computed already: the row a window aggregate emits (its
+    /// keys, window bounds and aggregates' results).
+    Datums(&'r [Datum<'r>]),
 }
 
 impl<'r> Row<'r> {
@@ -56,6 +61,7 @@ impl<'r> Row<'r> {
                     None => fail("a field's span lies outside the record"),
                 },
             },
+            Row::Datums(datums) => Ok(datums.get(index).map_or(Datum::Null, borrow)),
         }
     }
 }

@@ -5,24 +5,37 @@ use super::{ArithOp, CastTarget, CompareOp, Expr, Function, LikePattern};
 use crate::datum::Datum;
 use sluice_json::FieldPath;
 
+/// A field path as SQL: `name`, or `a.b` for a nested field, quoted
+/// where needed.
+pub fn path_sql(path: &FieldPath) -> String {
+    match path {
+        FieldPath::Top(name) => quoted_name(name),
+        FieldPath::Pointer(pointer) => pointer
+            .split('/')
+            .skip(1)
+            .map(|part| quoted_name(&part.replace("~1", "/").replace("~0", "~")))
+            .collect::<Vec<_>>()
+            .join("."),
+    }
+}
+
 impl Expr {
     /// The expression as SQL text, its columns named by `columns` (the
     /// plan's field paths).
     pub fn to_sql(&self, columns: &[FieldPath]) -> String {
-        let show = |expr: &Expr| expr.to_sql(columns);
+        self.to_sql_with(&|index| match columns.get(index) {
+            Some(path) => path_sql(path),
+            None => format!("#{index}"),
+        })
+    }
+
+    /// The expression as SQL text, column `i` written as `column(i)`.
+    pub fn to_sql_with(&self, column: &dyn Fn(usize) -> String) -> String {
+        let show = |expr: &Expr| expr.to_sql_with(column);
         let list = |items: &[Expr]| items.iter().map(show).collect::<Vec<_>>().join(", ");
         let not = |negated: bool| if negated { "NOT " } else { "" };
         match self {
-            Expr::Column(index) => match columns.get(*index) {
-                Some(FieldPath::Top(name)) => quoted_name(name),
-                Some(FieldPath::Pointer(pointer)) => pointer
-                    .split('/')
-                    .skip(1)
-                    .map(|part| quoted_name(&part.replace("~1", "/").replace("~0", "~")))
-                    .collect::<Vec<_>>()
-                    .join("."),
-                None => format!("#{index}"),
-            },
+            Expr::Column(index) => column(*index),
             Expr::Literal(value) => literal(value),
             Expr::Not(expr) => format!("(NOT {})", show(expr)),
             Expr::And(a, b) => format!("({} AND {})", show(a), show(b)),
@@ -166,11 +179,12 @@ mod tests {
 
     #[test]
     fn a_plan_explains_itself_in_sql() {
-        let Plan::Project(plan) = compile(
+        let plan = compile(
             "SELECT id, UPPER(`user name`) AS u, payload.amount * 2 AS a FROM input WHERE key % 10 <> 0 AND NOT s LIKE 'a%' AND x IN (1, 2)",
             &Catalog::input([]),
         )
         .unwrap();
+        assert!(matches!(plan, Plan::Project(_)));
         assert_eq!(
             plan.explain(),
             "reads:   key, s, x, id, `user name`, payload.amount\n\

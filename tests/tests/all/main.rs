@@ -23,4 +23,5 @@ mod quickstart;
 mod schema_registry;
 mod shared_reader;
 mod sql;
+mod sql_windows;
 mod windows;

@@ -12,13 +12,12 @@ use crate::state::key_group::{self, DEFAULT_MAX_PARALLELISM, KeyGroupRange};
 use crate::state::{StateError, StateStore};
 use crate::time::checked_event_time;
 use crate::window::aggregate::{AggregateError, Aggregator};
-use crate::window::key::{
-    typed_key_bytes, typed_key_json, typed_key_record_bytes, write_typed_key,
-};
+use crate::window::key::WindowKey;
+use crate::window::output::WindowOutput;
 use crate::window::states::{WindowState, WindowStates};
 use crate::window::{Window, WindowSpec};
 use serde::{Deserialize, Serialize};
-use sluice_json::fields::{FieldPath, FieldValue, extract, extract_into};
+use sluice_json::fields::{FieldPath, FieldValue, extract_into};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
@@ -38,6 +37,10 @@ pub struct WindowOperatorOptions {
     /// Field holding the key (`user`, `a.b`, `/a/b`); `None`: the record key
     /// (records without one share the empty key).
     pub key_field: Option<String>,
+    /// SQL's `GROUP BY` keys, in place of `key_field`: the key is these
+    /// fields' values together, a missing one as `NULL` (a group of its
+    /// own); the result's `key` is the array of them.
+    pub key_columns: Option<Vec<FieldPath>>,
     /// Where records later than the allowed lateness go.
     pub late_output: LateOutput,
     /// Key groups of the state (see [`key_group`]).
@@ -79,6 +82,7 @@ impl WindowOperatorOptions {
             spec,
             allowed_lateness: 0,
             key_field: None,
+            key_columns: None,
             late_output: LateOutput::DeadLetter,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             key_groups: KeyGroupRange {
@@ -111,35 +115,6 @@ pub struct WindowResult {
     pub seq: u64,
 }
 
-/// The key of `record`: the value's field at `path` (typed: see
-/// [`super::key::typed_key_bytes`]), or the record key (records without
-/// one share the empty key) when there is no path.
-/// `Ok(None)`: the field is missing; `Err`: the value cannot be read.
-fn key_of(path: Option<&FieldPath>, record: &Record) -> Result<Option<Vec<u8>>, String> {
-    match path {
-        None => Ok(Some(
-            record
-                .key
-                .as_deref()
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default(),
-        )),
-        Some(path) => {
-            if let Some(read) = record
-                .read_fields
-                .as_ref()
-                .and_then(|read| read.first_value_of(path))
-            {
-                return Ok(read.as_ref().map(typed_key_bytes));
-            }
-            Ok(extract(&record.value, &[path])?
-                .pop()
-                .flatten()
-                .map(|value| typed_key_bytes(&value)))
-        }
-    }
-}
-
 /// One key and window of a batch (tumbling and sliding windows): its
 /// records' indices in the batch are `members`, a range of the batch's
 /// grouped order.
@@ -149,11 +124,56 @@ struct Group<'k> {
     members: Range<usize>,
 }
 
+/// A window's output value as it fires.
+enum Rendered {
+    /// The value to emit.
+    Value(Vec<u8>),
+    /// Nothing to emit (SQL's `HAVING`).
+    Dropped,
+    /// The value cannot be written: the reason.
+    Failed(String),
+}
+
+/// The output value of `window` of the group `key_json` from its
+/// `accumulator`: what `output` writes, or a [`WindowResult`].
+fn render(
+    aggregator: &mut dyn Aggregator,
+    output: Option<&mut (dyn WindowOutput + 'static)>,
+    key_json: &serde_json::Value,
+    window: Window,
+    seq: u64,
+    accumulator: &[u8],
+) -> Result<Rendered, AggregateError> {
+    if let Some(output) = output {
+        let mut value = Vec::new();
+        return Ok(
+            match output.write(key_json, window, accumulator, &mut value) {
+                Ok(true) => Rendered::Value(value),
+                Ok(false) => Rendered::Dropped,
+                Err(reason) => Rendered::Failed(reason),
+            },
+        );
+    }
+    let result = WindowResult {
+        key: key_json.clone(),
+        window_start: window.start,
+        window_end: window.end,
+        result: aggregator.finish(accumulator)?,
+        update: seq > 0,
+        seq,
+    };
+    Ok(Rendered::Value(
+        serde_json::to_vec(&result).unwrap_or_default(),
+    ))
+}
+
 /// Why a record of a batch cannot be added to a window.
 enum Unusable {
     /// Its event time or key cannot be read: a dead letter of class
     /// `Invalid`.
     Invalid(String),
+    /// The aggregate does not take it (SQL's `WHERE`): skipped.
+    Skipped,
     /// The aggregate cannot read it: rejected as the aggregate would.
     Rejected(String),
 }
@@ -169,7 +189,8 @@ enum Unusable {
 /// (ADR 0022): at start-up, nothing is rebuilt.
 pub struct WindowOperator {
     options: WindowOperatorOptions,
-    key_path: Option<FieldPath>,
+    /// What records are keyed by; its fields are read first.
+    key: WindowKey,
     /// The fields read from each record in one pass: the key field (if
     /// any), then the aggregate's [`Aggregator::input_fields`].
     record_fields: Arc<[FieldPath]>,
@@ -194,6 +215,8 @@ pub struct WindowOperator {
     /// The JSON fields the aggregate plugin (as loaded) reads on the
     /// projected path ([`Aggregator::projects_fields`]).
     projects_fields: Option<Arc<[String]>>,
+    /// What a window emits, where not a [`WindowResult`].
+    output: Option<Box<dyn WindowOutput>>,
 }
 
 impl WindowOperator {
@@ -215,8 +238,16 @@ impl WindowOperator {
             aggregator.accumulator_encoding(),
             options.mini_batch_records,
         );
-        let key_path = options.key_field.as_deref().map(FieldPath::parse);
-        let record_fields = key_path
+        let key = match (&options.key_columns, &options.key_field) {
+            (Some(columns), _) => WindowKey::Columns(columns.clone()),
+            (None, Some(field)) => WindowKey::Field {
+                path: FieldPath::parse(field),
+                name: field.clone(),
+            },
+            (None, None) => WindowKey::RecordKey,
+        };
+        let record_fields = key
+            .paths()
             .iter()
             .chain(aggregator.input_fields())
             .cloned()
@@ -228,7 +259,7 @@ impl WindowOperator {
             options.key_groups,
         );
         let mut operator = WindowOperator {
-            key_path,
+            key,
             record_fields,
             field_values: Vec::new(),
             key_bytes: Vec::new(),
@@ -242,9 +273,17 @@ impl WindowOperator {
             more_to_fire: false,
             swap: None,
             projects_fields,
+            output: None,
         };
         operator.restore()?;
         Ok(operator)
+    }
+
+    /// Emits what `output` writes when a window fires, in place of a
+    /// [`WindowResult`].
+    pub fn with_output(mut self, output: Box<dyn WindowOutput>) -> Self {
+        self.output = Some(output);
+        self
     }
 
     /// Takes swaps of its aggregate plugin from `swap`.
@@ -308,27 +347,25 @@ impl WindowOperator {
             unread(fields);
             // Unreadable for the key field is an invalid record; for the
             // aggregate's fields alone, one the aggregate cannot add.
-            return Err(match self.key_path {
-                Some(_) => Unusable::Invalid(reason),
-                None => Unusable::Rejected(reason),
+            return Err(match self.key.paths().is_empty() {
+                false => Unusable::Invalid(reason),
+                true => Unusable::Rejected(reason),
             });
         }
+        let key_count = self.key.paths().len();
+        let (key_values, aggregate_values) = fields[start..].split_at(key_count);
+        match self.aggregator.accepts(record, aggregate_values) {
+            Ok(true) => {}
+            Ok(false) => return Err(Unusable::Skipped),
+            Err(reason) => return Err(Unusable::Invalid(reason)),
+        }
         let key_start = keys.len();
-        match &self.key_path {
-            None => {
-                keys.extend_from_slice(record.key.as_deref().unwrap_or_default());
-                Ok(key_start..keys.len())
+        match self.key.write(key_values, record, keys) {
+            Ok(()) => Ok(key_start..keys.len()),
+            Err(reason) => {
+                keys.truncate(key_start);
+                Err(Unusable::Invalid(reason))
             }
-            Some(_) => match &fields[start] {
-                Some(value) => {
-                    write_typed_key(value, keys);
-                    Ok(key_start..keys.len())
-                }
-                None => Err(Unusable::Invalid(format!(
-                    "key field `{}` is missing",
-                    self.options.key_field.as_deref().unwrap_or_default()
-                ))),
-            },
         }
     }
 
@@ -407,37 +444,72 @@ impl WindowOperator {
             false => None,
         };
         let name = &self.options.name;
-        let (seq, finished) = match stored {
-            Some(state) => (state.emitted, self.aggregator.finish(&state.accumulator)),
+        let key_json = self.key.json(key);
+        let (seq, rendered) = match stored {
+            Some(state) => (
+                state.emitted,
+                render(
+                    self.aggregator.as_mut(),
+                    self.output.as_deref_mut(),
+                    &key_json,
+                    window,
+                    state.emitted,
+                    &state.accumulator,
+                ),
+            ),
             None => match self.states.get_mut(key, window) {
                 Ok(Some(state)) => {
                     let seq = state.emitted;
                     state.emitted += 1;
-                    (seq, self.aggregator.finish(&state.accumulator))
+                    (
+                        seq,
+                        render(
+                            self.aggregator.as_mut(),
+                            self.output.as_deref_mut(),
+                            &key_json,
+                            window,
+                            seq,
+                            &state.accumulator,
+                        ),
+                    )
                 }
                 Ok(None) => return Ok(()),
                 Err(error) => return Err(DataflowError::operator(name, error)),
             },
         };
-        let (key_json, record_key) = match self.key_path {
-            Some(_) => (typed_key_json(key), typed_key_record_bytes(key)),
-            None => (
-                serde_json::Value::String(String::from_utf8_lossy(key).into_owned()),
-                key,
-            ),
-        };
-        let result = WindowResult {
-            key: key_json,
-            window_start: window.start,
-            window_end: window.end,
-            result: finished.map_err(|e| self.aggregate_error(e))?,
-            update: seq > 0,
-            seq,
-        };
         if seq > 0 {
             self.metrics.add_plugin_counter("updates", 1);
         }
-        let value = serde_json::to_vec(&result).unwrap_or_default();
+        let record_key = self.key.record_key(key);
+        let value = match rendered.map_err(|e| self.aggregate_error(e))? {
+            Rendered::Value(value) => value,
+            Rendered::Dropped => return Ok(()),
+            Rendered::Failed(reason) => {
+                let about = serde_json::json!({
+                    "key": key_json,
+                    "window_start": window.start,
+                    "window_end": window.end,
+                });
+                let record = Record {
+                    read_fields: None,
+                    key: (!record_key.is_empty())
+                        .then(|| bytes::Bytes::copy_from_slice(record_key)),
+                    value: serde_json::to_vec(&about).unwrap_or_default().into(),
+                    headers: Headers::new(),
+                    event_time: Some(window.max_timestamp()),
+                    source: SourcePosition {
+                        topic: self.topic,
+                        partition: i32::from(key_group::key_group(
+                            key,
+                            self.options.max_parallelism,
+                        )),
+                        offset: seq as i64,
+                    },
+                };
+                self.dead_letter(record, DeadLetterClass::Invalid, &reason, out);
+                return Ok(());
+            }
+        };
         let record = Record {
             read_fields: None,
             key: (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key)),
@@ -513,9 +585,9 @@ impl Operator for WindowOperator {
     }
 
     fn partitioner(&self) -> Option<crate::dataflow::Partitioner> {
-        let path = self.key_path.clone();
+        let key = self.key.clone();
         Some(Arc::new(move |record: &Record| {
-            key_of(path.as_ref(), record).ok().flatten()
+            key.of_record(record).ok().flatten()
         }))
     }
 
@@ -557,6 +629,7 @@ impl Operator for WindowOperator {
                     rejected.insert(index, reason);
                     keys.push(None);
                 }
+                Err(Unusable::Skipped) => keys.push(None),
             }
         }
 

@@ -37,16 +37,8 @@ impl Binder<'_> {
                 &format!("{name}(...) with FILTER, WITHIN GROUP or NULLS"),
             ));
         }
-        if matches!(
-            name.as_str(),
-            "COUNT" | "SUM" | "MIN" | "MAX" | "AVG" | "FIRST_VALUE" | "LAST_VALUE"
-        ) {
-            return Err(SqlError::at(
-                span,
-                format!(
-                    "the aggregate {name} needs GROUP BY over a window table function (TUMBLE, HOP, SESSION, CUMULATE)"
-                ),
-            ));
+        if crate::aggregate::AggregateFunction::is_aggregate(&name) {
+            return self.names.aggregate(&name, function, span);
         }
         let args = plain_args(&function.args, &name, span)?;
         let arity = |range: std::ops::RangeInclusive<usize>| -> Result<(), SqlError> {

@@ -77,13 +77,45 @@ impl Scope {
     }
 }
 
-/// Binds expressions within a [`Scope`].
+/// What the names of an expression stand for while it is bound: a
+/// record's fields ([`Scope`]), or the row a window aggregate emits (its
+/// keys, window bounds and aggregates: `crate::plan::window`).
+pub(crate) trait Names {
+    /// The column `parts` names (`span`: where, for an error).
+    fn column(&mut self, parts: &[Ident], span: Span) -> Result<Bound, SqlError>;
+
+    /// The aggregate call `function` (named `name`: `COUNT`, `SUM`, ...);
+    /// by default refused, as only a window aggregate's row has them.
+    fn aggregate(
+        &mut self,
+        name: &str,
+        _function: &ast::Function,
+        span: Span,
+    ) -> Result<Bound, SqlError> {
+        Err(SqlError::at(
+            span,
+            format!(
+                "the aggregate {name} needs GROUP BY over a window table function (TUMBLE, HOP, SESSION, CUMULATE)"
+            ),
+        ))
+    }
+}
+
+impl Names for Scope {
+    fn column(&mut self, parts: &[Ident], _span: Span) -> Result<Bound, SqlError> {
+        let path = self.path_of(parts);
+        Ok((Expr::Column(self.column(path)), SqlType::Unknown))
+    }
+}
+
+/// Binds expressions within a [`Scope`] (or other [`Names`]).
 pub struct Binder<'s> {
-    scope: &'s mut Scope,
+    names: &'s mut dyn Names,
     depth: usize,
 }
 
-type Bound = (Expr, SqlType);
+/// A bound expression and its type.
+pub(crate) type Bound = (Expr, SqlType);
 
 /// The start of `node` in the SQL text (sqlparser leaves some nodes
 /// without one: then `fallback`).
@@ -95,7 +127,15 @@ fn at(node: &impl Spanned, fallback: Span) -> Span {
 impl<'s> Binder<'s> {
     /// A binder adding the columns it reads to `scope`.
     pub fn new(scope: &'s mut Scope) -> Binder<'s> {
-        Binder { scope, depth: 0 }
+        Binder {
+            names: scope,
+            depth: 0,
+        }
+    }
+
+    /// A binder resolving names through `names`.
+    pub(crate) fn with_names(names: &'s mut dyn Names) -> Binder<'s> {
+        Binder { names, depth: 0 }
     }
 
     /// Binds `expr`: the compiled expression and its type.
@@ -129,8 +169,8 @@ impl<'s> Binder<'s> {
         use ast::Expr as E;
         let boxed = |bound: Expr| Box::new(bound);
         Ok(match expr {
-            E::Identifier(ident) => self.column(std::slice::from_ref(ident)),
-            E::CompoundIdentifier(parts) => self.column(parts),
+            E::Identifier(ident) => self.names.column(std::slice::from_ref(ident), span)?,
+            E::CompoundIdentifier(parts) => self.names.column(parts, span)?,
             E::Value(value) => literal(&value.value, span)?,
             E::Interval(interval) => {
                 let text = match interval.value.as_ref() {
@@ -397,12 +437,6 @@ impl<'s> Binder<'s> {
                 return Err(unsupported(span, &format!("the expression `{shown}`")));
             }
         })
-    }
-
-    /// A column reference.
-    fn column(&mut self, parts: &[Ident]) -> Bound {
-        let path = self.scope.path_of(parts);
-        (Expr::Column(self.scope.column(path)), SqlType::Unknown)
     }
 
     /// Binds both sides of a comparison and checks they may compare.

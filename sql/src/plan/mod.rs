@@ -1,0 +1,350 @@
+//! A query compiled into what a Sluice operator runs.
+//!
+//! * `SELECT ... FROM input [WHERE ...]` becomes a [`ProjectPlan`]
+//!   (`project`): the fields to read from each record, a compiled
+//!   condition, and the output columns, written straight into the output
+//!   record's JSON (a column that is a plain top-level field is copied as
+//!   the record's own JSON text).
+//! * `SELECT ... FROM TABLE(TUMBLE|HOP|SESSION|CUMULATE(TABLE input, ...))
+//!   GROUP BY window_start, window_end, ...` becomes a [`WindowPlan`]
+//!   (`window`): the window, the group keys, the aggregate calls and what
+//!   each window's row becomes, for the host's window operator.
+//!
+//! Everything outside the supported subset is refused with its position.
+
+mod project;
+mod window;
+
+pub use project::{Output, OutputColumn, ProjectPlan};
+pub use window::{WindowFunction, WindowPlan};
+
+use crate::datum::Datum;
+use crate::dialect::FlinkDialect;
+use crate::error::{SqlError, from_parser_message};
+use crate::expr::EvalError;
+use sqlparser::ast::{self, SelectItem, SetExpr, Spanned, Statement, TableFactor};
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Span, Token, Tokenizer};
+
+/// The longest SQL text accepted, in bytes.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
+
+/// The most tokens a query may have: a query's tree, and so the stack
+/// that parsing, binding and dropping it take, is bounded by them (a
+/// chain of `+` is as deep as it is long).
+pub const MAX_SQL_TOKENS: usize = 50_000;
+
+/// What a query's `FROM` may name: the operator's input stream is `input`,
+/// and also the source's name where it has one; and which of its columns
+/// is its event time.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// Table names the query may read (all the operator's input).
+    pub tables: Vec<String>,
+    /// The names a window table function's `DESCRIPTOR` may give the
+    /// event time by: the column the pipeline reads its event time from,
+    /// and [`ROWTIME`].
+    pub time_columns: Vec<String>,
+}
+
+/// The name of a record's event time wherever it comes from (Kafka's
+/// record timestamps, a window result's `window_time`):
+/// `DESCRIPTOR(rowtime)`.
+pub const ROWTIME: &str = "rowtime";
+
+impl Catalog {
+    /// The input stream as `input` and the `other` names given; the event
+    /// time as [`ROWTIME`] only.
+    pub fn input(other: impl IntoIterator<Item = String>) -> Catalog {
+        let mut tables = vec!["input".to_string()];
+        tables.extend(other.into_iter().filter(|name| name != "input"));
+        Catalog {
+            tables,
+            time_columns: vec![ROWTIME.to_string()],
+        }
+    }
+
+    /// This catalog where the event time is also the column `name` (the
+    /// source's `timestamp_field`).
+    pub fn with_time_column(mut self, name: impl Into<String>) -> Catalog {
+        let name = name.into();
+        if !self.time_columns.contains(&name) {
+            self.time_columns.insert(0, name);
+        }
+        self
+    }
+
+    /// `table` if the query may read it; else an error at `span` naming
+    /// the tables it may.
+    fn check_table(&self, table: &str, span: Span) -> Result<(), SqlError> {
+        if self.tables.iter().any(|known| known == table) {
+            return Ok(());
+        }
+        Err(SqlError::at(
+            span,
+            format!(
+                "unknown table `{table}`: the operator's input is {}",
+                self.tables
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        ))
+    }
+}
+
+/// A compiled query.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// A projection with an optional filter (one output record per input
+    /// record that passes).
+    Project(ProjectPlan),
+    /// An aggregation over a window table function (one output record per
+    /// window and group as the window fires).
+    Window(WindowPlan),
+}
+
+impl Plan {
+    /// What the query became, for `sluice sql explain` and the dashboard.
+    pub fn explain(&self) -> String {
+        match self {
+            Plan::Project(plan) => plan.explain(),
+            Plan::Window(plan) => plan.explain(),
+        }
+    }
+
+    /// Whether the plan keeps state per key (and so runs where keyed
+    /// operators run, one instance per worker).
+    pub fn is_keyed(&self) -> bool {
+        matches!(self, Plan::Window(_))
+    }
+}
+
+/// Compiles `sql` (one query) against `catalog`.
+///
+/// Parsing and binding recurse over the query; they run on a thread of
+/// their own with a large stack, so that no query text, however deeply it
+/// nests, can overflow the caller's stack.
+pub fn compile(sql: &str, catalog: &Catalog) -> Result<Plan, SqlError> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(SqlError::whole(format!(
+            "the SQL text is {} bytes; at most {MAX_SQL_BYTES} are accepted",
+            sql.len()
+        )));
+    }
+    let (sql, catalog) = (sql.to_string(), catalog.clone());
+    let compiling = std::thread::Builder::new()
+        .name("sql-compile".into())
+        .stack_size(256 << 20)
+        .spawn(move || compile_here(&sql, &catalog))
+        .map_err(|error| SqlError::whole(format!("cannot start the SQL compiler: {error}")))?;
+    compiling
+        .join()
+        .unwrap_or_else(|_| Err(SqlError::whole("the SQL compiler failed")))
+}
+
+fn compile_here(sql: &str, catalog: &Catalog) -> Result<Plan, SqlError> {
+    let tokens = Tokenizer::new(&FlinkDialect, sql)
+        .tokenize_with_location()
+        .map_err(|error| from_parser_message(&error.to_string()))?;
+    let words = tokens
+        .iter()
+        .filter(|token| !matches!(token.token, Token::Whitespace(_)))
+        .count();
+    if words > MAX_SQL_TOKENS {
+        return Err(SqlError::whole(format!(
+            "the SQL text has {words} tokens; at most {MAX_SQL_TOKENS} are accepted"
+        )));
+    }
+    let statements = Parser::new(&FlinkDialect)
+        .with_tokens_with_locations(tokens)
+        .parse_statements()
+        .map_err(|error| at_end_if_unplaced(from_parser_message(&error.to_string()), sql))?;
+    let statement = match statements.as_slice() {
+        [one] => one,
+        [] => return Err(SqlError::whole("the SQL text holds no query")),
+        [_, second, ..] => {
+            return Err(SqlError::at(
+                second.span(),
+                "one query per operator (a second statement starts here)",
+            ));
+        }
+    };
+    let Statement::Query(query) = statement else {
+        return Err(SqlError::at(
+            statement.span(),
+            "only a query (SELECT) is supported here; sources and sinks are declared in the pipeline file",
+        ));
+    };
+    compile_query(query, catalog)
+}
+
+/// A parser error without a position is about the end of the text (it
+/// ended too soon): placed just after its last character.
+fn at_end_if_unplaced(mut error: SqlError, sql: &str) -> SqlError {
+    if error.line == 0 {
+        let trimmed = sql.trim_end();
+        error.line = trimmed.lines().count().max(1) as u64;
+        error.column = trimmed
+            .lines()
+            .last()
+            .map_or(0, |line| line.chars().count()) as u64
+            + 1;
+    }
+    error
+}
+
+fn refuse<T>(node: &impl Spanned, what: &str) -> Result<T, SqlError> {
+    Err(crate::expr::bind::unsupported(node.span(), what))
+}
+
+fn compile_query(query: &ast::Query, catalog: &Catalog) -> Result<Plan, SqlError> {
+    if let Some(with) = &query.with {
+        return refuse(with, "WITH");
+    }
+    if let Some(order_by) = &query.order_by {
+        return refuse(order_by, "ORDER BY (a stream has no end to sort by)");
+    }
+    if let Some(limit) = &query.limit_clause {
+        return refuse(limit, "LIMIT");
+    }
+    if query.fetch.is_some() || !query.locks.is_empty() || query.for_clause.is_some() {
+        return refuse(query, "FETCH, FOR and locking clauses");
+    }
+    let select = match query.body.as_ref() {
+        SetExpr::Select(select) => select,
+        SetExpr::Query(inner) => return refuse(inner.as_ref(), "a parenthesised query"),
+        other => {
+            return refuse(
+                other,
+                "UNION, INTERSECT, EXCEPT, VALUES and other set operations",
+            );
+        }
+    };
+    compile_select(select, catalog)
+}
+
+/// Refuses what no `SELECT` of the subset has, then compiles a
+/// projection (`FROM input`) or a window aggregation (`FROM
+/// TABLE(TUMBLE(...))`).
+fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlError> {
+    if let Some(distinct) = &select.distinct {
+        return refuse(
+            select,
+            &format!("SELECT {distinct} (de-duplicate with the ROW_NUMBER pattern)"),
+        );
+    }
+    if select.top.is_some() || select.into.is_some() || !select.lateral_views.is_empty() {
+        return refuse(select, "TOP, INTO and LATERAL VIEW");
+    }
+    if select.prewhere.is_some() || !select.connect_by.is_empty() || select.qualify.is_some() {
+        return refuse(select, "PREWHERE, CONNECT BY and QUALIFY");
+    }
+    if !select.cluster_by.is_empty()
+        || !select.distribute_by.is_empty()
+        || !select.sort_by.is_empty()
+    {
+        return refuse(select, "CLUSTER BY, DISTRIBUTE BY and SORT BY");
+    }
+    if !select.named_window.is_empty() {
+        return refuse(select, "WINDOW clauses");
+    }
+    let from = match select.from.as_slice() {
+        [one] => one,
+        [] => return Err(SqlError::at(select.span(), "a query reads FROM input")),
+        [_, second, ..] => return refuse(second, "reading several tables (joins)"),
+    };
+    if let Some(join) = from.joins.first() {
+        return refuse(join, "joins (interval joins come in a later version)");
+    }
+    match &from.relation {
+        TableFactor::Table {
+            name, alias, args, ..
+        } => {
+            if args.is_some() {
+                return Err(SqlError::at(
+                    from.relation.span(),
+                    "table functions other than TABLE(TUMBLE|HOP|SESSION|CUMULATE(...)) are not supported",
+                ));
+            }
+            let table = name.to_string();
+            catalog.check_table(&table, name.span())?;
+            let mut qualifiers = vec![table];
+            if let Some(alias) = alias {
+                qualifiers.push(alias.name.value.clone());
+            }
+            project::compile_project(select, qualifiers).map(Plan::Project)
+        }
+        TableFactor::TableFunction { expr, alias } => {
+            window::compile_window(select, expr, alias.as_ref(), catalog).map(Plan::Window)
+        }
+        other => refuse(other, "this kind of FROM (a subquery, UNNEST, ...)"),
+    }
+}
+
+/// The name of an unaliased output column: a column's own (last) name,
+/// else `EXPR$<position>` as Flink names it.
+fn default_name(expr: &ast::Expr, position: usize) -> String {
+    match expr {
+        ast::Expr::Identifier(ident) => ident.value.clone(),
+        ast::Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map(|ident| ident.value.clone())
+            .unwrap_or_default(),
+        _ => format!("EXPR${position}"),
+    }
+}
+
+/// `condition` (of `clause`: `WHERE`, `HAVING`) bound with `names`; it must
+/// be a `BOOLEAN`.
+fn bind_condition(
+    names: &mut dyn crate::expr::Names,
+    condition: Option<&ast::Expr>,
+    clause: &str,
+) -> Result<Option<crate::expr::Expr>, SqlError> {
+    let Some(condition) = condition else {
+        return Ok(None);
+    };
+    let (bound, ty) = crate::expr::Binder::with_names(names).bind(condition)?;
+    if !ty.may_be(crate::datum::SqlType::Boolean) {
+        return Err(SqlError::at(
+            condition.span(),
+            format!("{clause} needs a BOOLEAN condition, found {}", ty.name()),
+        ));
+    }
+    Ok(Some(bound))
+}
+
+/// An output column named `name` computing `expr` (`item`: its place, for
+/// an error), unless an earlier one in `columns` has the name already.
+fn output_column(
+    columns: &[OutputColumn],
+    name: String,
+    expr: crate::expr::Expr,
+    copied: Option<usize>,
+    item: &SelectItem,
+) -> Result<OutputColumn, SqlError> {
+    if columns.iter().any(|column| column.name == name) {
+        return Err(SqlError::at(
+            item.span(),
+            format!("two output columns are named `{name}`; give one another name with AS"),
+        ));
+    }
+    let mut key_json =
+        serde_json::to_vec(&name).map_err(|error| SqlError::at(item.span(), error.to_string()))?;
+    key_json.push(b':');
+    Ok(OutputColumn {
+        name,
+        key_json,
+        expr,
+        copied,
+    })
+}
+
+/// Appends `datum` as the JSON value of the output column `column`.
+fn write_datum(datum: &Datum<'_>, column: &str, out: &mut Vec<u8>) -> Result<(), EvalError> {
+    datum
+        .write_json(out)
+        .map_err(|reason| EvalError(format!("column `{column}`: {reason}")))
+}

@@ -1,0 +1,959 @@
+//! Window aggregations: `SELECT keys, window_start, window_end,
+//! aggregates FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), size)) [WHERE
+//! ...] GROUP BY window_start, window_end, keys [HAVING ...]`, and the same
+//! over `HOP`, `SESSION` and `CUMULATE`: one output record per window and
+//! group, as the window fires.
+//!
+//! The plan is what the host's window operator needs: the window (sizes in
+//! ms), the fields each record's keys, condition and aggregate arguments
+//! read (one row per record), the aggregate calls, and how a window's row —
+//! its keys, `window_start`, `window_end`, `window_time` (the window's
+//! last millisecond) and the aggregates' results — becomes the output
+//! record (`SELECT` and `HAVING` are evaluated over that row).
+
+use super::{Catalog, OutputColumn};
+use super::{bind_condition, default_name, output_column, refuse, write_datum};
+use crate::aggregate::{Accumulator, AggregateCall, AggregateFunction, SUPPORTED_AGGREGATES};
+use crate::datum::{Datum, SqlType};
+use crate::dialect::TABLE_ARGUMENT;
+use crate::error::SqlError;
+use crate::expr::bind::{plain_args, unsupported};
+use crate::expr::{Binder, Bound, EvalError, Expr, Names, Row, Scope, path_sql};
+use sluice_json::FieldPath;
+use smallvec::SmallVec;
+use sqlparser::ast::{
+    self, DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, SelectItem,
+    Spanned,
+};
+use sqlparser::tokenizer::Span;
+
+/// A window table function, its sizes in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowFunction {
+    /// `TUMBLE(.., size)`: fixed windows, aligned to the epoch.
+    Tumble {
+        /// Window length.
+        size: i64,
+    },
+    /// `HOP(.., slide, size)`: windows of `size` starting every `slide`.
+    Hop {
+        /// Distance between window starts.
+        slide: i64,
+        /// Window length (a multiple of `slide`, as Flink requires).
+        size: i64,
+    },
+    /// `SESSION(TABLE t PARTITION BY k, .., gap)`: per key, activity
+    /// separated by at least `gap`.
+    Session {
+        /// Inactivity that closes a session.
+        gap: i64,
+    },
+    /// `CUMULATE(.., step, size)`: within each window of `size`, one window
+    /// from its start to every `step` (so each fires a running total).
+    Cumulate {
+        /// Distance between window ends.
+        step: i64,
+        /// Length of the largest window (a multiple of `step`).
+        size: i64,
+    },
+}
+
+/// The window columns of a window table function's rows, in the order
+/// they follow the keys in a window's row.
+const WINDOW_COLUMNS: [&str; 3] = ["window_start", "window_end", "window_time"];
+
+/// A compiled window aggregation (see the module docs).
+#[derive(Debug, Clone)]
+pub struct WindowPlan {
+    /// The window.
+    pub window: WindowFunction,
+    /// The column `DESCRIPTOR` named (the event time).
+    pub time_column: String,
+    /// The fields each record's keys, condition and arguments read, in
+    /// row order; the keys first.
+    pub columns: Vec<FieldPath>,
+    /// The group keys (other than the window): row positions, the first
+    /// ones of `columns`.
+    pub keys: Vec<usize>,
+    /// The `WHERE` condition, evaluated per record before it is added.
+    pub filter: Option<Expr>,
+    /// The aggregate calls; their arguments are over a record's row.
+    pub aggregates: Vec<AggregateCall>,
+    /// `HAVING`, over a window's row.
+    having: Option<Expr>,
+    /// The output columns, over a window's row.
+    output: Vec<OutputColumn>,
+    /// How each aggregate call was written, for `explain`.
+    aggregate_text: Vec<String>,
+}
+
+/// Compiles a query whose `FROM` is `TABLE(function)` (`alias`: its
+/// alias, which may prefix columns).
+pub(super) fn compile_window(
+    select: &ast::Select,
+    function: &ast::Expr,
+    alias: Option<&ast::TableAlias>,
+    catalog: &Catalog,
+) -> Result<WindowPlan, SqlError> {
+    let call = WindowCall::parse(function, catalog)?;
+    let mut qualifiers = vec![call.table.clone()];
+    if let Some(alias) = alias {
+        qualifiers.push(alias.name.value.clone());
+    }
+    let mut scope = Scope::new(qualifiers);
+    let group = GroupBy::parse(select, &scope)?;
+    check_session_keys(&call, &group, &scope, select)?;
+    let keys: Vec<usize> = group
+        .keys
+        .iter()
+        .map(|path| scope.column(path.clone()))
+        .collect();
+    let filter = bind_condition(
+        &mut RecordNames(&mut scope),
+        select.selection.as_ref(),
+        "WHERE",
+    )?;
+    let mut names = GroupedNames {
+        input: &mut scope,
+        keys: &group.keys,
+        aggregates: Vec::new(),
+        aggregate_text: Vec::new(),
+    };
+    let mut output = Vec::new();
+    for (position, item) in select.projection.iter().enumerate() {
+        let (expr, name) = match item {
+            SelectItem::UnnamedExpr(expr) => (expr, default_name(expr, position)),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, alias.value.clone()),
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                return refuse(
+                    item,
+                    "`*` in a window aggregation; list the keys, window columns and aggregates",
+                );
+            }
+            SelectItem::ExprWithAliases { .. } => {
+                return refuse(item, "several aliases for one column");
+            }
+        };
+        let (bound, _) = Binder::with_names(&mut names).bind(expr)?;
+        let column = output_column(&output, name, bound, None, item)?;
+        output.push(column);
+    }
+    let having = bind_condition(&mut names, select.having.as_ref(), "HAVING")?;
+    let GroupedNames {
+        aggregates,
+        aggregate_text,
+        ..
+    } = names;
+    Ok(WindowPlan {
+        window: call.window,
+        time_column: call.time_column,
+        columns: scope.columns().to_vec(),
+        keys,
+        filter,
+        aggregates,
+        having,
+        output,
+        aggregate_text,
+    })
+}
+
+/// `TUMBLE(TABLE t, DESCRIPTOR(ts), size)` and its kin, checked.
+struct WindowCall {
+    window: WindowFunction,
+    table: String,
+    time_column: String,
+    /// `SESSION`'s `PARTITION BY` keys.
+    partition_by: Vec<ast::Expr>,
+}
+
+impl WindowCall {
+    fn parse(function: &ast::Expr, catalog: &Catalog) -> Result<WindowCall, SqlError> {
+        let span = function.span();
+        let ast::Expr::Function(call) = function else {
+            return refuse(function, "this table function");
+        };
+        let name = call.name.to_string().to_ascii_uppercase();
+        let parameters: &[&str] = match name.as_str() {
+            "TUMBLE" => &["DATA", "TIMECOL", "SIZE", "OFFSET"],
+            "HOP" => &["DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"],
+            "CUMULATE" => &["DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"],
+            "SESSION" => &["DATA", "TIMECOL", "GAP"],
+            _ => {
+                return Err(SqlError::at(
+                    span,
+                    format!(
+                        "`{name}` is not a window table function: TUMBLE, HOP, SESSION or CUMULATE"
+                    ),
+                ));
+            }
+        };
+        let args = window_args(&call.args, parameters, &name, span)?;
+        let arg = |parameter: &str| {
+            args.iter()
+                .find(|(name, _)| *name == parameter)
+                .map(|(_, expr)| *expr)
+        };
+        let required = |parameter: &str| {
+            arg(parameter).ok_or_else(|| {
+                SqlError::at(
+                    span,
+                    format!(
+                        "{name} needs its {parameter} argument: {name}({})",
+                        parameters
+                            .iter()
+                            .filter(|p| **p != "OFFSET")
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+        };
+        if let Some(offset) = arg("OFFSET") {
+            return refuse(offset, "a window OFFSET");
+        }
+        let (table, partition_by) = table_argument(required("DATA")?, catalog)?;
+        if !partition_by.is_empty() && name != "SESSION" {
+            return Err(SqlError::at(
+                required("DATA")?.span(),
+                format!(
+                    "PARTITION BY is for SESSION windows; {name} windows are the same for every key"
+                ),
+            ));
+        }
+        let time_column = descriptor(required("TIMECOL")?, catalog)?;
+        let window = match name.as_str() {
+            "TUMBLE" => WindowFunction::Tumble {
+                size: interval(required("SIZE")?)?,
+            },
+            "HOP" => {
+                let slide = interval(required("SLIDE")?)?;
+                let size = interval(required("SIZE")?)?;
+                multiple_of(size, slide, "HOP", "SLIDE", span)?;
+                WindowFunction::Hop { slide, size }
+            }
+            "CUMULATE" => {
+                let step = interval(required("STEP")?)?;
+                let size = interval(required("SIZE")?)?;
+                multiple_of(size, step, "CUMULATE", "STEP", span)?;
+                WindowFunction::Cumulate { step, size }
+            }
+            _ => WindowFunction::Session {
+                gap: interval(required("GAP")?)?,
+            },
+        };
+        Ok(WindowCall {
+            window,
+            table,
+            time_column,
+            partition_by,
+        })
+    }
+}
+
+/// The arguments of a window function by parameter name: positional ones
+/// in `parameters`' order, named ones (`SIZE => INTERVAL ..`) by name.
+fn window_args<'a>(
+    args: &'a FunctionArguments,
+    parameters: &[&'static str],
+    name: &str,
+    span: Span,
+) -> Result<Vec<(&'static str, &'a ast::Expr)>, SqlError> {
+    let FunctionArguments::List(list) = args else {
+        return Err(SqlError::at(span, format!("{name} takes arguments")));
+    };
+    let mut found: Vec<(&'static str, &ast::Expr)> = Vec::new();
+    for (position, arg) in list.args.iter().enumerate() {
+        let (parameter, expr) = match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) => match parameters.get(position) {
+                Some(parameter) => (*parameter, expr),
+                None => {
+                    return Err(SqlError::at(
+                        expr.span(),
+                        format!("{name} takes at most {} arguments", parameters.len()),
+                    ));
+                }
+            },
+            FunctionArg::Named {
+                name: given,
+                arg: FunctionArgExpr::Expr(expr),
+                ..
+            }
+            | FunctionArg::ExprNamed {
+                name: ast::Expr::Identifier(given),
+                arg: FunctionArgExpr::Expr(expr),
+                ..
+            } => {
+                let wanted = given.value.to_ascii_uppercase();
+                match parameters.iter().find(|p| **p == wanted) {
+                    Some(parameter) => (*parameter, expr),
+                    None => {
+                        return Err(SqlError::at(
+                            given.span,
+                            format!(
+                                "{name} has no parameter `{}`; it takes {}",
+                                given.value,
+                                parameters.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+            other => return refuse(other, &format!("this kind of argument to {name}")),
+        };
+        if found.iter().any(|(known, _)| *known == parameter) {
+            return Err(SqlError::at(
+                expr.span(),
+                format!("{name}'s {parameter} is given twice"),
+            ));
+        }
+        found.push((parameter, expr));
+    }
+    Ok(found)
+}
+
+/// `TABLE name [PARTITION BY keys]` (as the dialect parses it): the table,
+/// checked against the catalog, and the keys.
+fn table_argument(
+    expr: &ast::Expr,
+    catalog: &Catalog,
+) -> Result<(String, Vec<ast::Expr>), SqlError> {
+    let wrong = || {
+        SqlError::at(
+            expr.span(),
+            "a window function's first argument is the table: TABLE input",
+        )
+    };
+    let ast::Expr::Function(function) = expr else {
+        return Err(wrong());
+    };
+    if function.name.to_string() != TABLE_ARGUMENT {
+        return Err(wrong());
+    }
+    let args = plain_args(&function.args, TABLE_ARGUMENT, expr.span())?;
+    let Some((ast::Expr::Identifier(table), keys)) = args.split_first() else {
+        return Err(wrong());
+    };
+    catalog.check_table(&table.value, table.span)?;
+    Ok((
+        table.value.clone(),
+        keys.iter().map(|key| (*key).clone()).collect(),
+    ))
+}
+
+/// `DESCRIPTOR(column)`: the event time's column, which must be one the
+/// catalog knows as the event time.
+fn descriptor(expr: &ast::Expr, catalog: &Catalog) -> Result<String, SqlError> {
+    let column = match expr {
+        ast::Expr::Function(function)
+            if function.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") =>
+        {
+            match plain_args(&function.args, "DESCRIPTOR", expr.span())?.as_slice() {
+                [ast::Expr::Identifier(column)] => column,
+                _ => {
+                    return Err(SqlError::at(
+                        expr.span(),
+                        "DESCRIPTOR names one column: DESCRIPTOR(ts)",
+                    ));
+                }
+            }
+        }
+        _ => {
+            return Err(SqlError::at(
+                expr.span(),
+                "the time argument is DESCRIPTOR(column), the column of the event time",
+            ));
+        }
+    };
+    if catalog
+        .time_columns
+        .iter()
+        .any(|known| known.eq_ignore_ascii_case(&column.value))
+    {
+        return Ok(column.value.clone());
+    }
+    Err(SqlError::at(
+        column.span,
+        format!(
+            "`{}` is not the event time: windows use the event time the pipeline reads (its watermarks follow it), which this query may name {}",
+            column.value,
+            catalog
+                .time_columns
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    ))
+}
+
+/// A positive `INTERVAL` literal, in ms.
+fn interval(expr: &ast::Expr) -> Result<i64, SqlError> {
+    let mut scope = Scope::default();
+    let bound = Binder::new(&mut scope).bind(expr);
+    match bound {
+        Ok((Expr::Literal(Datum::Interval(ms)), _)) if ms > 0 => Ok(ms),
+        Ok(_) => Err(SqlError::at(
+            expr.span(),
+            "a window's size is a positive INTERVAL: INTERVAL '10' SECOND",
+        )),
+        Err(error) => Err(error),
+    }
+}
+
+fn multiple_of(size: i64, part: i64, name: &str, what: &str, span: Span) -> Result<(), SqlError> {
+    if size % part == 0 {
+        return Ok(());
+    }
+    Err(SqlError::at(
+        span,
+        format!("{name}'s SIZE must be a whole multiple of its {what} (as in Flink)"),
+    ))
+}
+
+/// The `GROUP BY` of a window aggregation: the keys, and the window
+/// columns (`window_start` and `window_end` must be there).
+struct GroupBy {
+    keys: Vec<FieldPath>,
+}
+
+impl GroupBy {
+    fn parse(select: &ast::Select, scope: &Scope) -> Result<GroupBy, SqlError> {
+        let needed =
+            "a window aggregation groups by the window: GROUP BY window_start, window_end[, keys]";
+        let exprs = match &select.group_by {
+            ast::GroupByExpr::Expressions(exprs, modifiers) => {
+                if !modifiers.is_empty() {
+                    return refuse(select, "GROUP BY with ROLLUP, CUBE or GROUPING SETS");
+                }
+                exprs
+            }
+            ast::GroupByExpr::All(_) => return refuse(select, "GROUP BY ALL"),
+        };
+        if exprs.is_empty() {
+            return Err(SqlError::at(
+                select.span(),
+                "a window table function without GROUP BY (each row with its window) is not supported; aggregate per window: GROUP BY window_start, window_end[, keys]",
+            ));
+        }
+        let mut keys: Vec<FieldPath> = Vec::new();
+        let mut window = [false; 3];
+        for expr in exprs {
+            let parts = match expr {
+                ast::Expr::Identifier(ident) => std::slice::from_ref(ident),
+                ast::Expr::CompoundIdentifier(parts) => parts.as_slice(),
+                other => {
+                    return Err(unsupported(
+                        other.span(),
+                        "grouping by an expression; GROUP BY takes columns (compute the key in an earlier SQL operator)",
+                    ));
+                }
+            };
+            let path = scope.path_of(parts);
+            match window_column(&path) {
+                Some(index) => window[index] = true,
+                None if !keys.contains(&path) => keys.push(path),
+                None => {}
+            }
+        }
+        if !(window[0] && window[1]) {
+            return Err(SqlError::at(
+                exprs.first().map_or(select.span(), Spanned::span),
+                needed,
+            ));
+        }
+        Ok(GroupBy { keys })
+    }
+}
+
+/// Which of [`WINDOW_COLUMNS`] `path` names.
+fn window_column(path: &FieldPath) -> Option<usize> {
+    match path {
+        FieldPath::Top(name) => WINDOW_COLUMNS
+            .iter()
+            .position(|column| column.eq_ignore_ascii_case(name)),
+        FieldPath::Pointer(_) => None,
+    }
+}
+
+/// A session is per key: its `PARTITION BY` keys must be the `GROUP BY`
+/// keys (sessions over every record, then grouped, are not supported).
+fn check_session_keys(
+    call: &WindowCall,
+    group: &GroupBy,
+    scope: &Scope,
+    select: &ast::Select,
+) -> Result<(), SqlError> {
+    if !matches!(call.window, WindowFunction::Session { .. }) {
+        return Ok(());
+    }
+    let mut partition = Vec::new();
+    for key in &call.partition_by {
+        let parts = match key {
+            ast::Expr::Identifier(ident) => std::slice::from_ref(ident),
+            ast::Expr::CompoundIdentifier(parts) => parts.as_slice(),
+            other => return refuse(other, "partitioning a session by an expression"),
+        };
+        partition.push(scope.path_of(parts));
+    }
+    let same =
+        partition.len() == group.keys.len() && partition.iter().all(|key| group.keys.contains(key));
+    if same {
+        return Ok(());
+    }
+    Err(SqlError::at(
+        select.span(),
+        "a SESSION window is per key: partition it by the GROUP BY keys, TABLE input PARTITION BY (k1, k2), and group by the same keys",
+    ))
+}
+
+/// Names in a record's `WHERE` and in aggregate arguments: the record's
+/// fields; the window columns and aggregates are not there yet.
+struct RecordNames<'s>(&'s mut Scope);
+
+impl Names for RecordNames<'_> {
+    fn column(&mut self, parts: &[Ident], span: Span) -> Result<Bound, SqlError> {
+        let path = self.0.path_of(parts);
+        if window_column(&path).is_some() {
+            return Err(SqlError::at(
+                span,
+                "a record's WHERE and an aggregate's argument are read before windows are assigned: filter on window columns with HAVING",
+            ));
+        }
+        Ok((Expr::Column(self.0.column(path)), SqlType::Unknown))
+    }
+
+    fn aggregate(
+        &mut self,
+        name: &str,
+        _function: &ast::Function,
+        span: Span,
+    ) -> Result<Bound, SqlError> {
+        Err(SqlError::at(
+            span,
+            format!(
+                "{name} here: aggregates are computed per window, in SELECT and HAVING, and do not nest"
+            ),
+        ))
+    }
+}
+
+/// Names in `SELECT` and `HAVING`: a window's row — the keys, the window
+/// columns, and aggregate calls (whose arguments are bound over the
+/// record, and which become columns of the row).
+struct GroupedNames<'s> {
+    input: &'s mut Scope,
+    keys: &'s [FieldPath],
+    aggregates: Vec<AggregateCall>,
+    /// Each call as written (upper-cased): a call written twice is
+    /// computed once.
+    aggregate_text: Vec<String>,
+}
+
+impl Names for GroupedNames<'_> {
+    fn column(&mut self, parts: &[Ident], span: Span) -> Result<Bound, SqlError> {
+        let path = self.input.path_of(parts);
+        if let Some(index) = self.keys.iter().position(|key| *key == path) {
+            return Ok((Expr::Column(index), SqlType::Unknown));
+        }
+        if let Some(index) = window_column(&path) {
+            return Ok((Expr::Column(self.keys.len() + index), SqlType::Timestamp));
+        }
+        Err(SqlError::at(
+            span,
+            format!(
+                "`{}` is neither a GROUP BY key nor inside an aggregate",
+                path_sql(&path)
+            ),
+        ))
+    }
+
+    fn aggregate(
+        &mut self,
+        name: &str,
+        function: &ast::Function,
+        span: Span,
+    ) -> Result<Bound, SqlError> {
+        let FunctionArguments::List(list) = &function.args else {
+            return Err(SqlError::at(span, format!("{name} takes an argument")));
+        };
+        if !list.clauses.is_empty() {
+            return Err(unsupported(
+                span,
+                &format!("ORDER BY or other clauses in {name}(...)"),
+            ));
+        }
+        let distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
+        let arg = match list.args.as_slice() {
+            [] => None,
+            [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] if name == "COUNT" && !distinct => {
+                None
+            }
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(expr))] => Some(expr),
+            _ => {
+                return Err(SqlError::at(
+                    span,
+                    format!("{name} takes one argument ({SUPPORTED_AGGREGATES})"),
+                ));
+            }
+        };
+        let aggregate = AggregateFunction::of(name, distinct, arg.is_some())
+            .map_err(|message| SqlError::at(span, message))?;
+        let (arg, arg_type) = match arg {
+            Some(expr) => {
+                let (bound, ty) = Binder::with_names(&mut RecordNames(self.input)).bind(expr)?;
+                if matches!(aggregate, AggregateFunction::Sum | AggregateFunction::Avg)
+                    && !ty.may_be_numeric()
+                {
+                    return Err(SqlError::at(
+                        expr.span(),
+                        format!("{name} needs a number, found {}", ty.name()),
+                    ));
+                }
+                (Some(bound), ty)
+            }
+            None => (None, SqlType::Bigint),
+        };
+        let text = function.to_string().to_ascii_uppercase();
+        let index = match self.aggregate_text.iter().position(|known| *known == text) {
+            Some(index) => index,
+            None => {
+                self.aggregates.push(AggregateCall {
+                    function: aggregate,
+                    arg,
+                });
+                self.aggregate_text.push(function.to_string());
+                self.aggregates.len() - 1
+            }
+        };
+        let column = self.keys.len() + WINDOW_COLUMNS.len() + index;
+        Ok((Expr::Column(column), aggregate.result_type(arg_type)))
+    }
+}
+
+impl WindowPlan {
+    /// The group keys' field paths.
+    pub fn key_paths(&self) -> Vec<FieldPath> {
+        self.keys
+            .iter()
+            .map(|&key| self.columns[key].clone())
+            .collect()
+    }
+
+    /// Whether a record's `row` passes the `WHERE` condition.
+    pub fn passes(&self, row: Row<'_>) -> Result<bool, EvalError> {
+        match &self.filter {
+            Some(filter) => filter.holds(row),
+            None => Ok(true),
+        }
+    }
+
+    /// A new window's empty accumulators, one per aggregate call.
+    pub fn create(&self) -> Vec<Accumulator> {
+        self.aggregates.iter().map(AggregateCall::create).collect()
+    }
+
+    /// Adds a record's `row` (at `event_time`) to a window's
+    /// `accumulators`; if any aggregate cannot take it, none does and the
+    /// reason is returned.
+    pub fn add(
+        &self,
+        accumulators: &mut [Accumulator],
+        row: Row<'_>,
+        event_time: i64,
+    ) -> Result<(), EvalError> {
+        let mut values: SmallVec<[Datum<'_>; 4]> = SmallVec::new();
+        for (call, accumulator) in self.aggregates.iter().zip(accumulators.iter()) {
+            let value = match &call.arg {
+                Some(arg) => arg.eval(row)?,
+                None => Datum::Null,
+            };
+            call.check(accumulator, &value)?;
+            values.push(value);
+        }
+        for ((call, accumulator), value) in self
+            .aggregates
+            .iter()
+            .zip(accumulators.iter_mut())
+            .zip(&values)
+        {
+            call.add(accumulator, value, event_time);
+        }
+        Ok(())
+    }
+
+    /// The accumulators of two windows that merge (sessions), `a` the
+    /// earlier.
+    pub fn merge(&self, a: &[Accumulator], b: &[Accumulator]) -> Vec<Accumulator> {
+        self.aggregates
+            .iter()
+            .zip(a.iter().zip(b))
+            .map(|(call, (a, b))| call.merge(a, b))
+            .collect()
+    }
+
+    /// Writes the output record of the window `[start, end)` of the group
+    /// `keys` (their values, in key order) into `out`; `Ok(false)` if
+    /// `HAVING` drops it (`out` is then left as it was).
+    pub fn write_row(
+        &self,
+        keys: &[Datum<'_>],
+        start: i64,
+        end: i64,
+        accumulators: &[Accumulator],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, EvalError> {
+        let mut row: Vec<Datum<'_>> = Vec::with_capacity(keys.len() + 3 + accumulators.len());
+        row.extend(keys.iter().cloned());
+        row.extend([
+            Datum::Timestamp(start),
+            Datum::Timestamp(end),
+            Datum::Timestamp(end.saturating_sub(1)),
+        ]);
+        for (call, accumulator) in self.aggregates.iter().zip(accumulators) {
+            row.push(call.finish(accumulator)?);
+        }
+        let row = Row::Datums(&row);
+        if let Some(having) = &self.having
+            && !having.holds(row)?
+        {
+            return Ok(false);
+        }
+        let mark = out.len();
+        out.push(b'{');
+        for (index, column) in self.output.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&column.key_json);
+            let written = column
+                .expr
+                .eval(row)
+                .and_then(|value| write_datum(&value, &column.name, out));
+            if let Err(error) = written {
+                out.truncate(mark);
+                return Err(error);
+            }
+        }
+        out.push(b'}');
+        Ok(true)
+    }
+
+    /// The name of a window row's column `index`, for `explain`.
+    fn row_column_sql(&self, index: usize) -> String {
+        let keys = self.keys.len();
+        if index < keys {
+            return path_sql(&self.columns[self.keys[index]]);
+        }
+        match WINDOW_COLUMNS.get(index - keys) {
+            Some(window) => window.to_string(),
+            None => self
+                .aggregate_text
+                .get(index - keys - WINDOW_COLUMNS.len())
+                .cloned()
+                .unwrap_or_else(|| format!("#{index}")),
+        }
+    }
+
+    /// What the query became, for `sluice sql explain` and the dashboard.
+    pub fn explain(&self) -> String {
+        let window = match self.window {
+            WindowFunction::Tumble { size } => format!("TUMBLE size {size} ms"),
+            WindowFunction::Hop { slide, size } => format!("HOP slide {slide} ms, size {size} ms"),
+            WindowFunction::Session { gap } => format!("SESSION gap {gap} ms"),
+            WindowFunction::Cumulate { step, size } => {
+                format!("CUMULATE step {step} ms, size {size} ms")
+            }
+        };
+        let keys = if self.keys.is_empty() {
+            "(none: one group per window)".to_string()
+        } else {
+            self.key_paths()
+                .iter()
+                .map(path_sql)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let filter = match &self.filter {
+            Some(filter) => filter.to_sql(&self.columns),
+            None => "(every record)".to_string(),
+        };
+        let aggregates = self
+            .aggregates
+            .iter()
+            .map(|call| {
+                let arg = call
+                    .arg
+                    .as_ref()
+                    .map_or("*".to_string(), |arg| arg.to_sql(&self.columns));
+                let distinct = match call.function {
+                    AggregateFunction::CountDistinct => "DISTINCT ",
+                    _ => "",
+                };
+                format!("{}({distinct}{arg})", call.function.name())
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let name = |index: usize| self.row_column_sql(index);
+        let columns = self
+            .output
+            .iter()
+            .map(|column| format!("{} = {}", column.name, column.expr.to_sql_with(&name)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut text = format!(
+            "window:  {window} on event time `{}`\nkeys:    {keys}\nwhere:   {filter}\naggregates: {aggregates}\n",
+            self.time_column
+        );
+        if let Some(having) = &self.having {
+            text.push_str(&format!("having:  {}\n", having.to_sql_with(&name)));
+        }
+        text.push_str(&format!("columns: {columns}"));
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Plan, compile};
+
+    fn window(sql: &str) -> WindowPlan {
+        let catalog = Catalog::input(["bids".to_string()]).with_time_column("ts");
+        match compile(sql, &catalog) {
+            Ok(Plan::Window(plan)) => plan,
+            Ok(other) => panic!("not a window plan: {other:?}"),
+            Err(error) => panic!("{}", error.show(sql)),
+        }
+    }
+
+    fn error(sql: &str) -> String {
+        let catalog = Catalog::input(["bids".to_string()]).with_time_column("ts");
+        match compile(sql, &catalog) {
+            Ok(plan) => panic!("compiled: {plan:?}"),
+            Err(error) => error.show(sql),
+        }
+    }
+
+    #[test]
+    fn window_functions_compile_with_positional_and_named_arguments() {
+        let plan = window(
+            "SELECT key, window_start, window_end, COUNT(*) AS cnt, SUM(CHAR_LENGTH(`value`)) AS total_len \
+             FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND)) \
+             GROUP BY key, window_start, window_end",
+        );
+        assert_eq!(plan.window, WindowFunction::Tumble { size: 1000 });
+        assert_eq!(plan.key_paths(), [FieldPath::Top("key".into())]);
+        assert_eq!(plan.aggregates.len(), 2);
+        let plan = window(
+            "SELECT auction, COUNT(*) FROM TABLE(HOP(DATA => TABLE bids, TIMECOL => DESCRIPTOR(ts), SLIDE => INTERVAL '2' SECOND, SIZE => INTERVAL '10' SECOND)) GROUP BY auction, window_start, window_end",
+        );
+        assert_eq!(
+            plan.window,
+            WindowFunction::Hop {
+                slide: 2000,
+                size: 10_000
+            }
+        );
+        let plan = window(
+            "SELECT user, window_start, COUNT(*) FROM TABLE(SESSION(TABLE input PARTITION BY user, DESCRIPTOR(ts), INTERVAL '5' MINUTE)) GROUP BY user, window_start, window_end",
+        );
+        assert_eq!(plan.window, WindowFunction::Session { gap: 300_000 });
+        let plan = window(
+            "SELECT window_end, SUM(price) FROM TABLE(CUMULATE(TABLE input, DESCRIPTOR(rowtime), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY window_start, window_end",
+        );
+        assert_eq!(
+            plan.window,
+            WindowFunction::Cumulate {
+                step: 60_000,
+                size: 3_600_000
+            }
+        );
+        assert!(plan.keys.is_empty());
+    }
+
+    #[test]
+    fn a_window_row_becomes_the_selected_columns_and_having_drops_rows() {
+        let plan = window(
+            "SELECT key, window_start, COUNT(*) * 10 AS tens, MAX(price) AS top \
+             FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND)) \
+             WHERE price > 0 GROUP BY window_start, window_end, key HAVING COUNT(*) > 1",
+        );
+        let record = |key: &str, price: i64| {
+            vec![
+                Some(sluice_json::FieldValue::Str(key.into())),
+                Some(sluice_json::FieldValue::Int(price)),
+            ]
+        };
+        let mut accumulators = plan.create();
+        for (price, time) in [(3, 5), (-1, 6), (7, 7)] {
+            let row = record("a", price);
+            if plan.passes(Row::Fields(&row)).unwrap() {
+                plan.add(&mut accumulators, Row::Fields(&row), time)
+                    .unwrap();
+            }
+        }
+        let mut out = Vec::new();
+        let keys = [Datum::Str("a".into())];
+        assert!(
+            plan.write_row(&keys, 0, 1000, &accumulators, &mut out)
+                .unwrap()
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"key":"a","window_start":"1970-01-01 00:00:00.000Z","tens":20,"top":7}"#
+        );
+        let mut single = plan.create();
+        plan.add(&mut single, Row::Fields(&record("b", 1)), 1)
+            .unwrap();
+        let mut out = b"kept".to_vec();
+        assert!(!plan.write_row(&keys, 0, 1000, &single, &mut out).unwrap());
+        assert_eq!(out, b"kept");
+        let text = plan.explain();
+        assert!(text.contains("having:  (COUNT(*) > 1)"), "{text}");
+        assert!(text.contains("tens = (COUNT(*) * 10)"), "{text}");
+    }
+
+    #[test]
+    fn a_record_one_aggregate_cannot_take_counts_in_none() {
+        let plan = window(
+            "SELECT COUNT(*) AS n, SUM(amount) AS s FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+        );
+        let mut accumulators = plan.create();
+        let text = [Some(sluice_json::FieldValue::Str("x".into()))];
+        let error = plan
+            .add(&mut accumulators, Row::Fields(&text), 0)
+            .unwrap_err();
+        assert!(error.0.contains("SUM needs a number"), "{error}");
+        assert_eq!(accumulators, plan.create());
+    }
+
+    #[test]
+    fn window_queries_refuse_what_would_change_their_meaning() {
+        let tumble = "FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND))";
+        let cases = [
+            (format!("SELECT key, COUNT(*) {tumble} GROUP BY window_start, window_end"), "`key` is neither a GROUP BY key"),
+            (format!("SELECT COUNT(*) {tumble} GROUP BY key"), "groups by the window"),
+            (format!("SELECT COUNT(*) {tumble} WHERE window_start > 0 GROUP BY window_start, window_end"), "filter on window columns with HAVING"),
+            (format!("SELECT SUM(COUNT(*)) {tumble} GROUP BY window_start, window_end"), "do not nest"),
+            (format!("SELECT SUM(DISTINCT x) {tumble} GROUP BY window_start, window_end"), "only COUNT(DISTINCT x)"),
+            (format!("SELECT SUM('a') {tumble} GROUP BY window_start, window_end"), "SUM needs a number"),
+            (format!("SELECT * {tumble} GROUP BY window_start, window_end"), "`*` in a window aggregation"),
+            (format!("SELECT COUNT(*) {tumble} GROUP BY UPPER(k), window_start, window_end"), "grouping by an expression"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(other), INTERVAL '1' SECOND)) GROUP BY window_start, window_end".to_string(), "`other` is not the event time"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE elsewhere, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end".to_string(), "unknown table `elsewhere`"),
+            ("SELECT COUNT(*) FROM TABLE(HOP(TABLE input, DESCRIPTOR(ts), INTERVAL '3' SECOND, INTERVAL '10' SECOND)) GROUP BY window_start, window_end".to_string(), "whole multiple"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND)) GROUP BY window_start, window_end".to_string(), "a window OFFSET"),
+            ("SELECT k, COUNT(*) FROM TABLE(SESSION(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY k, window_start, window_end".to_string(), "a SESSION window is per key"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end".to_string(), "PARTITION BY is for SESSION"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '0' SECOND)) GROUP BY window_start, window_end".to_string(), "positive INTERVAL"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts))) GROUP BY window_start, window_end".to_string(), "needs its SIZE argument"),
+            ("SELECT COUNT(*) FROM TABLE(SLIDE(TABLE input, DESCRIPTOR(ts))) GROUP BY window_start, window_end".to_string(), "not a window table function"),
+        ];
+        for (sql, expected) in cases {
+            let shown = error(&sql);
+            assert!(shown.contains(expected), "{sql}\n{shown}");
+            assert!(shown.contains('^'), "no position: {sql}\n{shown}");
+        }
+    }
+}
