@@ -129,6 +129,19 @@ sql = "SELECT id, key, UPPER(text) AS text, ts, user FROM input WHERE key % 10 <
 pipeline "c-filter-rewrite" "$input" "$(filter_rewrite "$c_filter")" ""
 pipeline "c-filter-rewrite-typed" "$input" "$(filter_rewrite "$c_filter" 'call_mode = "typed"')" ""
 pipeline "window-count-sum-builtin" "$input" "$window_builtin" ""
+# The same window as SQL (issue 40), and the issue's COUNT + SUM(CHAR_LENGTH)
+# beside the built-in `length(text)`.
+pipeline "window-count-sum-sql" "$input" '[[operators]]
+name = "window"
+sql = "SELECT key, window_start, window_end, COUNT(*) AS count, SUM(id) AS sum FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '"'"'60'"'"' SECOND)) GROUP BY key, window_start, window_end"' ""
+pipeline "window-count-length-builtin" "$input" '[[operators]]
+name = "window"
+window = { tumbling_ms = 60_000 }
+key_field = "key"
+aggregates = [{ name = "count", function = "count" }, { name = "total_len", function = "sum", field = "length(text)" }]' ""
+pipeline "window-count-length-sql" "$input" '[[operators]]
+name = "window"
+sql = "SELECT key, window_start, window_end, COUNT(*) AS cnt, SUM(CHAR_LENGTH(text)) AS total_len FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '"'"'60'"'"' SECOND)) GROUP BY key, window_start, window_end"' ""
 pipeline "window-count-sum-plugin" "$input" "$window_plugin" ""
 pipeline "window-count-sum-builtin-rocksdb" "$input" "$window_builtin" "state_cache_mb = 0"
 pipeline "window-count-sum-plugin-rocksdb" "$input" "$window_plugin" "state_cache_mb = 0"
@@ -153,7 +166,8 @@ call_mode = "typed"')" ""
 echo "| path | records | user s | sys s | CPU µs/record | records/s | peak RSS (MiB) | plugin memory at end (MiB) | restarts |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in file-blackhole rust-filter-rewrite rust-filter-rewrite-document rust-filter-rewrite-serde \
-  sql-filter-rewrite c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-plugin \
+  sql-filter-rewrite c-filter-rewrite c-filter-rewrite-typed window-count-sum-builtin window-count-sum-sql \
+  window-count-length-builtin window-count-length-sql window-count-sum-plugin \
   window-count-sum-builtin-rocksdb window-count-sum-plugin-rocksdb window-count-sum-python window-count-sum-js python-filter-rewrite python-filter-rewrite-json \
   python-filter-rewrite-batch js-filter-rewrite js-filter-rewrite-json js-filter-rewrite-batch \
   js-filter-rewrite-typed; do

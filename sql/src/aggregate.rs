@@ -394,18 +394,38 @@ impl AggregateCall {
     }
 }
 
-/// A window's accumulators as the host stores them.
+/// A window's accumulators as the host stores them (into `out`, replacing
+/// what it held): their number, then each, in postcard.
 pub fn encode(accumulators: &[Accumulator], out: &mut Vec<u8>) {
     out.clear();
-    let buffer = std::mem::take(out);
     // Writing to a `Vec` cannot fail.
-    *out = postcard::to_extend(accumulators, buffer).unwrap_or_default();
+    let mut buffer =
+        postcard::to_extend(&(accumulators.len() as u64), std::mem::take(out)).unwrap_or_default();
+    for accumulator in accumulators {
+        buffer = postcard::to_extend(accumulator, buffer).unwrap_or_default();
+    }
+    *out = buffer;
+}
+
+/// A window's accumulators from what [`encode`] wrote, into `decoded`
+/// (its contents replaced, its memory reused: adding to a window decodes
+/// its accumulators once per batch); `None` if `bytes` are not that.
+pub fn decode_into(bytes: &[u8], decoded: &mut Vec<Accumulator>) -> Option<()> {
+    decoded.clear();
+    let (count, mut rest) = postcard::take_from_bytes::<u64>(bytes).ok()?;
+    for _ in 0..count {
+        let (accumulator, after) = postcard::take_from_bytes::<Accumulator>(rest).ok()?;
+        decoded.push(accumulator);
+        rest = after;
+    }
+    rest.is_empty().then_some(())
 }
 
 /// A window's accumulators from what [`encode`] wrote; `None` if `bytes`
 /// are not that.
 pub fn decode(bytes: &[u8]) -> Option<Vec<Accumulator>> {
-    postcard::from_bytes(bytes).ok()
+    let mut decoded = Vec::new();
+    decode_into(bytes, &mut decoded).map(|()| decoded)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::record::Record;
 use crate::window::{AggregateError, Aggregator, GroupAdd, Window, WindowOutput, WindowSpec};
 use serde_json::Value;
 use sluice_json::fields::{FieldPath, FieldValue, extract};
-use sluice_sql::aggregate::{Accumulator, decode, encode};
+use sluice_sql::aggregate::{self, Accumulator, encode};
 use sluice_sql::expr::Row;
 use sluice_sql::{Datum, WindowFunction, WindowPlan};
 use std::sync::Arc;
@@ -77,10 +77,9 @@ impl SqlWindowAggregate {
 
 /// `bytes` decoded into `decoded` (its contents replaced).
 fn decode_into(bytes: &[u8], decoded: &mut Vec<Accumulator>) -> Result<(), AggregateError> {
-    *decoded = decode(bytes).ok_or_else(|| {
+    aggregate::decode_into(bytes, decoded).ok_or_else(|| {
         AggregateError("a window's stored state is not this query's accumulators".to_string())
-    })?;
-    Ok(())
+    })
 }
 
 impl Aggregator for SqlWindowAggregate {

@@ -101,7 +101,7 @@ impl WindowOperator {
         }
         // The aggregate's fields of record `i`: after the key field.
         let stride = self.record_fields.len();
-        let first = self.key.paths().len();
+        let first = self.key_only_fields;
         let hand_fields = stride > first;
         // Every group's records and fields, group after group, in `order`:
         // each group takes its range of these two lists.

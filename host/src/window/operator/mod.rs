@@ -191,6 +191,11 @@ pub struct WindowOperator {
     options: WindowOperatorOptions,
     /// What records are keyed by; its fields are read first.
     key: WindowKey,
+    /// How many of `record_fields` are the key's alone: the aggregate's
+    /// own fields follow them. 0 when the aggregate's fields begin with
+    /// the key's (a SQL query reads its `GROUP BY` keys first), so that
+    /// they are read once.
+    key_only_fields: usize,
     /// The fields read from each record in one pass: the key field (if
     /// any), then the aggregate's [`Aggregator::input_fields`].
     record_fields: Arc<[FieldPath]>,
@@ -246,8 +251,10 @@ impl WindowOperator {
             },
             (None, None) => WindowKey::RecordKey,
         };
-        let record_fields = key
-            .paths()
+        let key_paths = key.paths();
+        let shared = !key_paths.is_empty() && aggregator.input_fields().starts_with(key_paths);
+        let key_only_fields = if shared { 0 } else { key_paths.len() };
+        let record_fields = key_paths[..key_only_fields]
             .iter()
             .chain(aggregator.input_fields())
             .cloned()
@@ -260,6 +267,7 @@ impl WindowOperator {
         );
         let mut operator = WindowOperator {
             key,
+            key_only_fields,
             record_fields,
             field_values: Vec::new(),
             key_bytes: Vec::new(),
@@ -352,8 +360,8 @@ impl WindowOperator {
                 true => Unusable::Rejected(reason),
             });
         }
-        let key_count = self.key.paths().len();
-        let (key_values, aggregate_values) = fields[start..].split_at(key_count);
+        let key_values = &fields[start..start + self.key.paths().len()];
+        let aggregate_values = &fields[start + self.key_only_fields..];
         match self.aggregator.accepts(record, aggregate_values) {
             Ok(true) => {}
             Ok(false) => return Err(Unusable::Skipped),
