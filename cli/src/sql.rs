@@ -44,6 +44,9 @@ pub fn explain(pipeline: &Path) -> anyhow::Result<String> {
                 sluice_sql::Plan::Window(_) => {
                     "  becomes a window operator keyed by the GROUP BY keys: one record per window and group as the watermark passes the window's end\n"
                 }
+                sluice_sql::Plan::Join(_) => {
+                    "  becomes an interval join keyed by the join keys, then a projection of each joined pair\n"
+                }
             });
             for line in plan.explain().lines() {
                 text.push_str(&format!("  {line}\n"));

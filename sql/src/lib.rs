@@ -31,4 +31,7 @@ pub mod time;
 pub use datum::{Datum, SqlType};
 pub use error::SqlError;
 pub use expr::{EvalError, Expr};
-pub use plan::{Catalog, Output, Plan, ProjectPlan, ROWTIME, WindowFunction, WindowPlan, compile};
+pub use plan::{
+    Catalog, JoinInput, JoinPlan, Output, Plan, ProjectPlan, ROWTIME, TableView, WindowFunction,
+    WindowPlan, compile,
+};

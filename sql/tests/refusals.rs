@@ -50,7 +50,18 @@ fn refused_constructs_name_their_position_and_the_alternative() {
             8,
             "the aggregate COUNT needs GROUP BY over a window",
         ),
-        ("SELECT a FROM input JOIN orders ON a = b", 1, 26, "joins"),
+        (
+            "SELECT a FROM input JOIN orders ON a = b",
+            1,
+            15,
+            "each side of a join is a part of the input",
+        ),
+        (
+            "SELECT o.a FROM orders o LEFT JOIN orders p ON o.a = p.a",
+            1,
+            36,
+            "outer, cross and other joins",
+        ),
         ("SELECT a FROM input, orders", 1, 22, "several tables"),
         (
             "SELECT a FROM (SELECT a FROM input)",

@@ -155,12 +155,21 @@ impl LoadedConfig {
     }
 
     /// What the query of `operators[index]` may read: its input as
-    /// `input` (and the source's table names), and the event time's
+    /// `input` (and the source's table names; the first operator also the
+    /// source's views, Nexmark's `bid`, `auction` and `person`), and the
+    /// event time's
     /// column — the source's, or `window_time` after a window (whose
     /// results carry their window's last millisecond as event time).
     fn sql_catalog(&self, index: usize) -> sluice_sql::Catalog {
         let source = &self.config.source;
-        let catalog = sluice_sql::Catalog::input(source.table_names());
+        let mut catalog = sluice_sql::Catalog::input(source.table_names());
+        // The parts of a stream of several kinds of events, for the
+        // operator that reads the source's records as they are.
+        if index == 0 {
+            for (name, column, value) in source.table_views() {
+                catalog = catalog.with_view(name, column, value);
+            }
+        }
         let after_window = self.config.operators[..index]
             .iter()
             .any(|op| op.window.is_some() || op.sql_keyed);

@@ -498,6 +498,21 @@ impl SourceConfig {
         }
     }
 
+    /// The tables a SQL query reading this source's records may name that
+    /// are a part of them, as (name, column, value): the Nexmark
+    /// generator's `bid`, `auction` and `person` (by `event_type`).
+    pub fn table_views(&self) -> Vec<(&'static str, &'static str, &'static str)> {
+        use crate::connectors::generator::Profile;
+        match self {
+            SourceConfig::Generator(generator) if generator.profile == Profile::Nexmark => vec![
+                ("bid", "event_type", "bid"),
+                ("auction", "event_type", "auction"),
+                ("person", "event_type", "person"),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
     /// The field of a record its event time comes from, which a SQL
     /// window's `DESCRIPTOR` may name: the `timestamp_field` of a file or
     /// Kafka source, the generator's event-time field (`date_time` of

@@ -5,11 +5,13 @@ use super::{PipelineError, PluginResolver};
 use crate::config::LoadedConfig;
 use crate::dataflow::swap::{PluginSwap, SwapPort};
 use crate::dataflow::{FaultPolicy, Operator, TransformOperator};
-use crate::join::{IntervalJoinOperator, IntervalJoinOptions};
+use crate::join::{IntervalJoinOperator, IntervalJoinOptions, JoinSide, SideSelector};
 use crate::metrics::OperatorMetrics;
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
-use crate::sql::{SqlProjectOperator, SqlWindowAggregate, SqlWindowOutput, window_spec};
+use crate::sql::{
+    SqlJoinOperator, SqlProjectOperator, SqlWindowAggregate, SqlWindowOutput, window_spec,
+};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{OperatorScope, StateBackend, StateMemoryBudget, StateTtl, ttl};
 use crate::window::{
@@ -188,6 +190,58 @@ fn build_sql_operator(
             Ok(Box::new(
                 window.with_output(Box::new(SqlWindowOutput::new(plan))),
             ))
+        }
+        sluice_sql::Plan::Join(plan) => {
+            let field = format!("operators[{index}].sql");
+            let side = |input: &sluice_sql::JoinInput| -> Result<JoinSide, PipelineError> {
+                let selector = match (&input.view, &loaded.config.source) {
+                    (Some(view), _) => SideSelector::FieldEquals {
+                        field: view.column.clone(),
+                        value: view.value.clone(),
+                    },
+                    (None, crate::config::SourceConfig::Kafka(kafka))
+                        if kafka.topics.contains(&input.table) =>
+                    {
+                        SideSelector::Topic(input.table.clone())
+                    }
+                    (None, _) => {
+                        return Err(loaded
+                            .error_at(
+                                &field,
+                                format!(
+                                    "`{}` is the whole input: each side of a join is a part of it (a Kafka topic, a Nexmark table)",
+                                    input.table
+                                ),
+                            )
+                            .into());
+                    }
+                };
+                let key_field = match &input.key {
+                    sluice_json::FieldPath::Top(name) => {
+                        format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+                    }
+                    sluice_json::FieldPath::Pointer(pointer) => pointer.clone(),
+                };
+                Ok(JoinSide {
+                    selector,
+                    key_field,
+                })
+            };
+            let options = IntervalJoinOptions {
+                name: name.clone(),
+                left: side(&plan.left)?,
+                right: side(&plan.right)?,
+                lower: plan.lower,
+                upper: plan.upper,
+                late_output: late_output(loaded, index)?,
+                max_parallelism: loaded.config.pipeline.max_parallelism.get(),
+                key_groups: key_groups(loaded, worker),
+                cache_bytes: state_cache_bytes(loaded),
+            };
+            let join = IntervalJoinOperator::new(options, open_store()?, metrics.clone())
+                .map_err(|error| loaded.error_at(&field, error.to_string()))?;
+            let project = SqlProjectOperator::after(name, plan.project, metrics);
+            Ok(Box::new(SqlJoinOperator::new(join, project)))
         }
     }
 }

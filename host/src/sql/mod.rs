@@ -18,9 +18,15 @@
 //!   aggregate (the query's `WHERE` and aggregate calls) and
 //!   [`SqlWindowOutput`] what a window emits (the `SELECT` list over the
 //!   window's row, `HAVING`).
+//! * An interval join (`FROM person P JOIN auction A ON P.id = A.seller
+//!   AND A.date_time BETWEEN ...`) runs on [`crate::join::IntervalJoinOperator`],
+//!   its output projected by the query's `SELECT` and `WHERE` in the same
+//!   operator ([`SqlJoinOperator`]).
 
+mod join;
 mod project;
 mod window;
 
+pub use join::SqlJoinOperator;
 pub use project::SqlProjectOperator;
 pub use window::{SqlWindowAggregate, SqlWindowOutput, window_spec};

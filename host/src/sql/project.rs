@@ -34,6 +34,9 @@ pub struct SqlProjectOperator {
     plan: ProjectPlan,
     columns: Columns,
     metrics: Arc<OperatorMetrics>,
+    /// Whether records in and out are counted in `metrics` (not when it
+    /// runs after another operator of the same query: [`Self::after`]).
+    counts_records: bool,
     /// Reused per record.
     found: Vec<Option<FieldValue>>,
     spans: Vec<Option<(usize, usize)>>,
@@ -55,8 +58,19 @@ impl SqlProjectOperator {
             plan,
             columns,
             metrics,
+            counts_records: true,
             found: Vec::new(),
             spans: Vec::new(),
+        }
+    }
+
+    /// `plan` run on what another operator of the same query emits (a
+    /// join's records): its records are counted there, not again here;
+    /// its dead letters are counted in `metrics`.
+    pub(crate) fn after(name: &str, plan: ProjectPlan, metrics: Arc<OperatorMetrics>) -> Self {
+        SqlProjectOperator {
+            counts_records: false,
+            ..SqlProjectOperator::new(name, plan, metrics)
         }
     }
 
@@ -177,7 +191,9 @@ impl Operator for SqlProjectOperator {
         batch: Vec<Record>,
         out: &mut Collector,
     ) -> Result<(), DataflowError> {
-        self.metrics.count_in(&batch);
+        if self.counts_records {
+            self.metrics.count_in(&batch);
+        }
         let whole = matches!(self.plan.output, sluice_sql::Output::Whole);
         // Every output value of the batch goes into one buffer, shared by
         // the records as slices of it: one allocation per batch.
@@ -212,9 +228,11 @@ impl Operator for SqlProjectOperator {
                 }
                 record
             }));
-        let emitted_records = &out.main[out.main.len() - emitted..];
-        self.metrics
-            .count_out_many(emitted as u64, record_bytes(emitted_records));
+        if self.counts_records {
+            let emitted_records = &out.main[out.main.len() - emitted..];
+            self.metrics
+                .count_out_many(emitted as u64, record_bytes(emitted_records));
+        }
         Ok(())
     }
 

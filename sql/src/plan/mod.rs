@@ -12,9 +12,11 @@
 //!
 //! Everything outside the supported subset is refused with its position.
 
+mod join;
 mod project;
 mod window;
 
+pub use join::{JoinInput, JoinPlan};
 pub use project::{Output, OutputColumn, ProjectPlan};
 pub use window::{WindowFunction, WindowPlan};
 
@@ -45,6 +47,48 @@ pub struct Catalog {
     /// event time by: the column the pipeline reads its event time from,
     /// and [`ROWTIME`].
     pub time_columns: Vec<String>,
+    /// Tables that are the part of the input where a column has a value
+    /// (Nexmark's `bid`, `auction` and `person` in one stream of events).
+    pub views: Vec<TableView>,
+}
+
+/// A table that is the part of the operator's input whose `column` is the
+/// string `value`: reading it adds `column = 'value'` to the query's
+/// `WHERE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableView {
+    /// The table's name.
+    pub name: String,
+    /// The column that tells the table's records from the others.
+    pub column: String,
+    /// Its value in the table's records.
+    pub value: String,
+}
+
+impl TableView {
+    /// `column = 'value'`, bound in `scope`.
+    pub(crate) fn condition(&self, scope: &mut crate::expr::Scope) -> crate::expr::Expr {
+        use crate::expr::{CompareOp, Expr};
+        let column = scope.column(sluice_json::FieldPath::Top(self.column.clone()));
+        Expr::Compare(
+            CompareOp::Eq,
+            Box::new(Expr::Column(column)),
+            Box::new(Expr::Literal(Datum::Str(self.value.clone().into()))),
+        )
+    }
+}
+
+/// `view`'s condition AND `filter` (either may be absent).
+pub(crate) fn with_view_condition(
+    view: Option<&TableView>,
+    filter: Option<crate::expr::Expr>,
+    scope: &mut crate::expr::Scope,
+) -> Option<crate::expr::Expr> {
+    use crate::expr::Expr;
+    match (view.map(|view| view.condition(scope)), filter) {
+        (Some(view), Some(filter)) => Some(Expr::And(Box::new(view), Box::new(filter))),
+        (view, filter) => view.or(filter),
+    }
 }
 
 /// The name of a record's event time wherever it comes from (Kafka's
@@ -61,7 +105,19 @@ impl Catalog {
         Catalog {
             tables,
             time_columns: vec![ROWTIME.to_string()],
+            views: Vec::new(),
         }
+    }
+
+    /// This catalog with the table `name`: the input's records whose
+    /// `column` is the string `value`.
+    pub fn with_view(mut self, name: &str, column: &str, value: &str) -> Catalog {
+        self.views.push(TableView {
+            name: name.to_string(),
+            column: column.to_string(),
+            value: value.to_string(),
+        });
+        self
     }
 
     /// This catalog where the event time is also the column `name` (the
@@ -74,22 +130,30 @@ impl Catalog {
         self
     }
 
-    /// `table` if the query may read it; else an error at `span` naming
-    /// the tables it may.
-    fn check_table(&self, table: &str, span: Span) -> Result<(), SqlError> {
+    /// Whether the query may read `table`: `None` for the input itself,
+    /// the view for a view; else an error at `span` naming the tables it
+    /// may read.
+    fn table(&self, table: &str, span: Span) -> Result<Option<&TableView>, SqlError> {
         if self.tables.iter().any(|known| known == table) {
-            return Ok(());
+            return Ok(None);
+        }
+        if let Some(view) = self.views.iter().find(|view| view.name == table) {
+            return Ok(Some(view));
+        }
+        let mut names: Vec<String> = self.tables.iter().map(|t| format!("`{t}`")).collect();
+        let views: Vec<String> = self
+            .views
+            .iter()
+            .map(|view| format!("`{}` (where {} = '{}')", view.name, view.column, view.value))
+            .collect();
+        let mut known = names.join(" or ");
+        if !views.is_empty() {
+            names = views;
+            known = format!("{known}, or its part {}", names.join(", "));
         }
         Err(SqlError::at(
             span,
-            format!(
-                "unknown table `{table}`: the operator's input is {}",
-                self.tables
-                    .iter()
-                    .map(|t| format!("`{t}`"))
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            ),
+            format!("unknown table `{table}`: the operator's input is {known}"),
         ))
     }
 }
@@ -103,6 +167,8 @@ pub enum Plan {
     /// An aggregation over a window table function (one output record per
     /// window and group as the window fires).
     Window(WindowPlan),
+    /// An interval join of two parts of the input, then a projection.
+    Join(JoinPlan),
 }
 
 impl Plan {
@@ -111,13 +177,14 @@ impl Plan {
         match self {
             Plan::Project(plan) => plan.explain(),
             Plan::Window(plan) => plan.explain(),
+            Plan::Join(plan) => plan.explain(),
         }
     }
 
     /// Whether the plan keeps state per key (and so runs where keyed
     /// operators run, one instance per worker).
     pub fn is_keyed(&self) -> bool {
-        matches!(self, Plan::Window(_))
+        matches!(self, Plan::Window(_) | Plan::Join(_))
     }
 }
 
@@ -255,8 +322,8 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
         [] => return Err(SqlError::at(select.span(), "a query reads FROM input")),
         [_, second, ..] => return refuse(second, "reading several tables (joins)"),
     };
-    if let Some(join) = from.joins.first() {
-        return refuse(join, "joins (interval joins come in a later version)");
+    if !from.joins.is_empty() {
+        return join::compile_join(select, from, catalog).map(Plan::Join);
     }
     match &from.relation {
         TableFactor::Table {
@@ -269,12 +336,12 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
                 ));
             }
             let table = name.to_string();
-            catalog.check_table(&table, name.span())?;
+            let view = catalog.table(&table, name.span())?;
             let mut qualifiers = vec![table];
             if let Some(alias) = alias {
                 qualifiers.push(alias.name.value.clone());
             }
-            project::compile_project(select, qualifiers).map(Plan::Project)
+            project::compile_project(select, qualifiers, view).map(Plan::Project)
         }
         TableFactor::TableFunction { expr, alias } => {
             window::compile_window(select, expr, alias.as_ref(), catalog).map(Plan::Window)

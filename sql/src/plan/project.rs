@@ -3,7 +3,7 @@
 
 use super::{bind_condition, default_name, output_column, refuse, write_datum};
 use crate::error::SqlError;
-use crate::expr::{Binder, EvalError, Expr, Row, Scope};
+use crate::expr::{Binder, EvalError, Expr, Names, Row, Scope};
 use sluice_json::FieldPath;
 use sqlparser::ast::{self, SelectItem, Spanned};
 use sqlparser::tokenizer::Span;
@@ -42,11 +42,13 @@ pub struct OutputColumn {
     pub copied: Option<usize>,
 }
 
-/// Compiles a projection whose `FROM` is the input table, which
-/// `qualifiers` (its name and alias) may prefix columns with.
+/// Compiles a projection whose `FROM` is the input table (or its part
+/// `view`), which `qualifiers` (its name and alias) may prefix columns
+/// with.
 pub(super) fn compile_project(
     select: &ast::Select,
     qualifiers: Vec<String>,
+    view: Option<&super::TableView>,
 ) -> Result<ProjectPlan, SqlError> {
     match &select.group_by {
         ast::GroupByExpr::Expressions(keys, modifiers)
@@ -63,11 +65,39 @@ pub(super) fn compile_project(
     }
     let mut scope = Scope::new(qualifiers);
     let filter = bind_condition(&mut scope, select.selection.as_ref(), "WHERE")?;
+    let filter = super::with_view_condition(view, filter, &mut scope);
+    let mut output = compile_columns(select, &mut scope, true)?;
+    // A plain top-level column is copied as the record's JSON text.
+    if let Output::Columns(columns) = &mut output {
+        for column in columns {
+            if let Expr::Column(index) = column.expr
+                && let Some(FieldPath::Top(_)) = scope.columns().get(index)
+            {
+                column.copied = Some(index);
+            }
+        }
+    }
+    Ok(ProjectPlan {
+        columns: scope.columns().to_vec(),
+        filter,
+        output,
+    })
+}
+
+/// The `SELECT` list of a query whose names are `names`: `*` (where
+/// `star` allows it: the record unchanged) or named columns.
+pub(super) fn compile_columns(
+    select: &ast::Select,
+    names: &mut dyn Names,
+    star: bool,
+) -> Result<Output, SqlError> {
     let mut columns = Vec::new();
-    let mut whole_record = false;
     for (position, item) in select.projection.iter().enumerate() {
         let (expr, name) = match item {
             SelectItem::Wildcard(options) | SelectItem::QualifiedWildcard(_, options) => {
+                if !star {
+                    return refuse(item, "`*` here; list the columns");
+                }
                 if select.projection.len() > 1 {
                     return refuse(item, "`*` beside other columns; list the columns instead");
                 }
@@ -79,8 +109,7 @@ pub(super) fn compile_project(
                 {
                     return refuse(item, "`*` with EXCLUDE, EXCEPT, REPLACE, RENAME or ILIKE");
                 }
-                whole_record = true;
-                continue;
+                return Ok(Output::Whole);
             }
             SelectItem::UnnamedExpr(expr) => (expr, default_name(expr, position)),
             SelectItem::ExprWithAlias { expr, alias } => (expr, alias.value.clone()),
@@ -88,26 +117,11 @@ pub(super) fn compile_project(
                 return refuse(item, "several aliases for one column");
             }
         };
-        let (bound, _) = Binder::new(&mut scope).bind(expr)?;
-        let copied = match &bound {
-            Expr::Column(index) => match &scope.columns()[*index] {
-                FieldPath::Top(_) => Some(*index),
-                FieldPath::Pointer(_) => None,
-            },
-            _ => None,
-        };
-        let column = output_column(&columns, name, bound, copied, item)?;
+        let (bound, _) = Binder::with_names(names).bind(expr)?;
+        let column = output_column(&columns, name, bound, None, item)?;
         columns.push(column);
     }
-    Ok(ProjectPlan {
-        columns: scope.columns().to_vec(),
-        filter,
-        output: if whole_record {
-            Output::Whole
-        } else {
-            Output::Columns(columns)
-        },
-    })
+    Ok(Output::Columns(columns))
 }
 
 fn group_by_span(select: &ast::Select) -> Option<Span> {

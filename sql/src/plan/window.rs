@@ -113,6 +113,7 @@ pub(super) fn compile_window(
         select.selection.as_ref(),
         "WHERE",
     )?;
+    let filter = super::with_view_condition(call.view.as_ref(), filter, &mut scope);
     let mut names = GroupedNames {
         input: &mut scope,
         keys: &group.keys,
@@ -161,6 +162,8 @@ pub(super) fn compile_window(
 struct WindowCall {
     window: WindowFunction,
     table: String,
+    /// The table's view, if it is one (its condition joins `WHERE`).
+    view: Option<super::TableView>,
     time_column: String,
     /// `SESSION`'s `PARTITION BY` keys.
     partition_by: Vec<ast::Expr>,
@@ -212,7 +215,11 @@ impl WindowCall {
         if let Some(offset) = arg("OFFSET") {
             return refuse(offset, "a window OFFSET");
         }
-        let (table, partition_by) = table_argument(required("DATA")?, catalog)?;
+        let TableArgument {
+            table,
+            view,
+            partition_by,
+        } = table_argument(required("DATA")?, catalog)?;
         if !partition_by.is_empty() && name != "SESSION" {
             return Err(SqlError::at(
                 required("DATA")?.span(),
@@ -245,6 +252,7 @@ impl WindowCall {
         Ok(WindowCall {
             window,
             table,
+            view,
             time_column,
             partition_by,
         })
@@ -312,12 +320,16 @@ fn window_args<'a>(
     Ok(found)
 }
 
+/// A window function's table argument.
+struct TableArgument {
+    table: String,
+    view: Option<super::TableView>,
+    partition_by: Vec<ast::Expr>,
+}
+
 /// `TABLE name [PARTITION BY keys]` (as the dialect parses it): the table,
 /// checked against the catalog, and the keys.
-fn table_argument(
-    expr: &ast::Expr,
-    catalog: &Catalog,
-) -> Result<(String, Vec<ast::Expr>), SqlError> {
+fn table_argument(expr: &ast::Expr, catalog: &Catalog) -> Result<TableArgument, SqlError> {
     let wrong = || {
         SqlError::at(
             expr.span(),
@@ -334,11 +346,11 @@ fn table_argument(
     let Some((ast::Expr::Identifier(table), keys)) = args.split_first() else {
         return Err(wrong());
     };
-    catalog.check_table(&table.value, table.span)?;
-    Ok((
-        table.value.clone(),
-        keys.iter().map(|key| (*key).clone()).collect(),
-    ))
+    Ok(TableArgument {
+        view: catalog.table(&table.value, table.span)?.cloned(),
+        table: table.value.clone(),
+        partition_by: keys.iter().map(|key| (*key).clone()).collect(),
+    })
 }
 
 /// `DESCRIPTOR(column)`: the event time's column, which must be one the
@@ -388,7 +400,7 @@ fn descriptor(expr: &ast::Expr, catalog: &Catalog) -> Result<String, SqlError> {
 }
 
 /// A positive `INTERVAL` literal, in ms.
-fn interval(expr: &ast::Expr) -> Result<i64, SqlError> {
+pub(super) fn interval(expr: &ast::Expr) -> Result<i64, SqlError> {
     let mut scope = Scope::default();
     let bound = Binder::new(&mut scope).bind(expr);
     match bound {

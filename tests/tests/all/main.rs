@@ -23,5 +23,6 @@ mod quickstart;
 mod schema_registry;
 mod shared_reader;
 mod sql;
+mod sql_nexmark;
 mod sql_windows;
 mod windows;
