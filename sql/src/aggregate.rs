@@ -134,6 +134,9 @@ pub enum Accumulator {
     /// `COUNT(DISTINCT ..)`: each value's canonical bytes
     /// ([`Stored::distinct_key`]).
     Distinct(BTreeSet<Vec<u8>>),
+    /// A window's top rows (`ROW_NUMBER() OVER (..)`: [`crate::rank`]),
+    /// sorted.
+    Rows(Vec<crate::rank::RankedRow>),
 }
 
 /// A sum of numbers: exact while every one is an integer.
@@ -170,7 +173,7 @@ pub enum Stored {
 
 impl Stored {
     /// The value of a non-`NULL` datum.
-    fn of(datum: &Datum<'_>) -> Option<Stored> {
+    pub(crate) fn of(datum: &Datum<'_>) -> Option<Stored> {
         Some(match datum {
             Datum::Null => return None,
             Datum::Bool(b) => Stored::Bool(*b),
@@ -390,6 +393,7 @@ impl AggregateCall {
             }
             Accumulator::Extreme(extreme) => extreme.as_ref().map_or(Datum::Null, Stored::datum),
             Accumulator::Timed(timed) => timed.as_ref().map_or(Datum::Null, |(_, v)| v.datum()),
+            Accumulator::Rows(rows) => Datum::Int(i64::try_from(rows.len()).unwrap_or(i64::MAX)),
         })
     }
 }

@@ -16,6 +16,7 @@
 //!   ([`SqlError`]).
 //! * [`aggregate`]: the aggregate functions of window queries and their
 //!   accumulators.
+//! * [`rank`]: the top rows of a window (`ROW_NUMBER() OVER (..)`).
 //! * [`expr`]: scalar expressions, bound once and evaluated per record
 //!   over the fields the source's parse already found.
 //! * [`datum`] and [`time`]: SQL values over JSON, and time functions.
@@ -26,6 +27,7 @@ pub mod dialect;
 mod error;
 pub mod expr;
 pub mod plan;
+pub mod rank;
 pub mod time;
 
 pub use datum::{Datum, SqlType};

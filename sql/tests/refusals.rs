@@ -67,7 +67,7 @@ fn refused_constructs_name_their_position_and_the_alternative() {
             "SELECT a FROM (SELECT a FROM input)",
             1,
             16,
-            "this kind of FROM",
+            "only as a window Top-N",
         ),
         (
             "SELECT a FROM input UNION SELECT a FROM input",

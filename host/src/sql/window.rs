@@ -185,8 +185,8 @@ impl WindowOutput for SqlWindowOutput {
         key: &Value,
         window: Window,
         accumulator: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<bool, String> {
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), String> {
         let mut accumulators = Vec::new();
         decode_into(accumulator, &mut accumulators).map_err(|error| error.0)?;
         // The key is the array of the GROUP BY keys' values (see
@@ -196,7 +196,7 @@ impl WindowOutput for SqlWindowOutput {
             _ => Vec::new(),
         };
         self.plan
-            .write_row(&keys, window.start, window.end, &accumulators, out)
+            .write_rows(&keys, window.start, window.end, &accumulators, emit)
             .map_err(|error| format!("SQL: {error}"))
     }
 }

@@ -14,6 +14,7 @@
 
 mod join;
 mod project;
+mod rank;
 mod window;
 
 pub use join::{JoinInput, JoinPlan};
@@ -346,6 +347,9 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
         TableFactor::TableFunction { expr, alias } => {
             window::compile_window(select, expr, alias.as_ref(), catalog).map(Plan::Window)
         }
+        TableFactor::Derived {
+            subquery, alias, ..
+        } => rank::compile_ranked(select, subquery, alias.as_ref(), catalog).map(Plan::Window),
         other => refuse(other, "this kind of FROM (a subquery, UNNEST, ...)"),
     }
 }

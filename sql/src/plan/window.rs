@@ -19,6 +19,7 @@ use crate::dialect::TABLE_ARGUMENT;
 use crate::error::SqlError;
 use crate::expr::bind::{plain_args, unsupported};
 use crate::expr::{Binder, Bound, EvalError, Expr, Names, Row, Scope, path_sql};
+use crate::rank::TopRows;
 use sluice_json::FieldPath;
 use smallvec::SmallVec;
 use sqlparser::ast::{
@@ -79,12 +80,18 @@ pub struct WindowPlan {
     pub filter: Option<Expr>,
     /// The aggregate calls; their arguments are over a record's row.
     pub aggregates: Vec<AggregateCall>,
+    /// For a window Top-N (`ROW_NUMBER() OVER (PARTITION BY window_start,
+    /// window_end ...)`), in place of aggregates: the rows each window
+    /// keeps; each is one output record, its row the keys, the window
+    /// columns, its rank and its kept values.
+    pub ranking: Option<TopRows>,
     /// `HAVING`, over a window's row.
-    having: Option<Expr>,
+    pub(super) having: Option<Expr>,
     /// The output columns, over a window's row.
-    output: Vec<OutputColumn>,
-    /// How each aggregate call was written, for `explain`.
-    aggregate_text: Vec<String>,
+    pub(super) output: Vec<OutputColumn>,
+    /// How each aggregate call was written (for a Top-N: the rank and the
+    /// kept values), for `explain`.
+    pub(super) aggregate_text: Vec<String>,
 }
 
 /// Compiles a query whose `FROM` is `TABLE(function)` (`alias`: its
@@ -109,7 +116,7 @@ pub(super) fn compile_window(
         .map(|path| scope.column(path.clone()))
         .collect();
     let filter = bind_condition(
-        &mut RecordNames(&mut scope),
+        &mut RecordNames(&mut scope, true),
         select.selection.as_ref(),
         "WHERE",
     )?;
@@ -152,6 +159,7 @@ pub(super) fn compile_window(
         keys,
         filter,
         aggregates,
+        ranking: None,
         having,
         output,
         aggregate_text,
@@ -159,18 +167,18 @@ pub(super) fn compile_window(
 }
 
 /// `TUMBLE(TABLE t, DESCRIPTOR(ts), size)` and its kin, checked.
-struct WindowCall {
-    window: WindowFunction,
-    table: String,
+pub(super) struct WindowCall {
+    pub(super) window: WindowFunction,
+    pub(super) table: String,
     /// The table's view, if it is one (its condition joins `WHERE`).
-    view: Option<super::TableView>,
-    time_column: String,
+    pub(super) view: Option<super::TableView>,
+    pub(super) time_column: String,
     /// `SESSION`'s `PARTITION BY` keys.
     partition_by: Vec<ast::Expr>,
 }
 
 impl WindowCall {
-    fn parse(function: &ast::Expr, catalog: &Catalog) -> Result<WindowCall, SqlError> {
+    pub(super) fn parse(function: &ast::Expr, catalog: &Catalog) -> Result<WindowCall, SqlError> {
         let span = function.span();
         let ast::Expr::Function(call) = function else {
             return refuse(function, "this table function");
@@ -479,7 +487,7 @@ impl GroupBy {
 }
 
 /// Which of [`WINDOW_COLUMNS`] `path` names.
-fn window_column(path: &FieldPath) -> Option<usize> {
+pub(super) fn window_column(path: &FieldPath) -> Option<usize> {
     match path {
         FieldPath::Top(name) => WINDOW_COLUMNS
             .iter()
@@ -520,13 +528,14 @@ fn check_session_keys(
 }
 
 /// Names in a record's `WHERE` and in aggregate arguments: the record's
-/// fields; the window columns and aggregates are not there yet.
-struct RecordNames<'s>(&'s mut Scope);
+/// fields; when a window function is read (`true`), its window columns
+/// are not there yet, and neither are aggregates.
+pub(super) struct RecordNames<'s>(pub(super) &'s mut Scope, pub(super) bool);
 
 impl Names for RecordNames<'_> {
     fn column(&mut self, parts: &[Ident], span: Span) -> Result<Bound, SqlError> {
         let path = self.0.path_of(parts);
-        if window_column(&path).is_some() {
+        if self.1 && window_column(&path).is_some() {
             return Err(SqlError::at(
                 span,
                 "a record's WHERE and an aggregate's argument are read before windows are assigned: filter on window columns with HAVING",
@@ -613,7 +622,8 @@ impl Names for GroupedNames<'_> {
             .map_err(|message| SqlError::at(span, message))?;
         let (arg, arg_type) = match arg {
             Some(expr) => {
-                let (bound, ty) = Binder::with_names(&mut RecordNames(self.input)).bind(expr)?;
+                let (bound, ty) =
+                    Binder::with_names(&mut RecordNames(self.input, true)).bind(expr)?;
                 if matches!(aggregate, AggregateFunction::Sum | AggregateFunction::Avg)
                     && !ty.may_be_numeric()
                 {
@@ -660,8 +670,12 @@ impl WindowPlan {
         }
     }
 
-    /// A new window's empty accumulators, one per aggregate call.
+    /// A new window's empty accumulators, one per aggregate call (or its
+    /// list of top rows).
     pub fn create(&self) -> Vec<Accumulator> {
+        if self.ranking.is_some() {
+            return vec![Accumulator::Rows(Vec::new())];
+        }
         self.aggregates.iter().map(AggregateCall::create).collect()
     }
 
@@ -674,6 +688,14 @@ impl WindowPlan {
         row: Row<'_>,
         event_time: i64,
     ) -> Result<(), EvalError> {
+        if let Some(top) = &self.ranking {
+            let ranked = top.row(row, event_time)?;
+            if let Some(Accumulator::Rows(rows)) = accumulators.first_mut() {
+                top.check(rows, &ranked)?;
+                top.insert(rows, ranked);
+            }
+            return Ok(());
+        }
         let mut values: SmallVec<[Datum<'_>; 4]> = SmallVec::new();
         for (call, accumulator) in self.aggregates.iter().zip(accumulators.iter()) {
             let value = match &call.arg {
@@ -697,6 +719,9 @@ impl WindowPlan {
     /// The accumulators of two windows that merge (sessions), `a` the
     /// earlier.
     pub fn merge(&self, a: &[Accumulator], b: &[Accumulator]) -> Vec<Accumulator> {
+        if let (Some(top), [Accumulator::Rows(a)], [Accumulator::Rows(b)]) = (&self.ranking, a, b) {
+            return vec![Accumulator::Rows(top.merge(a, b))];
+        }
         self.aggregates
             .iter()
             .zip(a.iter().zip(b))
@@ -704,17 +729,17 @@ impl WindowPlan {
             .collect()
     }
 
-    /// Writes the output record of the window `[start, end)` of the group
-    /// `keys` (their values, in key order) into `out`; `Ok(false)` if
-    /// `HAVING` drops it (`out` is then left as it was).
-    pub fn write_row(
+    /// Writes the output records of the window `[start, end)` of the
+    /// group `keys` (their values, in key order), each as `emit` takes it:
+    /// one, unless `HAVING` drops it; for a Top-N, one per kept row.
+    pub fn write_rows(
         &self,
         keys: &[Datum<'_>],
         start: i64,
         end: i64,
         accumulators: &[Accumulator],
-        out: &mut Vec<u8>,
-    ) -> Result<bool, EvalError> {
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), EvalError> {
         let mut row: Vec<Datum<'_>> = Vec::with_capacity(keys.len() + 3 + accumulators.len());
         row.extend(keys.iter().cloned());
         row.extend([
@@ -722,6 +747,19 @@ impl WindowPlan {
             Datum::Timestamp(end),
             Datum::Timestamp(end.saturating_sub(1)),
         ]);
+        let mut out = Vec::new();
+        if let (Some(top), Some(Accumulator::Rows(rows))) = (&self.ranking, accumulators.first()) {
+            let fixed = row.len();
+            for (ranked, rank) in rows.iter().zip(top.ranks(rows)) {
+                row.truncate(fixed);
+                row.push(Datum::Int(i64::try_from(rank).unwrap_or(i64::MAX)));
+                row.extend(ranked.datums());
+                out.clear();
+                self.write_output(Row::Datums(&row), &mut out)?;
+                emit(&out);
+            }
+            return Ok(());
+        }
         for (call, accumulator) in self.aggregates.iter().zip(accumulators) {
             row.push(call.finish(accumulator)?);
         }
@@ -729,8 +767,15 @@ impl WindowPlan {
         if let Some(having) = &self.having
             && !having.holds(row)?
         {
-            return Ok(false);
+            return Ok(());
         }
+        self.write_output(row, &mut out)?;
+        emit(&out);
+        Ok(())
+    }
+
+    /// Writes the `SELECT` list over a window's `row` into `out`.
+    fn write_output(&self, row: Row<'_>, out: &mut Vec<u8>) -> Result<(), EvalError> {
         let mark = out.len();
         out.push(b'{');
         for (index, column) in self.output.iter().enumerate() {
@@ -748,7 +793,7 @@ impl WindowPlan {
             }
         }
         out.push(b'}');
-        Ok(true)
+        Ok(())
     }
 
     /// The name of a window row's column `index`, for `explain`.
@@ -813,8 +858,28 @@ impl WindowPlan {
             .map(|column| format!("{} = {}", column.name, column.expr.to_sql_with(&name)))
             .collect::<Vec<_>>()
             .join(", ");
+        let aggregates = match &self.ranking {
+            Some(top) => format!(
+                "top:     {} <= {} by {}",
+                top.ranking.name(),
+                top.limit,
+                top.order
+                    .iter()
+                    .map(|(expr, descending)| {
+                        let order = expr.to_sql(&self.columns);
+                        if *descending {
+                            format!("{order} DESC")
+                        } else {
+                            order
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => format!("aggregates: {aggregates}"),
+        };
         let mut text = format!(
-            "window:  {window} on event time `{}`\nkeys:    {keys}\nwhere:   {filter}\naggregates: {aggregates}\n",
+            "window:  {window} on event time `{}`\nkeys:    {keys}\nwhere:   {filter}\n{aggregates}\n",
             self.time_column
         );
         if let Some(having) = &self.having {
@@ -905,22 +970,23 @@ mod tests {
                     .unwrap();
             }
         }
-        let mut out = Vec::new();
-        let keys = [Datum::Str("a".into())];
-        assert!(
-            plan.write_row(&keys, 0, 1000, &accumulators, &mut out)
-                .unwrap()
-        );
+        let written = |accumulators: &[Accumulator]| {
+            let mut rows = Vec::new();
+            let keys = [Datum::Str("a".into())];
+            plan.write_rows(&keys, 0, 1000, accumulators, &mut |row| {
+                rows.push(String::from_utf8(row.to_vec()).unwrap())
+            })
+            .unwrap();
+            rows
+        };
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"key":"a","window_start":"1970-01-01 00:00:00.000Z","tens":20,"top":7}"#
+            written(&accumulators),
+            [r#"{"key":"a","window_start":"1970-01-01 00:00:00.000Z","tens":20,"top":7}"#]
         );
         let mut single = plan.create();
         plan.add(&mut single, Row::Fields(&record("b", 1)), 1)
             .unwrap();
-        let mut out = b"kept".to_vec();
-        assert!(!plan.write_row(&keys, 0, 1000, &single, &mut out).unwrap());
-        assert_eq!(out, b"kept");
+        assert!(written(&single).is_empty());
         let text = plan.explain();
         assert!(text.contains("having:  (COUNT(*) > 1)"), "{text}");
         assert!(text.contains("tens = (COUNT(*) * 10)"), "{text}");

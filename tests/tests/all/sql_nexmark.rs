@@ -166,3 +166,102 @@ fn q8_as_a_sql_interval_join_equals_the_toml_join() {
     on_two.sort();
     assert_eq!(on_two, expected);
 }
+
+/// A `TIMESTAMP_LTZ(3)` as SQL writes it, in ms.
+fn ms(text: &Value) -> i64 {
+    let text = text.as_str().unwrap();
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.3fZ")
+        .unwrap()
+        .and_utc()
+        .timestamp_millis()
+}
+
+#[test]
+fn q7_as_a_window_top_n_equals_the_highest_bid_plugin() {
+    // The highest bid of every 10 s window; ties go to the earliest, then
+    // the lowest auction and bidder ids, as the plugin breaks them.
+    let dir = tempfile::tempdir().unwrap();
+    let query = "SELECT auction, bidder, price, date_time, window_end FROM ( \
+                   SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+                                                ORDER BY price DESC, date_time, auction, bidder) AS rownum \
+                   FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) \
+                 ) WHERE rownum <= 1";
+    let mut got: Vec<(i64, Value)> = run(dir.path(), "q7-sql", &sql(query))
+        .into_iter()
+        .map(|mut row| {
+            let end = ms(&row["window_end"]);
+            row.as_object_mut().unwrap().remove("window_end");
+            (end, row)
+        })
+        .collect();
+    let plugin = format!(
+        "[[operators]]\nname = \"highest-bid\"\nplugin = {:?}\nwindow = {{ tumbling_ms = 10_000 }}\n",
+        plugin("highest-bid")
+    );
+    let mut expected: Vec<(i64, Value)> = run(dir.path(), "q7-plugin", &plugin)
+        .into_iter()
+        .filter(|r| !r["result"].is_null())
+        .map(|r| {
+            let mut best = r["result"].clone();
+            best.as_object_mut().unwrap().remove("bids_in_window");
+            (r["window_end"].as_i64().unwrap(), best)
+        })
+        .collect();
+    got.sort_by_key(|(end, _)| *end);
+    expected.sort_by_key(|(end, _)| *end);
+    assert!(expected.len() >= 2, "{}", expected.len());
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn q5_as_a_window_aggregation_then_a_top_n_equals_the_hot_items_pipeline() {
+    // Bids per auction over 10 s windows every 2 s, then per window the
+    // auctions with the most (ties all kept: RANK).
+    let dir = tempfile::tempdir().unwrap();
+    let counts = "SELECT auction, window_start, window_end, COUNT(*) AS num \
+                  FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) \
+                  GROUP BY auction, window_start, window_end";
+    let hot = "SELECT window_end, auction, num FROM ( \
+                 SELECT *, RANK() OVER (PARTITION BY window_start, window_end ORDER BY num DESC) AS rk \
+                 FROM input \
+               ) WHERE rk <= 1";
+    let operators = format!(
+        "[[operators]]\nname = \"counts\"\nsql = {counts:?}\n\n[[operators]]\nname = \"hot\"\nsql = {hot:?}\n"
+    );
+    let toml = format!(
+        "[[operators]]\nname = \"bids\"\nplugin = {:?}\nconfig = {{ modulus = 1 }}\n\n[[operators]]\nname = \"bids-per-auction\"\nwindow = {{ sliding_ms = 10_000, slide_ms = 2_000 }}\nkey_field = \"auction\"\naggregate = {{ function = \"count\" }}\n\n[[operators]]\nname = \"hot-items\"\nplugin = {:?}\nwindow = {{ tumbling_ms = 2_000 }}\nkey_field = \"window_end\"\n",
+        plugin("filter-bids"),
+        plugin("hot-items")
+    );
+    let expected: std::collections::BTreeMap<i64, (u64, Vec<u64>)> =
+        run(dir.path(), "q5-toml", &toml)
+            .iter()
+            .map(|r| {
+                let result = &r["result"];
+                let mut auctions: Vec<u64> = result["auctions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_u64().unwrap())
+                    .collect();
+                auctions.sort();
+                (
+                    result["window_end"].as_i64().unwrap(),
+                    (result["bids"].as_u64().unwrap(), auctions),
+                )
+            })
+            .collect();
+    assert!(expected.len() > 10, "{}", expected.len());
+    for settings in ["workers = 1", "workers = 2"] {
+        let mut got: std::collections::BTreeMap<i64, (u64, Vec<u64>)> = Default::default();
+        for row in run_with(dir.path(), "q5-sql", settings, &operators) {
+            let entry = got.entry(ms(&row["window_end"])).or_default();
+            entry.0 = row["num"].as_u64().unwrap();
+            entry.1.push(row["auction"].as_u64().unwrap());
+        }
+        for (_, auctions) in got.values_mut() {
+            auctions.sort();
+        }
+        assert_eq!(got, expected, "{settings}");
+    }
+}

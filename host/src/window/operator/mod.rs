@@ -124,13 +124,11 @@ struct Group<'k> {
     members: Range<usize>,
 }
 
-/// A window's output value as it fires.
+/// A window's output values as it fires.
 enum Rendered {
-    /// The value to emit.
-    Value(Vec<u8>),
-    /// Nothing to emit (SQL's `HAVING`).
-    Dropped,
-    /// The value cannot be written: the reason.
+    /// The values to emit (none: SQL's `HAVING` dropped the window).
+    Values(Vec<Vec<u8>>),
+    /// They cannot be written: the reason.
     Failed(String),
 }
 
@@ -145,14 +143,14 @@ fn render(
     accumulator: &[u8],
 ) -> Result<Rendered, AggregateError> {
     if let Some(output) = output {
-        let mut value = Vec::new();
-        return Ok(
-            match output.write(key_json, window, accumulator, &mut value) {
-                Ok(true) => Rendered::Value(value),
-                Ok(false) => Rendered::Dropped,
-                Err(reason) => Rendered::Failed(reason),
-            },
-        );
+        let mut values = Vec::new();
+        let written = output.write(key_json, window, accumulator, &mut |value| {
+            values.push(value.to_vec())
+        });
+        return Ok(match written {
+            Ok(()) => Rendered::Values(values),
+            Err(reason) => Rendered::Failed(reason),
+        });
     }
     let result = WindowResult {
         key: key_json.clone(),
@@ -162,9 +160,9 @@ fn render(
         update: seq > 0,
         seq,
     };
-    Ok(Rendered::Value(
+    Ok(Rendered::Values(vec![
         serde_json::to_vec(&result).unwrap_or_default(),
-    ))
+    ]))
 }
 
 /// Why a record of a batch cannot be added to a window.
@@ -488,10 +486,10 @@ impl WindowOperator {
         if seq > 0 {
             self.metrics.add_plugin_counter("updates", 1);
         }
+        let key_bytes = key;
         let record_key = self.key.record_key(key);
-        let value = match rendered.map_err(|e| self.aggregate_error(e))? {
-            Rendered::Value(value) => value,
-            Rendered::Dropped => return Ok(()),
+        let values = match rendered.map_err(|e| self.aggregate_error(e))? {
+            Rendered::Values(values) => values,
             Rendered::Failed(reason) => {
                 let about = serde_json::json!({
                     "key": key_json,
@@ -518,20 +516,27 @@ impl WindowOperator {
                 return Ok(());
             }
         };
-        let record = Record {
-            read_fields: None,
-            key: (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key)),
-            value: value.into(),
-            headers: Headers::new(),
-            event_time: Some(window.max_timestamp()),
-            source: SourcePosition {
-                topic: self.topic,
-                partition: i32::from(key_group::key_group(key, self.options.max_parallelism)),
-                offset: seq as i64,
-            },
-        };
-        self.metrics.count_out(&record);
-        out.main.push(record);
+        let key = (!record_key.is_empty()).then(|| bytes::Bytes::copy_from_slice(record_key));
+        let partition = i32::from(key_group::key_group(
+            key_bytes,
+            self.options.max_parallelism,
+        ));
+        for value in values {
+            let record = Record {
+                read_fields: None,
+                key: key.clone(),
+                value: value.into(),
+                headers: Headers::new(),
+                event_time: Some(window.max_timestamp()),
+                source: SourcePosition {
+                    topic: self.topic,
+                    partition,
+                    offset: seq as i64,
+                },
+            };
+            self.metrics.count_out(&record);
+            out.main.push(record);
+        }
         Ok(())
     }
 
