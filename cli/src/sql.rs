@@ -47,6 +47,9 @@ pub fn explain(pipeline: &Path) -> anyhow::Result<String> {
                 sluice_sql::Plan::Join(_) => {
                     "  becomes an interval join keyed by the join keys, then a projection of each joined pair\n"
                 }
+                sluice_sql::Plan::Deduplicate(_) => {
+                    "  becomes a de-duplication keyed by the partition keys (state_ttl_ms bounds how long a key is remembered)\n"
+                }
             });
             for line in plan.explain().lines() {
                 text.push_str(&format!("  {line}\n"));

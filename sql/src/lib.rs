@@ -34,6 +34,6 @@ pub use datum::{Datum, SqlType};
 pub use error::SqlError;
 pub use expr::{EvalError, Expr};
 pub use plan::{
-    Catalog, JoinInput, JoinPlan, Output, Plan, ProjectPlan, ROWTIME, TableView, WindowFunction,
-    WindowPlan, compile,
+    Catalog, DedupOrder, DedupPlan, JoinInput, JoinPlan, Output, Plan, ProjectPlan, ROWTIME,
+    TableView, WindowFunction, WindowPlan, compile,
 };

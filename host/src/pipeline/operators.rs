@@ -10,7 +10,8 @@ use crate::metrics::OperatorMetrics;
 use crate::runtime::PluginAggregator;
 use crate::runtime::{PluginInstance, PluginLimits, PluginRuntime};
 use crate::sql::{
-    SqlJoinOperator, SqlProjectOperator, SqlWindowAggregate, SqlWindowOutput, window_spec,
+    SqlDedupOperator, SqlDedupOptions, SqlJoinOperator, SqlProjectOperator, SqlWindowAggregate,
+    SqlWindowOutput, window_spec,
 };
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{OperatorScope, StateBackend, StateMemoryBudget, StateTtl, ttl};
@@ -242,6 +243,20 @@ fn build_sql_operator(
                 .map_err(|error| loaded.error_at(&field, error.to_string()))?;
             let project = SqlProjectOperator::after(name, plan.project, metrics);
             Ok(Box::new(SqlJoinOperator::new(join, project)))
+        }
+        sluice_sql::Plan::Deduplicate(plan) => {
+            let options = SqlDedupOptions {
+                name: name.clone(),
+                order: plan.order,
+                late_output: late_output(loaded, index)?,
+                max_parallelism: loaded.config.pipeline.max_parallelism.get(),
+                key_groups: key_groups(loaded, worker),
+            };
+            let dedup =
+                SqlDedupOperator::new(options, plan, open_store()?, metrics).map_err(|error| {
+                    loaded.error_at(&format!("operators[{index}]"), error.to_string())
+                })?;
+            Ok(Box::new(dedup))
         }
     }
 }

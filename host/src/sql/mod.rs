@@ -22,11 +22,15 @@
 //!   AND A.date_time BETWEEN ...`) runs on [`crate::join::IntervalJoinOperator`],
 //!   its output projected by the query's `SELECT` and `WHERE` in the same
 //!   operator ([`SqlJoinOperator`]).
+//! * De-duplication (`ROW_NUMBER() OVER (PARTITION BY id ORDER BY ..) = 1`)
+//!   keeps each key's first row in keyed state ([`SqlDedupOperator`]).
 
+mod dedup;
 mod join;
 mod project;
 mod window;
 
+pub use dedup::{SqlDedupOperator, SqlDedupOptions};
 pub use join::SqlJoinOperator;
 pub use project::SqlProjectOperator;
 pub use window::{SqlWindowAggregate, SqlWindowOutput, window_spec};

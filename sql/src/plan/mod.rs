@@ -25,6 +25,7 @@ use crate::datum::Datum;
 use crate::dialect::FlinkDialect;
 use crate::error::{SqlError, from_parser_message};
 use crate::expr::EvalError;
+use sluice_json::FieldPath;
 use sqlparser::ast::{self, SelectItem, SetExpr, Spanned, Statement, TableFactor};
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Span, Token, Tokenizer};
@@ -170,6 +171,55 @@ pub enum Plan {
     Window(WindowPlan),
     /// An interval join of two parts of the input, then a projection.
     Join(JoinPlan),
+    /// De-duplication: each key's first row.
+    Deduplicate(DedupPlan),
+}
+
+/// Which row of a key de-duplication keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupOrder {
+    /// The first to arrive (`ORDER BY PROCTIME()`), emitted at once.
+    Arrival,
+    /// The earliest by event time (`ORDER BY ts`), emitted when the
+    /// watermark passes it (a later-arriving, earlier row still wins
+    /// until then; one behind the watermark is late).
+    EventTime,
+}
+
+/// `SELECT cols FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY keys ORDER
+/// BY ..) AS rn FROM input [WHERE ..]) WHERE rn = 1`: each key's first
+/// row, as long as the operator's state remembers the key
+/// (`state_ttl_ms`).
+#[derive(Debug, Clone)]
+pub struct DedupPlan {
+    /// The key columns.
+    pub keys: Vec<FieldPath>,
+    /// Which row of a key is kept.
+    pub order: DedupOrder,
+    /// The inner `WHERE` (records that fail it are not ranked), passing a
+    /// record unchanged.
+    pub filter: ProjectPlan,
+    /// What a kept record becomes (the outer `SELECT`).
+    pub project: ProjectPlan,
+}
+
+impl DedupPlan {
+    /// What the query became, for `sluice sql explain` and the dashboard.
+    pub fn explain(&self) -> String {
+        let keys: Vec<String> = self.keys.iter().map(crate::expr::path_sql).collect();
+        let order = match self.order {
+            DedupOrder::Arrival => "the first to arrive",
+            DedupOrder::EventTime => "the earliest by event time, once the watermark passes it",
+        };
+        let filter = self.filter.explain();
+        let columns = self.project.explain();
+        format!(
+            "dedup:   each key's first row ({order}), keyed by {}\n{}\n{}",
+            keys.join(", "),
+            filter.lines().take(2).collect::<Vec<_>>().join("\n"),
+            columns.lines().last().unwrap_or_default()
+        )
+    }
 }
 
 impl Plan {
@@ -179,13 +229,14 @@ impl Plan {
             Plan::Project(plan) => plan.explain(),
             Plan::Window(plan) => plan.explain(),
             Plan::Join(plan) => plan.explain(),
+            Plan::Deduplicate(plan) => plan.explain(),
         }
     }
 
     /// Whether the plan keeps state per key (and so runs where keyed
     /// operators run, one instance per worker).
     pub fn is_keyed(&self) -> bool {
-        matches!(self, Plan::Window(_) | Plan::Join(_))
+        matches!(self, Plan::Window(_) | Plan::Join(_) | Plan::Deduplicate(_))
     }
 }
 
@@ -349,7 +400,7 @@ fn compile_select(select: &ast::Select, catalog: &Catalog) -> Result<Plan, SqlEr
         }
         TableFactor::Derived {
             subquery, alias, ..
-        } => rank::compile_ranked(select, subquery, alias.as_ref(), catalog).map(Plan::Window),
+        } => rank::compile_ranked(select, subquery, alias.as_ref(), catalog),
         other => refuse(other, "this kind of FROM (a subquery, UNNEST, ...)"),
     }
 }

@@ -18,7 +18,10 @@
 //! window of one millisecond at that time, keyed by the partition columns.
 
 use super::window::{RecordNames, WindowCall, window_column};
-use super::{Catalog, OutputColumn, WindowFunction, WindowPlan, bind_condition, default_name};
+use super::{
+    Catalog, OutputColumn, Plan, WindowFunction, WindowPlan, bind_condition, default_name,
+};
+use super::{DedupOrder, DedupPlan, Output, ProjectPlan, TableView};
 use super::{output_column, refuse};
 use crate::datum::SqlType;
 use crate::error::SqlError;
@@ -49,7 +52,7 @@ pub(super) fn compile_ranked(
     inner: &ast::Query,
     alias: Option<&ast::TableAlias>,
     catalog: &Catalog,
-) -> Result<WindowPlan, SqlError> {
+) -> Result<Plan, SqlError> {
     if inner.with.is_some() || inner.order_by.is_some() || inner.limit_clause.is_some() {
         return refuse(inner, "WITH, ORDER BY or LIMIT in a subquery");
     }
@@ -79,12 +82,13 @@ pub(super) fn compile_ranked(
         return refuse(&from.joins[0], "a Top-N over a join");
     }
     // The window (from a window function, or the earlier window's rows).
-    let (call, mut qualifiers) = match &from.relation {
+    let (call, view, mut qualifiers) = match &from.relation {
         TableFactor::TableFunction { expr, alias } => {
             let call = WindowCall::parse(expr, catalog)?;
             let mut qualifiers = vec![call.table.clone()];
             qualifiers.extend(alias.iter().map(|a| a.name.value.clone()));
-            (Some(call), qualifiers)
+            let view = call.view.clone();
+            (Some(call), view, qualifiers)
         }
         TableFactor::Table {
             name,
@@ -93,15 +97,10 @@ pub(super) fn compile_ranked(
             ..
         } => {
             let table = name.to_string();
-            if catalog.table(&table, name.span())?.is_some() {
-                return refuse(
-                    name,
-                    "a Top-N over a part of the input without a window function",
-                );
-            }
+            let view = catalog.table(&table, name.span())?.cloned();
             let mut qualifiers = vec![table];
             qualifiers.extend(alias.iter().map(|a| a.name.value.clone()));
-            (None, qualifiers)
+            (None, view, qualifiers)
         }
         other => return refuse(other, TOP_N_SHAPE),
     };
@@ -131,6 +130,19 @@ pub(super) fn compile_ranked(
             _ if !keys.contains(&path) => keys.push(path),
             _ => {}
         }
+    }
+    if !windowed && !window[0] && !window[1] {
+        return compile_deduplication(
+            outer,
+            select,
+            &ranking,
+            &inner_columns,
+            view.as_ref(),
+            keys,
+            scope,
+            catalog,
+        )
+        .map(Plan::Deduplicate);
     }
     if !(window[0] && window[1]) {
         let span = ranking
@@ -170,10 +182,7 @@ pub(super) fn compile_ranked(
             "a Top-N needs ORDER BY in its OVER (...)",
         ));
     }
-    let filter = match &call {
-        Some(call) => super::with_view_condition(call.view.as_ref(), filter, &mut scope),
-        None => filter,
-    };
+    let filter = super::with_view_condition(view.as_ref(), filter, &mut scope);
     let limit = rank_limit(outer, &ranking.name)?;
     // The outer query, over the kept rows.
     let mut names = RankedNames {
@@ -238,7 +247,7 @@ pub(super) fn compile_ranked(
     };
     let mut row_names = vec![ranking.name.clone()];
     row_names.extend(value_names);
-    Ok(WindowPlan {
+    Ok(Plan::Window(WindowPlan {
         window,
         time_column,
         columns: scope.columns().to_vec(),
@@ -254,7 +263,122 @@ pub(super) fn compile_ranked(
         having: None,
         output,
         aggregate_text: row_names,
+    }))
+}
+
+/// De-duplication, Flink's pattern: `SELECT cols FROM (SELECT *,
+/// ROW_NUMBER() OVER (PARTITION BY id ORDER BY PROCTIME() | ts) AS rn FROM
+/// input) WHERE rn = 1`: the first row of each key, by arrival or by event
+/// time (`ts` ascending: the key's earliest row, once the watermark passes
+/// it).
+#[allow(clippy::too_many_arguments)]
+fn compile_deduplication(
+    outer: &ast::Select,
+    select: &ast::Select,
+    ranking: &RankingColumn<'_>,
+    inner_columns: &Option<Vec<(String, Option<FieldPath>)>>,
+    view: Option<&TableView>,
+    keys: Vec<FieldPath>,
+    mut scope: Scope,
+    catalog: &Catalog,
+) -> Result<DedupPlan, SqlError> {
+    let keep_first = "de-duplication keeps each key's first row: ROW_NUMBER() OVER (PARTITION BY id ORDER BY PROCTIME() | <event time> ASC) AS rn ... WHERE rn = 1 (keeping the last row would emit updates)";
+    if ranking.ranking != Ranking::RowNumber || rank_limit(outer, &ranking.name)? != 1 {
+        return Err(SqlError::at(select.span(), keep_first));
+    }
+    if let Some(selection) = &outer.selection
+        && !is_rank_condition(selection, &ranking.name)
+    {
+        return refuse(
+            selection,
+            "conditions beside the rank in the outer WHERE (filter in the inner query)",
+        );
+    }
+    let [order] = ranking.order_by else {
+        return Err(SqlError::at(select.span(), keep_first));
+    };
+    let descending = matches!(order.options.sort, Some(ast::OrderBySort::Desc));
+    let by = match &order.expr {
+        ast::Expr::Function(function)
+            if function.name.to_string().eq_ignore_ascii_case("PROCTIME") && !descending =>
+        {
+            DedupOrder::Arrival
+        }
+        ast::Expr::Identifier(column)
+            if !descending
+                && catalog
+                    .time_columns
+                    .iter()
+                    .any(|time| time.eq_ignore_ascii_case(&column.value)) =>
+        {
+            DedupOrder::EventTime
+        }
+        other => return Err(SqlError::at(other.span(), keep_first)),
+    };
+    if order.options.nulls_first.is_some() {
+        return refuse(order, "NULLS FIRST or LAST");
+    }
+    let filter = bind_condition(&mut scope, select.selection.as_ref(), "WHERE")?;
+    let filter = super::with_view_condition(view, filter, &mut scope);
+    let key_columns: Vec<usize> = keys.iter().map(|key| scope.column(key.clone())).collect();
+    let mut names = DedupNames {
+        scope: &mut scope,
+        rank: &ranking.name,
+        inner: inner_columns,
+    };
+    let output = super::project::compile_columns(outer, &mut names, false)?;
+    let columns = scope.columns().to_vec();
+    Ok(DedupPlan {
+        keys: key_columns.iter().map(|&k| columns[k].clone()).collect(),
+        order: by,
+        filter: ProjectPlan {
+            columns: columns.clone(),
+            filter,
+            output: Output::Whole,
+        },
+        project: ProjectPlan {
+            columns,
+            filter: None,
+            output,
+        },
     })
+}
+
+/// Names in a de-duplication's outer query: the record's columns (as the
+/// inner query names them) and the rank, always 1.
+struct DedupNames<'s> {
+    scope: &'s mut Scope,
+    rank: &'s str,
+    inner: &'s Option<Vec<(String, Option<FieldPath>)>>,
+}
+
+impl Names for DedupNames<'_> {
+    fn column(&mut self, parts: &[Ident], span: Span) -> Result<Bound, SqlError> {
+        if let [one] = parts
+            && one.value == self.rank
+        {
+            return Ok((Expr::Literal(crate::datum::Datum::Int(1)), SqlType::Bigint));
+        }
+        let path = self.scope.path_of(parts);
+        let path = match self.inner {
+            None => path,
+            Some(columns) => {
+                let named = columns
+                    .iter()
+                    .find(|(name, _)| FieldPath::Top(name.clone()) == path);
+                match named {
+                    Some((_, Some(inner))) => inner.clone(),
+                    _ => {
+                        return Err(SqlError::at(
+                            span,
+                            format!("`{}` is not a column of the inner query", path_sql(&path)),
+                        ));
+                    }
+                }
+            }
+        };
+        Ok((Expr::Column(self.scope.column(path)), SqlType::Unknown))
+    }
 }
 
 /// The inner query's columns: its ranking column, and the others — `None`
@@ -511,6 +635,30 @@ mod tests {
     }
 
     #[test]
+    fn de_duplication_keeps_the_first_row_by_arrival_or_event_time() {
+        for (order, expected) in [
+            ("PROCTIME()", crate::plan::DedupOrder::Arrival),
+            ("ts", crate::plan::DedupOrder::EventTime),
+            ("ts ASC", crate::plan::DedupOrder::EventTime),
+        ] {
+            let sql = format!(
+                "SELECT id, amount, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY id ORDER BY {order}) AS rn FROM input WHERE amount > 0) WHERE rn = 1"
+            );
+            let Ok(Plan::Deduplicate(plan)) = compiled(&sql) else {
+                panic!("not a de-duplication: {sql}");
+            };
+            assert_eq!(plan.order, expected);
+            assert_eq!(plan.keys, [sluice_json::FieldPath::Top("id".into())]);
+            let text = plan.explain();
+            assert!(text.contains("where:   (amount > 0)"), "{text}");
+            assert!(
+                text.contains("columns: id = id, amount = amount, rn = 1"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn top_n_outside_the_supported_shape_is_refused_with_its_position() {
         let tvf = "FROM TABLE(TUMBLE(TABLE input, DESCRIPTOR(ts), INTERVAL '1' SECOND))";
         let cases = [
@@ -522,7 +670,10 @@ mod tests {
             (format!("SELECT a FROM (SELECT *, LAG(a) OVER (PARTITION BY window_start, window_end ORDER BY a) AS rn {tvf}) WHERE rn <= 2"), "ROW_NUMBER, RANK or DENSE_RANK"),
             (format!("SELECT b FROM (SELECT a, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY a) AS rn {tvf}) WHERE rn <= 2"), "`b` is not a column of the inner query"),
             (format!("SELECT a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY a NULLS LAST) AS rn {tvf}) WHERE rn <= 2"), "NULLS FIRST or LAST"),
-            ("SELECT a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY a ORDER BY ts) AS rn FROM input) WHERE rn = 1".to_string(), "a Top-N ranks the rows of a window"),
+            ("SELECT a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY a ORDER BY ts DESC) AS rn FROM input) WHERE rn = 1".to_string(), "keeps each key's first row"),
+            ("SELECT a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY a ORDER BY b) AS rn FROM input) WHERE rn = 1".to_string(), "keeps each key's first row"),
+            ("SELECT a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY a ORDER BY ts) AS rn FROM input) WHERE rn <= 2".to_string(), "keeps each key's first row"),
+            ("SELECT a FROM (SELECT *, RANK() OVER (PARTITION BY window_start, a ORDER BY ts) AS rn FROM input) WHERE rn <= 2".to_string(), "a Top-N ranks the rows of a window"),
         ];
         for (sql, expected) in cases {
             let shown = compiled(&sql)
