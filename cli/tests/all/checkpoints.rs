@@ -82,6 +82,24 @@ path = "out/dead-letters.jsonl"
         }
     }
 
+    /// [`Job::new`] with SQL operators in place of the window: bids per
+    /// auction and second (a window aggregation over Nexmark's `bid`),
+    /// then each second's three busiest auctions (a window Top-N over
+    /// those rows): two keyed stages of SQL state.
+    fn sql(records: u64, workers: usize) -> Job {
+        let job = Job::new(records, workers, "exactly-once");
+        let text = std::fs::read_to_string(job.pipeline()).expect("read pipeline");
+        let window = "[[operators]]\nname = \"per-auction\"\nwindow = { tumbling_ms = 1000 }\nkey_field = \"auction\"\naggregate = { function = \"count\" }\n";
+        assert!(text.contains(window));
+        let counts = "SELECT auction, window_start, window_end, COUNT(*) AS bids, MAX(price) AS top FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) GROUP BY auction, window_start, window_end";
+        let busiest = "SELECT window_end, auction, bids, top, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY bids DESC, auction) AS rn FROM input) WHERE rn <= 3";
+        let sql = format!(
+            "[[operators]]\nname = \"per-auction\"\nsql = {counts:?}\n\n[[operators]]\nname = \"busiest\"\nsql = {busiest:?}\n"
+        );
+        std::fs::write(job.pipeline(), text.replace(window, &sql)).expect("write pipeline");
+        job
+    }
+
     /// [`Job::new`] with the window results going to an Iceberg table.
     fn with_iceberg(records: u64, workers: usize, mode: &str) -> Job {
         let mut job = Job::new(records, workers, mode);
@@ -393,6 +411,23 @@ fn sigkill_at_random_moments_changes_nothing_in_the_output() {
     );
     job.assert_storage_is_clean();
     job.assert_no_leftover_state();
+}
+
+#[test]
+fn sigkill_at_random_moments_changes_nothing_in_a_sql_pipelines_output() {
+    const RECORDS: u64 = 120_000;
+    let reference = Job::sql(RECORDS, 2);
+    reference.run_to_end(&[]);
+    let expected = reference.outputs();
+    assert!(expected.0.len() > 100, "{}", expected.0.len());
+    assert!(expected.1.is_empty(), "{:?}", expected.1);
+    let job = Job::sql(RECORDS, 2);
+    let last = kill_loop(&job, 10);
+    assert!(last.contains("restored checkpoint"), "{last}");
+    let (rows, dead_letters) = job.outputs();
+    assert!(rows == expected.0, "SQL rows differ from an uninterrupted run");
+    assert!(dead_letters.is_empty(), "{dead_letters:?}");
+    job.assert_storage_is_clean();
 }
 
 #[test]
