@@ -129,6 +129,22 @@ mod tests {
             "{explained}"
         );
         assert!(check(&file).unwrap().contains("valid, 1 SQL operator\n"));
+        // A window query: what the window operator keeps and emits.
+        let window = format!(
+            "[pipeline]\nname = \"p\"\n\n[source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n[[operators]]\nname = \"totals\"\nsql = \"SELECT name, window_end, SUM(amount) AS total FROM TABLE(HOP(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)) GROUP BY name, window_start, window_end HAVING COUNT(*) > 2\"\n\n[sink]\nblackhole = {{}}\n"
+        );
+        std::fs::write(&file, &window).unwrap();
+        let explained = explain(&file).unwrap();
+        for expected in [
+            "becomes a window operator keyed by the GROUP BY keys",
+            "window:  HOP slide 60000 ms, size 300000 ms on event time `ts`",
+            "keys:    name",
+            "aggregates: SUM(amount), COUNT(*)",
+            "having:  (COUNT(*) > 2)",
+            "columns: name = name, window_end = window_end, total = SUM(amount)",
+        ] {
+            assert!(explained.contains(expected), "{expected}\n{explained}");
+        }
         std::fs::write(&file, pipeline.replace("AS name", "AS id")).unwrap();
         let error = check(&file).unwrap_err().to_string();
         assert!(error.contains("p.toml:9:"), "{error}");
