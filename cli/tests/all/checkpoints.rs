@@ -425,7 +425,10 @@ fn sigkill_at_random_moments_changes_nothing_in_a_sql_pipelines_output() {
     let last = kill_loop(&job, 10);
     assert!(last.contains("restored checkpoint"), "{last}");
     let (rows, dead_letters) = job.outputs();
-    assert!(rows == expected.0, "SQL rows differ from an uninterrupted run");
+    assert!(
+        rows == expected.0,
+        "SQL rows differ from an uninterrupted run"
+    );
     assert!(dead_letters.is_empty(), "{dead_letters:?}");
     job.assert_storage_is_clean();
 }
