@@ -132,7 +132,7 @@ pub enum Accumulator {
     /// `FIRST_VALUE` or `LAST_VALUE`: the value and its record's event time.
     Timed(Option<(i64, Stored)>),
     /// `COUNT(DISTINCT ..)`: each value's canonical bytes
-    /// ([`Stored::distinct_key`]).
+    /// (a type tag and the value, equal for values SQL calls equal).
     Distinct(BTreeSet<Vec<u8>>),
     /// A window's top rows (`ROW_NUMBER() OVER (..)`: [`crate::rank`]),
     /// sorted.

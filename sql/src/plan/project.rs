@@ -174,7 +174,7 @@ impl ProjectPlan {
 
     /// The names of the columns when every one is a top-level field: a
     /// record's row can then be read from where these lie in its value
-    /// ([`Datum::of_json_text`] of each span), and plain columns copied.
+    /// ([`crate::Datum::of_json_text`] of each span), and plain columns copied.
     pub fn top_level_names(&self) -> Option<Vec<String>> {
         self.columns
             .iter()

@@ -108,7 +108,8 @@ impl Names for Scope {
     }
 }
 
-/// Binds expressions within a [`Scope`] (or other [`Names`]).
+/// Binds expressions within a [`Scope`] (or the names of a window's row, a
+/// join's sides).
 pub struct Binder<'s> {
     names: &'s mut dyn Names,
     depth: usize,
