@@ -170,9 +170,17 @@ impl LoadedConfig {
                 catalog = catalog.with_view(name, column, value);
             }
         }
-        let after_window = self.config.operators[..index]
-            .iter()
-            .any(|op| op.window.is_some() || op.sql_keyed);
+        // An earlier SQL operator is a window if its own query is one
+        // (compiled against its own catalog: earlier indexes only).
+        let after_window =
+            self.config.operators[..index]
+                .iter()
+                .enumerate()
+                .any(|(earlier, op)| {
+                    op.window.is_some()
+                        || (op.sql_keyed
+                            && matches!(self.sql_plan(earlier), Ok(sluice_sql::Plan::Window(_))))
+                });
         match after_window {
             true => catalog.with_time_column("window_time"),
             false => match source.time_column() {

@@ -344,6 +344,30 @@ fn compile_deduplication(
     })
 }
 
+/// The field an outer query's column `path` reads: itself when the inner
+/// query is `*`, else the column of the inner query it names (as renamed
+/// there).
+fn inner_path(
+    inner: &Option<Vec<(String, Option<FieldPath>)>>,
+    path: FieldPath,
+    span: Span,
+) -> Result<FieldPath, SqlError> {
+    let Some(columns) = inner else {
+        return Ok(path);
+    };
+    let named = match &path {
+        FieldPath::Top(name) => columns.iter().find(|(n, _)| n == name),
+        FieldPath::Pointer(_) => None,
+    };
+    match named {
+        Some((_, Some(inner))) => Ok(inner.clone()),
+        _ => Err(SqlError::at(
+            span,
+            format!("`{}` is not a column of the inner query", path_sql(&path)),
+        )),
+    }
+}
+
 /// Names in a de-duplication's outer query: the record's columns (as the
 /// inner query names them) and the rank, always 1.
 struct DedupNames<'s> {
@@ -359,24 +383,7 @@ impl Names for DedupNames<'_> {
         {
             return Ok((Expr::Literal(crate::datum::Datum::Int(1)), SqlType::Bigint));
         }
-        let path = self.scope.path_of(parts);
-        let path = match self.inner {
-            None => path,
-            Some(columns) => {
-                let named = columns
-                    .iter()
-                    .find(|(name, _)| FieldPath::Top(name.clone()) == path);
-                match named {
-                    Some((_, Some(inner))) => inner.clone(),
-                    _ => {
-                        return Err(SqlError::at(
-                            span,
-                            format!("`{}` is not a column of the inner query", path_sql(&path)),
-                        ));
-                    }
-                }
-            }
-        };
+        let path = inner_path(self.inner, self.scope.path_of(parts), span)?;
         Ok((Expr::Column(self.scope.column(path)), SqlType::Unknown))
     }
 }
@@ -567,24 +574,7 @@ impl Names for RankedNames<'_> {
             return Ok((Expr::Column(index), SqlType::Unknown));
         }
         // A column of the inner query, renamed there or not.
-        let path = match self.inner {
-            None => path,
-            Some(columns) => {
-                let named = match &path {
-                    FieldPath::Top(name) => columns.iter().find(|(n, _)| n == name),
-                    FieldPath::Pointer(_) => None,
-                };
-                match named {
-                    Some((_, Some(inner))) => inner.clone(),
-                    _ => {
-                        return Err(SqlError::at(
-                            span,
-                            format!("`{}` is not a column of the inner query", path_sql(&path)),
-                        ));
-                    }
-                }
-            }
-        };
+        let path = inner_path(self.inner, path, span)?;
         if let Some(key) = self.keys.iter().position(|key| *key == path) {
             return Ok((Expr::Column(key), SqlType::Unknown));
         }

@@ -23,6 +23,7 @@ mod quickstart;
 mod schema_registry;
 mod shared_reader;
 mod sql;
+mod sql_bronze_to_silver;
 mod sql_dedup;
 mod sql_nexmark;
 mod sql_windows;
