@@ -177,6 +177,19 @@ pub fn run_pipeline_until(
     (outcome, metrics.snapshot())
 }
 
+/// The JSON lines of the file at `path` (none if it is missing), each
+/// parsed: what a file sink or a `format = "record"` dead-letter file
+/// wrote.
+pub fn read_json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display()))
+        })
+        .collect()
+}
+
 /// Runs the pipeline file text `pipeline_toml` (with a bounded source) to
 /// its end. Fails the test if that takes longer than `timeout`.
 pub fn run_pipeline_to_end(

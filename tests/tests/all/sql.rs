@@ -3,7 +3,7 @@
 //! same query computed here from the records.
 
 use serde_json::{Value, json};
-use sluice_tests::run_pipeline_to_end;
+use sluice_tests::{read_json_lines, run_pipeline_to_end};
 use std::time::Duration;
 
 /// Records with every shape the query meets: typical ones, missing and
@@ -70,14 +70,6 @@ fn model(record: &Value) -> Result<Option<Value>, ()> {
 const QUERY: &str = "SELECT id, UPPER(name) AS name, payload.amount AS nested, amount * 2 AS doubled, \
      '#' || CAST(id AS STRING) AS label FROM orders WHERE amount > 10 AND name IS NOT NULL";
 
-fn read_lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
 /// Runs `operators` (TOML) on the input lines; returns the outputs and the
 /// dead letters (as records: value and headers).
 fn run(dir: &std::path::Path, operators: &str) -> (Vec<Value>, Vec<Value>) {
@@ -93,7 +85,7 @@ fn run(dir: &std::path::Path, operators: &str) -> (Vec<Value>, Vec<Value>) {
         "[pipeline]\nname = \"sql\"\nbatch_size = 100\n\n[source.file]\npath = {input:?}\n\n{operators}\n[sink.file]\npath = {output:?}\n\n[dead_letter.file]\npath = {dead:?}\nformat = \"record\"\n"
     );
     run_pipeline_to_end(&pipeline, Duration::from_secs(60));
-    (read_lines(&output), read_lines(&dead))
+    (read_json_lines(&output), read_json_lines(&dead))
 }
 
 fn expected() -> (Vec<Value>, Vec<i64>) {

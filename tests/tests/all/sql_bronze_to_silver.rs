@@ -7,7 +7,7 @@
 //! a UDF component, is not here yet: issue 40.)
 
 use serde_json::Value;
-use sluice_tests::{plugin, run_pipeline_to_end};
+use sluice_tests::{plugin, read_json_lines, run_pipeline_to_end};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -30,11 +30,7 @@ fn run(dir: &std::path::Path, name: &str, operators: &str) -> Vec<Value> {
         "[pipeline]\nname = \"{name}\"\nmax_out_of_orderness_ms = 5000\n\n[source.generator]\nprofile = \"bronze\"\ncount = {EVENTS}\nevents_per_second = 200\n\n{operators}\n[sink.file]\npath = {output:?}\n\n[dead_letter]\nblackhole = {{}}\n"
     );
     run_pipeline_to_end(&pipeline, Duration::from_secs(120));
-    std::fs::read_to_string(&output)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    read_json_lines(&output)
 }
 
 fn validate_dedup() -> String {

@@ -3,7 +3,7 @@
 //! with one and two workers, against a model of the same records.
 
 use serde_json::{Value, json};
-use sluice_tests::run_pipeline_to_end;
+use sluice_tests::{read_json_lines, run_pipeline_to_end};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -48,14 +48,7 @@ fn run(dir: &std::path::Path, settings: &str, order: &str) -> (Vec<Value>, Vec<V
         "[pipeline]\nname = \"dedup\"\nbatch_size = 64\nmax_out_of_orderness_ms = 1000\n{settings}\n\n[source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n[[operators]]\nname = \"dedup\"\nsql = {query:?}\nstate_ttl_ms = 600_000\n\n[sink.file]\npath = {output:?}\n\n[dead_letter.file]\npath = {dead:?}\nformat = \"record\"\n"
     );
     run_pipeline_to_end(&pipeline, Duration::from_secs(120));
-    let read = |path: &std::path::Path| -> Vec<Value> {
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
-    };
-    (read(&output), read(&dead))
+    (read_json_lines(&output), read_json_lines(&dead))
 }
 
 fn sorted(rows: Vec<Value>) -> Vec<String> {

@@ -5,7 +5,7 @@
 //! `person`.
 
 use serde_json::Value;
-use sluice_tests::{plugin, run_pipeline_to_end};
+use sluice_tests::{plugin, read_json_lines, run_pipeline_to_end};
 use std::time::Duration;
 
 const EVENTS: u64 = 20_000;
@@ -24,11 +24,7 @@ fn run_with(dir: &std::path::Path, name: &str, settings: &str, operators: &str) 
     );
     let (_, snapshot) = run_pipeline_to_end(&pipeline, Duration::from_secs(120));
     assert_eq!(snapshot.dead_letters, 0, "{name}: {snapshot:?}");
-    std::fs::read_to_string(&output)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    read_json_lines(&output)
 }
 
 fn sql(query: &str) -> String {

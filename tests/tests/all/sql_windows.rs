@@ -4,7 +4,7 @@
 //! checked against the same query computed here from the records.
 
 use serde_json::{Value, json};
-use sluice_tests::run_pipeline_to_end;
+use sluice_tests::{read_json_lines, run_pipeline_to_end};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -193,14 +193,7 @@ fn run(dir: &std::path::Path, settings: &str, operators: &str) -> (Vec<Value>, V
         "[pipeline]\nname = \"sql-windows\"\nbatch_size = 100\nmax_out_of_orderness_ms = 1000\n{settings}\n\n[source.file]\npath = {input:?}\ntimestamp_field = \"ts\"\n\n{operators}\n[sink.file]\npath = {output:?}\n\n[dead_letter.file]\npath = {dead:?}\nformat = \"record\"\n"
     );
     run_pipeline_to_end(&pipeline, Duration::from_secs(120));
-    let read = |path: &std::path::Path| -> Vec<Value> {
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
-    };
-    (read(&output), read(&dead))
+    (read_json_lines(&output), read_json_lines(&dead))
 }
 
 /// Doubles rounded (sums of doubles may add in another order), then sorted.
